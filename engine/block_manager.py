@@ -1,0 +1,281 @@
+"""Paged KV-cache allocator with prefix caching and a CPU swap space (torch-free).
+
+The KV cache is `num_blocks` fixed-size blocks of `block_size` token slots. Each
+sequence owns a block table (list of block ids). A GPU block is in exactly one of
+three states:
+
+    free          ref_count 0, no hash       -> handed out first
+    cached-free   ref_count 0, valid hash    -> reusable by a prefix hit; reclaimed
+                                                (evicted) when no free block is left,
+                                                in the order the eviction policy picks
+    in use        ref_count >= 1             -> held by one or more sequences
+
+so free + cached-free + in-use == num_blocks at all times.
+
+Prefix caching: every *full* block of a sequence gets a chained hash
+h_i = xxh64(h_{i-1} || token ids of block i). A later sequence whose prompt
+starts with the same tokens finds those blocks through the hash table; token ids
+are compared on every hit, so a hash collision can never serve wrong KV.
+
+Swap space: `num_cpu_blocks` host-memory blocks. swap_out/swap_in move a
+sequence's blocks between GPU and CPU and return the (src, dst) block pairs the
+executor must copy; the allocator only does the bookkeeping.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import xxhash
+
+from engine.sequence import Sequence
+from policies.eviction.base import EvictionPolicy
+from policies.eviction.lru import LRUEviction
+
+
+def hash_block(token_ids, parent_hash: int) -> int:
+    """Chained 64-bit content hash of one full block (parent -1 for the first block)."""
+    h = xxhash.xxh64()
+    if parent_hash != -1:
+        h.update(parent_hash.to_bytes(8, "little"))
+    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    return h.intdigest()
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
+                 eviction: EvictionPolicy | None = None, num_cpu_blocks: int = 0):
+        if block_size < 1 or block_size & (block_size - 1):
+            raise ValueError(f"block_size must be a power of two >= 1 (e.g. 16), got {block_size}")
+        if num_blocks < 1:
+            raise ValueError(f"num_kvcache_blocks must be >= 1, got {num_blocks}")
+        if num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.eviction = eviction if eviction is not None else LRUEviction()
+        self.enable_prefix_caching = enable_prefix_caching and self.eviction.enables_prefix_caching
+        self.hash_fn = hash_block   # replaceable in tests to force collisions
+
+        self.ref_counts = [0] * num_blocks
+        self.block_hash = [-1] * num_blocks              # -1: not registered in the prefix cache
+        self.block_tokens: list[tuple | None] = [None] * num_blocks   # token ids of a hashed block (hit check)
+        self.hash_to_block: dict[int, int] = {}
+        self.free_ids: deque[int] = deque(range(num_blocks))
+        self.num_used_blocks = 0
+
+        self.num_cpu_blocks = num_cpu_blocks
+        self.cpu_free_ids: deque[int] = deque(range(num_cpu_blocks))
+        self.cpu_tables: dict = {}                        # request_id -> CPU block ids of a swapped sequence
+
+        # Prefix-cache accounting (tokens), read by recorders.
+        self.num_hit_tokens = 0
+        self.num_queried_tokens = 0
+
+    # -- counts ------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks allocatable right now: plain free plus cached-free (evictable)."""
+        return len(self.free_ids) + len(self.eviction)
+
+    @property
+    def num_cached_free_blocks(self) -> int:
+        return len(self.eviction)
+
+    @property
+    def num_cpu_free_blocks(self) -> int:
+        return len(self.cpu_free_ids)
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        """New blocks `seq` needs to hold its first num_computed + num_new_tokens tokens."""
+        need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size)
+        return max(0, need - len(seq.block_table))
+
+    # -- prefix cache -------------------------------------------------------------
+    def _seq_hashes(self, seq: Sequence, num_full_blocks: int) -> list[int]:
+        """Extend seq.block_hashes to cover its first num_full_blocks full blocks."""
+        hashes = seq.block_hashes
+        bs = self.block_size
+        tokens = seq.token_ids
+        while len(hashes) < num_full_blocks:
+            i = len(hashes)
+            hashes.append(self.hash_fn(tokens[i * bs:(i + 1) * bs], hashes[-1] if hashes else -1))
+        return hashes
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of seq's known tokens (read-only).
+
+        At least one token is always left to compute, since the step that
+        computes it produces the logits the next token is sampled from.
+        """
+        if not self.enable_prefix_caching or seq.block_table:
+            return []
+        bs = self.block_size
+        max_blocks = (len(seq.token_ids) - 1) // bs
+        hits: list[int] = []
+        if max_blocks == 0:
+            return hits
+        hashes = self._seq_hashes(seq, max_blocks)
+        tokens = seq.token_ids
+        for i in range(max_blocks):
+            block_id = self.hash_to_block.get(hashes[i])
+            if block_id is None or self.block_tokens[block_id] != tuple(tokens[i * bs:(i + 1) * bs]):
+                break   # miss, or a hash collision caught by the token check
+            hits.append(block_id)
+        return hits
+
+    def allocate_cached_prefix(self, seq: Sequence, hit_blocks: list[int]) -> int:
+        """Give seq the blocks from find_cached_prefix; returns the tokens they cover."""
+        assert not seq.block_table, "prefix hits apply to a sequence without blocks"
+        for block_id in hit_blocks:
+            if self.ref_counts[block_id] == 0:
+                self.eviction.remove(block_id)
+                self.num_used_blocks += 1
+            self.ref_counts[block_id] += 1
+            self.eviction.hit(block_id)
+        seq.block_table = list(hit_blocks)
+        seq.num_registered_blocks = len(hit_blocks)
+        num_tokens = len(hit_blocks) * self.block_size
+        seq.num_computed_tokens = num_tokens
+        return num_tokens
+
+    def register_computed_blocks(self, seq: Sequence) -> None:
+        """Publish seq's newly full, fully computed blocks in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        num_full = min(seq.num_computed_tokens // bs, len(seq.block_table))
+        start = seq.num_registered_blocks
+        if num_full <= start:
+            return
+        hashes = self._seq_hashes(seq, num_full)
+        table = seq.block_table
+        tokens = seq.token_ids
+        for i in range(start, num_full):
+            block_id = table[i]
+            h = hashes[i]
+            if self.block_hash[block_id] != -1 or h in self.hash_to_block:
+                continue   # already published, or the same content (or a collision) is cached elsewhere
+            self.block_hash[block_id] = h
+            self.block_tokens[block_id] = tuple(tokens[i * bs:(i + 1) * bs])
+            self.hash_to_block[h] = block_id
+        seq.num_registered_blocks = num_full
+
+    # -- allocation ---------------------------------------------------------------
+    def _take_block(self) -> int:
+        if self.free_ids:
+            block_id = self.free_ids.popleft()
+        else:
+            block_id = self.eviction.evict()
+            self._unhash(block_id)
+        self.ref_counts[block_id] = 1
+        self.num_used_blocks += 1
+        return block_id
+
+    def _unhash(self, block_id: int) -> None:
+        h = self.block_hash[block_id]
+        if h != -1:
+            if self.hash_to_block.get(h) == block_id:
+                del self.hash_to_block[h]
+            self.block_hash[block_id] = -1
+            self.block_tokens[block_id] = None
+            self.eviction.forget(block_id)
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Extend seq's block table to hold num_computed + num_new_tokens tokens."""
+        need = self.blocks_needed(seq, num_new_tokens)
+        if need > self.num_free_blocks:
+            raise RuntimeError(f"request {seq.request_id!r}: needs {need} KV blocks, {self.num_free_blocks} free "
+                               "(the scheduler must check can_allocate first)")
+        table = seq.block_table
+        for _ in range(need):
+            table.append(self._take_block())
+
+    def _release(self, block_id: int) -> None:
+        rc = self.ref_counts[block_id] - 1
+        self.ref_counts[block_id] = rc
+        if rc == 0:
+            self.num_used_blocks -= 1
+            if self.block_hash[block_id] != -1:
+                self.eviction.add(block_id)
+            else:
+                self.free_ids.append(block_id)
+
+    def free(self, seq: Sequence) -> None:
+        """Drop seq's hold on its blocks (tail first, so eviction takes tails first)."""
+        for block_id in reversed(seq.block_table):
+            self._release(block_id)
+        seq.block_table = []
+        seq.num_registered_blocks = 0
+
+    # -- swap space ---------------------------------------------------------------
+    def can_swap_out(self, seq: Sequence) -> bool:
+        return len(seq.block_table) <= len(self.cpu_free_ids)
+
+    def swap_out(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Move seq's blocks to CPU; returns (gpu_block, cpu_block) copies to make."""
+        n = len(seq.block_table)
+        if n > len(self.cpu_free_ids):
+            raise RuntimeError(f"request {seq.request_id!r}: swap space has {len(self.cpu_free_ids)} free "
+                               f"CPU blocks, needs {n} (check can_swap_out first)")
+        mapping = []
+        cpu_table = []
+        for gpu_block in seq.block_table:
+            cpu_block = self.cpu_free_ids.popleft()
+            cpu_table.append(cpu_block)
+            mapping.append((gpu_block, cpu_block))
+        self.free(seq)
+        self.cpu_tables[seq.request_id] = cpu_table
+        return mapping
+
+    def can_swap_in(self, seq: Sequence) -> bool:
+        return len(self.cpu_tables[seq.request_id]) <= self.num_free_blocks
+
+    def swap_in(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Bring seq's blocks back to fresh GPU blocks; returns (cpu_block, gpu_block) copies."""
+        cpu_table = self.cpu_tables.pop(seq.request_id)
+        if len(cpu_table) > self.num_free_blocks:
+            self.cpu_tables[seq.request_id] = cpu_table
+            raise RuntimeError(f"request {seq.request_id!r}: swap-in needs {len(cpu_table)} GPU blocks, "
+                               f"{self.num_free_blocks} free (check can_swap_in first)")
+        mapping = []
+        for cpu_block in cpu_table:
+            gpu_block = self._take_block()
+            seq.block_table.append(gpu_block)
+            mapping.append((cpu_block, gpu_block))
+            self.cpu_free_ids.append(cpu_block)
+        self.register_computed_blocks(seq)
+        return mapping
+
+    # -- invariants (tests and debugging) -------------------------------------------
+    def check_invariants(self, live_seqs=()) -> None:
+        """Raise AssertionError if the allocator's bookkeeping is inconsistent.
+
+        live_seqs: every sequence currently holding GPU blocks (to check ref counts).
+        """
+        free = set(self.free_ids)
+        assert len(free) == len(self.free_ids), "a block is twice in the free list"
+        cached = {b for b in range(self.num_blocks) if self.ref_counts[b] == 0 and self.block_hash[b] != -1}
+        used = {b for b in range(self.num_blocks) if self.ref_counts[b] > 0}
+        assert not (free & cached) and not (free & used), "a free block is also cached or in use"
+        assert len(cached) == len(self.eviction), "eviction policy disagrees on the cached-free set"
+        assert len(used) == self.num_used_blocks, "used-block counter drifted"
+        assert len(free) + len(cached) + len(used) == self.num_blocks, "free + cached + used != total"
+        assert all(rc >= 0 for rc in self.ref_counts), "negative ref count"
+        for b in free:
+            assert self.block_hash[b] == -1, "a plain free block still has a hash"
+        for h, b in self.hash_to_block.items():
+            assert self.block_hash[b] == h, "hash table points at a block with another hash"
+        refs = [0] * self.num_blocks
+        for seq in live_seqs:
+            assert len(set(seq.block_table)) == len(seq.block_table), f"{seq.request_id!r} holds a block twice"
+            for b in seq.block_table:
+                refs[b] += 1
+        if live_seqs is not None:
+            assert refs == self.ref_counts, "ref counts differ from the block tables of live sequences"
+        cpu_held = [b for t in self.cpu_tables.values() for b in t]
+        assert len(cpu_held) == len(set(cpu_held)), "a CPU block is owned twice"
+        assert len(cpu_held) + len(self.cpu_free_ids) == self.num_cpu_blocks, "swap space over-committed or leaked"

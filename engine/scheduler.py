@@ -1,0 +1,398 @@
+"""Continuous-batching scheduler, one step at a time (torch-free; shared by engine and sim).
+
+Each call to `schedule(now_s)` builds one Batch: which sequences run and how many
+tokens each computes; `postprocess(batch, token_ids, now_s)` then appends the
+sampled tokens, finishes sequences and frees their blocks. The clock is the
+caller's: the scheduler never reads wall time.
+
+Two step shapes:
+- chunked prefill off (nano-vllm / vLLM v0): a step is either prefill-only (new
+  or preempted requests, whole uncomputed prompt at once) or decode-only; new
+  admissions go first, decodes run when nothing can be admitted.
+- chunked prefill on (Sarathi-Serve / vLLM v1): a step mixes decodes (first),
+  chunks of running prefills, and chunks of new admissions, all under
+  `max_num_batched_tokens`.
+
+A running sequence that cannot get its next block triggers preemption: the
+policy's victim (among the running sequences not yet served this step, itself
+included) is preempted by recompute or swap. No new request is admitted in a step
+that preempted for memory (vLLM's rule; it prevents admit/preempt ping-pong).
+Preemptive policies may additionally preempt worse-ranked running sequences to
+make room for a better-ranked waiting one (phase 0).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.batch import Batch
+from engine.block_manager import BlockManager
+from engine.sequence import Sequence, SequenceStatus
+from policies.eviction.base import EvictionPolicy
+from policies.scheduling.base import SchedulingPolicy
+
+RUNNING = SequenceStatus.RUNNING
+
+
+@dataclass
+class SchedulerConfig:
+    num_kvcache_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 16384
+    max_model_len: int = 4096
+    enable_chunked_prefill: bool = False
+    enable_prefix_caching: bool = True
+    num_cpu_blocks: int = 0
+
+    def __post_init__(self):
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., default 16), got {self.block_size}")
+        if self.num_kvcache_blocks < 1:
+            raise ValueError(f"num_kvcache_blocks must be >= 1, got {self.num_kvcache_blocks}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if self.max_num_batched_tokens < self.block_size:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than one block "
+                             f"(block_size={self.block_size}); set it to at least {self.block_size}")
+        if self.num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
+
+
+class SchedulerView:
+    """What a policy may look at. The sequence collections are the scheduler's own;
+    policies must treat them (and the sequences) as read-only."""
+
+    __slots__ = ("_sched", "now_s")
+
+    def __init__(self, sched: "Scheduler"):
+        self._sched = sched
+        self.now_s = 0.0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._sched.block_manager.num_free_blocks
+
+    @property
+    def num_total_blocks(self) -> int:
+        return self._sched.block_manager.num_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self._sched.block_manager.block_size
+
+    @property
+    def running(self) -> list[Sequence]:
+        return self._sched.running
+
+    @property
+    def waiting(self):
+        return self._sched.waiting
+
+    @property
+    def swapped(self) -> list[Sequence]:
+        return self._sched.swapped
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._sched.config
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        return self._sched.block_manager.blocks_needed(seq, num_new_tokens)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, policy: SchedulingPolicy | None = None,
+                 eviction: EvictionPolicy | None = None):
+        if policy is None:
+            from policies.scheduling.vllm import VLLMPolicy
+            policy = VLLMPolicy()
+        if policy.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"policy {policy.name!r}: preemption_mode must be 'recompute' or 'swap', "
+                             f"got {policy.preemption_mode!r}")
+        if policy.preemption_mode == "swap" and config.num_cpu_blocks == 0:
+            raise ValueError(f"policy {policy.name!r} preempts by swap but num_cpu_blocks is 0; "
+                             "give the scheduler a swap space (num_cpu_blocks > 0)")
+        self.config = config
+        self.policy = policy
+        # The policy may force the step shape and tighten the token budget (e.g. sarathi).
+        self.chunked = config.enable_chunked_prefill if policy.chunked_prefill is None else policy.chunked_prefill
+        self.token_budget = config.max_num_batched_tokens
+        if policy.token_budget is not None:
+            if policy.token_budget < config.block_size:
+                raise ValueError(f"policy {policy.name!r}: token_budget ({policy.token_budget}) is smaller than one "
+                                 f"block (block_size={config.block_size}); use at least {config.block_size}")
+            self.token_budget = min(self.token_budget, policy.token_budget)
+        if not self.chunked and self.token_budget < config.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.token_budget}) < max_model_len ({config.max_model_len}) with chunked "
+                "prefill off: a long prompt could never be scheduled. Raise max_num_batched_tokens to >= "
+                "max_model_len, or set enable_chunked_prefill=True")
+        self.block_manager = BlockManager(config.num_kvcache_blocks, config.block_size,
+                                          config.enable_prefix_caching, eviction, config.num_cpu_blocks)
+        self.waiting: deque[Sequence] = deque()    # WAITING and PREEMPTED, arrival order (preempted first)
+        self.running: list[Sequence] = []
+        self.swapped: list[Sequence] = []
+        self.view = SchedulerView(self)
+        self._num_admitted = 0
+        self.num_steps = 0
+
+    # -- arrivals -------------------------------------------------------------------
+    def add(self, seq: Sequence) -> bool:
+        """Queue a request; returns False (and marks it REJECTED) if it can never run."""
+        cfg = self.config
+        total = seq.num_prompt_tokens + seq.max_output_tokens
+        if total > cfg.max_model_len:
+            return self._reject(seq, f"prompt ({seq.num_prompt_tokens}) + max_tokens ({seq.max_output_tokens}) "
+                                     f"exceeds max_model_len ({cfg.max_model_len})")
+        blocks = -(-total // cfg.block_size)
+        if blocks > cfg.num_kvcache_blocks:
+            return self._reject(seq, f"needs {blocks} KV blocks at completion, the cache has "
+                                     f"{cfg.num_kvcache_blocks}")
+        self.waiting.append(seq)
+        return True
+
+    def _reject(self, seq: Sequence, reason: str) -> bool:
+        seq.set_status(SequenceStatus.REJECTED)
+        seq.reject_reason = reason
+        return False
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    # -- one step -------------------------------------------------------------------
+    def schedule(self, now_s: float) -> Batch:
+        self.view.now_s = now_s
+        batch = Batch(block_size=self.config.block_size)
+        prefills: list[tuple[Sequence, int]] = []
+        decodes: list[tuple[Sequence, int]] = []
+        budget = self.token_budget
+        if self.policy.preemptive and (self.waiting or self.swapped):
+            self._preempt_for_better(batch)
+
+        if not self.chunked:
+            if not self.swapped and self.waiting:
+                budget = self._admit(prefills, budget, now_s, chunked=False)
+            if not prefills:
+                budget, preempted = self._serve_running(decodes, prefills, budget, batch)
+                if not preempted and self.swapped:
+                    self._swap_in(decodes, budget, batch)
+        else:
+            budget, preempted = self._serve_running(decodes, prefills, budget, batch)
+            if not preempted:
+                if self.swapped:
+                    budget = self._swap_in(decodes, budget, batch)
+                if not self.swapped and self.waiting and budget > 0:
+                    budget = self._admit(prefills, budget, now_s, chunked=True)
+
+        entries = prefills + decodes
+        batch.seqs = [s for s, _ in entries]
+        batch.num_new_tokens = [n for _, n in entries]
+        batch.context_lens = [s.num_computed_tokens + n for s, n in entries]
+        batch.num_prefill_seqs = len(prefills)
+        if batch.seqs or batch.swap_out or batch.swap_in:
+            self.num_steps += 1
+        elif not self.running and (self.waiting or self.swapped):
+            raise RuntimeError(f"scheduler made no progress with nothing running: {len(self.waiting)} waiting "
+                               f"(head: {self.waiting[0] if self.waiting else None}), {len(self.swapped)} swapped, "
+                               f"{self.block_manager.num_free_blocks} free blocks")
+        return batch
+
+    def _serve_running(self, decodes, prefills, budget, batch):
+        """Give each running sequence its next tokens (decodes first), preempting on memory shortage."""
+        bm = self.block_manager
+        order = self.policy.order_running(self.running, self.view)
+        chunked = self.chunked
+        if chunked and len(order) > 1:
+            # decodes first, then running prefill chunks (Sarathi-Serve / vLLM v1)
+            order = [s for s in order if not s.is_prefilling] + [s for s in order if s.is_prefilling]
+        preempted = False
+        served = set()
+        for seq in order:
+            if seq.status is not RUNNING:
+                continue   # preempted earlier in this loop
+            if budget <= 0:
+                break
+            n = len(seq.token_ids) - seq.num_computed_tokens
+            if n > budget:
+                if not chunked:
+                    break
+                n = budget
+            while not bm.can_allocate(seq, n):
+                candidates = [s for s in order if s.status is RUNNING and s.request_id not in served]
+                victim = self.policy.victim.select(candidates, self.view)
+                self._preempt(victim, batch)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.status is not RUNNING:
+                continue
+            bm.allocate(seq, n)
+            served.add(seq.request_id)
+            (decodes if n == 1 else prefills).append((seq, n))
+            budget -= n
+        if preempted:
+            self.running = [s for s in self.running if s.status is RUNNING]
+        return budget, preempted
+
+    def _admit(self, prefills, budget, now_s, chunked) -> int:
+        bm = self.block_manager
+        cfg = self.config
+        admitted = []
+        for seq in self.policy.order_waiting(self.waiting, self.view):
+            if len(self.running) >= cfg.max_num_seqs or budget <= 0:
+                break
+            hits = bm.find_cached_prefix(seq)
+            hit_tokens = len(hits) * bm.block_size
+            n = len(seq.token_ids) - hit_tokens
+            if n > budget:
+                if not chunked:
+                    break
+                n = budget
+            # Blocks this admission takes from the free pool: fresh ones, plus hit blocks now evictable.
+            fresh = -(-(hit_tokens + n) // bm.block_size) - len(hits)
+            revived = sum(1 for b in hits if bm.ref_counts[b] == 0)
+            if fresh + revived > bm.num_free_blocks or not self.policy.admits(seq, self.view):
+                break
+            bm.allocate_cached_prefix(seq, hits)
+            bm.allocate(seq, n)
+            if seq.admit_order < 0:
+                seq.admit_order = self._num_admitted
+                self._num_admitted += 1
+                seq.num_cached_tokens = hit_tokens
+                seq.first_scheduled_time_s = now_s
+            seq.set_status(RUNNING)
+            self.running.append(seq)
+            admitted.append(seq)
+            prefills.append((seq, n))
+            budget -= n
+        if admitted:
+            if len(admitted) == 1 and self.waiting[0] is admitted[0]:
+                self.waiting.popleft()
+            else:
+                gone = set(map(id, admitted))
+                self.waiting = deque(s for s in self.waiting if id(s) not in gone)
+        return budget
+
+    def _swap_in(self, decodes, budget, batch) -> int:
+        bm = self.block_manager
+        order = sorted(self.swapped, key=lambda s: self.policy.key(s, self.view))
+        back = []
+        for seq in order:
+            if len(self.running) >= self.config.max_num_seqs or budget <= 0:
+                break
+            n = len(seq.token_ids) - seq.num_computed_tokens
+            # GPU blocks after swap-in: the swapped ones, grown to hold this step's tokens.
+            need = max(len(bm.cpu_tables[seq.request_id]), -(-(seq.num_computed_tokens + n) // bm.block_size))
+            if need > bm.num_free_blocks:
+                break
+            batch.swap_in.extend(bm.swap_in(seq))
+            bm.allocate(seq, n)
+            seq.set_status(RUNNING)
+            self.running.append(seq)
+            batch.swapped_in.append(seq)
+            back.append(seq)
+            if n <= budget:
+                decodes.append((seq, n))
+                budget -= n
+        if back:
+            self.swapped = [s for s in self.swapped if s.status is SequenceStatus.SWAPPED]
+        return budget
+
+    def _preempt(self, seq: Sequence, batch: Batch) -> None:
+        bm = self.block_manager
+        seq.num_preemptions += 1
+        if self.policy.preemption_mode == "swap" and bm.can_swap_out(seq):
+            batch.swap_out.extend(bm.swap_out(seq))
+            seq.set_status(SequenceStatus.SWAPPED)
+            seq.num_swaps += 1
+            self.swapped.append(seq)
+            batch.swapped_out.append(seq)
+        else:   # recompute (also the fallback when the swap space is full)
+            bm.free(seq)
+            seq.num_computed_tokens = 0
+            seq.set_status(SequenceStatus.PREEMPTED)
+            self.waiting.appendleft(seq)
+            batch.preempted.append(seq)
+
+    def _preempt_for_better(self, batch: Batch) -> None:
+        """Phase 0 of preemptive policies: evict worse-ranked running sequences when a
+        better-ranked waiting or swapped one is blocked by memory or the sequence cap."""
+        bm = self.block_manager
+        view = self.view
+        key = self.policy.key
+        free = bm.num_free_blocks
+        slots = self.config.max_num_seqs - len(self.running)
+        candidates = list(self.policy.order_waiting(self.waiting, view)) + self.swapped
+        candidates.sort(key=lambda s: key(s, view))
+        changed = False
+        for cand in candidates:
+            if cand.status is SequenceStatus.SWAPPED:
+                need = len(bm.cpu_tables[cand.request_id]) + 1
+            else:
+                n = len(cand.token_ids) - cand.num_computed_tokens
+                if self.chunked:
+                    n = min(n, self.token_budget)
+                need = bm.blocks_needed(cand, n)
+            if need <= free and slots > 0:
+                free -= need
+                slots -= 1
+                continue
+            ck = key(cand, view)
+            worse = [r for r in self.running if r.status is RUNNING and key(r, view) > ck]
+            if not worse or free + sum(len(r.block_table) for r in worse) < need:
+                break
+            while (need > free or slots <= 0) and worse:
+                victim = self.policy.victim.select(worse, view)
+                worse.remove(victim)
+                free += len(victim.block_table)
+                slots += 1
+                self._preempt(victim, batch)
+                changed = True
+            free -= need
+            slots -= 1
+        if changed:
+            self.running = [s for s in self.running if s.status is RUNNING]
+
+    # -- after the executor ran --------------------------------------------------------
+    def postprocess(self, batch: Batch, token_ids, now_s: float) -> list[Sequence]:
+        """Advance computed counts, append sampled tokens, finish sequences; returns the finished ones."""
+        bm = self.block_manager
+        bs = bm.block_size
+        finished = []
+        seqs = batch.seqs
+        for i in range(len(seqs)):
+            seq = seqs[i]
+            seq.num_computed_tokens = ctx = batch.context_lens[i]
+            if ctx // bs > seq.num_registered_blocks:
+                bm.register_computed_blocks(seq)
+            if ctx != len(seq.token_ids):
+                continue   # an intermediate prefill chunk: nothing sampled
+            token = token_ids[i]
+            seq.token_ids.append(token)
+            if seq.first_token_time_s is None:
+                seq.first_token_time_s = now_s
+            seq.last_token_time_s = now_s
+            if seq.token_times_s is not None:
+                seq.token_times_s.append(now_s)
+            if len(seq.token_ids) - seq.num_prompt_tokens >= seq.max_output_tokens:
+                seq.finish_reason = "length"
+            elif token == seq.eos_token_id and not seq.sampling_params.ignore_eos:
+                seq.finish_reason = "eos"
+            else:
+                continue
+            seq.set_status(SequenceStatus.FINISHED)
+            seq.finish_time_s = now_s
+            bm.free(seq)
+            self.policy.on_finish(seq)
+            finished.append(seq)
+        if finished:
+            self.running = [s for s in self.running if s.status is RUNNING]
+        self.policy.on_step(batch, self.view)
+        return finished

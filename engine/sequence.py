@@ -1,0 +1,175 @@
+"""Request state shared by the engine and the simulator (torch-free).
+
+A Sequence is one request as the scheduler sees it. Both backends use the same
+field names, so per-request tables from a real run and from a simulation join on
+`request_id` column for column.
+
+Status machine::
+
+    WAITING --admit--> RUNNING --finish--> FINISHED
+       ^                 |  |
+       |   (recompute)   |  +--swap out--> SWAPPED --swap in--> RUNNING
+       +---- PREEMPTED <-+
+    WAITING --reject--> REJECTED   (reason in `reject_reason`)
+
+A PREEMPTED sequence waits again for admission; its KV blocks were freed and it
+re-prefills everything it had computed (prompt plus the outputs so far), which
+the prefix cache may partly spare.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+# Allowed transitions; anything else is a scheduler bug and raises.
+_TRANSITIONS = {
+    SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
+    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
+    SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED, SequenceStatus.FINISHED},
+    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING},
+    SequenceStatus.FINISHED: set(),
+    SequenceStatus.REJECTED: set(),
+}
+
+
+class SamplingParams:
+    """How tokens are chosen and when a sequence stops.
+
+    `max_tokens` is the output length cap; with `ignore_eos` the sequence
+    produces exactly `max_tokens` tokens (what the simulator assumes and what
+    experiments use by default). temperature == 0 means greedy.
+    """
+
+    __slots__ = ("temperature", "top_k", "top_p", "max_tokens", "ignore_eos", "seed")
+
+    def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 max_tokens: int = 64, ignore_eos: bool = False, seed: int | None = None):
+        if max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {max_tokens}")
+        if temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {temperature}")
+        if top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {top_k}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {top_p}")
+        self.temperature = float(temperature)
+        self.top_k = int(top_k)
+        self.top_p = float(top_p)
+        self.max_tokens = int(max_tokens)
+        self.ignore_eos = bool(ignore_eos)
+        self.seed = seed
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"SamplingParams({fields})"
+
+
+class Sequence:
+    """One request: its tokens, progress, KV block table and timestamps.
+
+    `token_ids` holds prompt then outputs. `num_computed_tokens` counts the
+    leading tokens whose KV is in the cache (including prefix-cache hits); the
+    scheduler advances it after each step. Times are seconds on the run's clock
+    (simulated or wall), never read from the system clock here.
+    """
+
+    __slots__ = (
+        "request_id", "arrival_time_s", "token_ids", "num_prompt_tokens",
+        "num_computed_tokens", "num_cached_tokens", "max_output_tokens",
+        "priority", "sampling_params", "eos_token_id", "status", "reject_reason",
+        "block_table", "first_scheduled_time_s", "first_token_time_s",
+        "finish_time_s", "num_preemptions", "num_swaps", "finish_reason",
+        "last_token_time_s", "token_times_s", "admit_order", "extra", "block_hashes",
+        "num_registered_blocks",
+    )
+
+    def __init__(self, request_id, prompt_token_ids, sampling_params: SamplingParams | None = None,
+                 arrival_time_s: float = 0.0, priority: int = 0, eos_token_id: int | None = None,
+                 record_token_times: bool = False):
+        if len(prompt_token_ids) == 0:
+            raise ValueError(f"request {request_id!r}: prompt_token_ids is empty; a request needs at least one prompt token")
+        self.request_id = request_id
+        self.arrival_time_s = float(arrival_time_s)
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0          # prompt tokens served by the prefix cache at first admission
+        self.sampling_params = sampling_params or SamplingParams()
+        self.max_output_tokens = self.sampling_params.max_tokens
+        self.priority = priority            # lower value = more important
+        self.eos_token_id = eos_token_id
+        self.status = SequenceStatus.WAITING
+        self.reject_reason: str | None = None
+        self.finish_reason: str | None = None   # "length" | "eos"
+        self.block_table: list[int] = []
+        # Chained content hash of each full block of token_ids (prefix caching); survives
+        # preemption so a recompute can find its own blocks again.
+        self.block_hashes: list[int] = []
+        self.num_registered_blocks = 0      # leading blocks of block_table already offered to the prefix cache
+        self.first_scheduled_time_s: float | None = None
+        self.first_token_time_s: float | None = None
+        self.last_token_time_s: float | None = None
+        self.finish_time_s: float | None = None
+        self.num_preemptions = 0
+        self.num_swaps = 0
+        self.admit_order = -1               # set by the scheduler on first admission
+        # Per-token emission times (for inter-token latency); off by default to keep
+        # million-request simulations lean.
+        self.token_times_s: list[float] | None = [] if record_token_times else None
+        self.extra: dict | None = None      # workload-specific facts (e.g. trace row), never read by the core
+
+    # -- derived facts (cheap; used by policies and the cost model) --------------
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def remaining_output_tokens(self) -> int:
+        return self.max_output_tokens - self.num_output_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Known tokens whose KV is not cached yet: the whole prompt at first, 1 while decoding."""
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_prefilling(self) -> bool:
+        """True until the sequence is in plain decode (one uncomputed token after some output).
+
+        A recompute after preemption is a prefill too: it re-computes prompt and outputs.
+        """
+        return len(self.token_ids) - self.num_computed_tokens > 1 or len(self.token_ids) == self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED)
+
+    def set_status(self, new: SequenceStatus) -> None:
+        if new not in _TRANSITIONS[self.status]:
+            raise RuntimeError(f"request {self.request_id!r}: illegal status change {self.status.name} -> {new.name}")
+        self.status = new
+
+    def __repr__(self) -> str:
+        return (f"Sequence(id={self.request_id!r}, {self.status.name}, prompt={self.num_prompt_tokens}, "
+                f"out={self.num_output_tokens}/{self.max_output_tokens}, computed={self.num_computed_tokens}, "
+                f"blocks={len(self.block_table)})")

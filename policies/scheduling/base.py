@@ -1,0 +1,80 @@
+"""Scheduling policy contract.
+
+The scheduler (engine/scheduler.py) owns the queues and the block manager and
+builds one batch per step. A policy decides *order* and *permission*; the
+scheduler applies those decisions through the block manager and refuses any
+that do not fit (memory, `max_num_seqs`, `max_num_batched_tokens`).
+
+What a policy sees: a `SchedulerView` (now_s, free/total blocks, block size,
+the running / waiting / swapped sequences, and `blocks_needed`), plus the
+sequences themselves, read-only (request_id, arrival_time_s, priority,
+num_prompt_tokens, num_computed_tokens, num_output_tokens, max_output_tokens,
+block_table, ...). A policy must never mutate a Sequence or the view; it keeps
+any state of its own (keyed by request_id) and updates it in `on_step`.
+
+What a policy returns, per call:
+  order_waiting(waiting, view) -> the waiting sequences (new and preempted) in
+      admission order. The scheduler admits in that order and stops at the first
+      one that does not fit (head-of-line blocking, as in vLLM).
+  order_running(running, view) -> the running sequences in service order; when
+      the token budget runs out, the tail waits a step.
+  key(seq, view) -> a sortable rank, lower = more important. Preemptive
+      policies compare waiting and running sequences with it.
+  admits(seq, view) -> bool: an extra admission gate (fcfs reserves the whole
+      footprint; most policies return True).
+  on_step(batch, view) -> None: bookkeeping after each scheduled batch.
+
+Attributes the scheduler reads:
+  preemptive: a waiting (or swapped) sequence may preempt running sequences of a
+      worse key when memory or the sequence cap is the obstacle.
+  preemption_mode: "recompute" (free the blocks, re-prefill later) or "swap"
+      (copy the blocks to the CPU swap space; swapped sequences come back, in
+      key order, before any new admission).
+  chunked_prefill: None to follow SchedulerConfig.enable_chunked_prefill, or
+      True/False to force the step shape (sarathi forces True).
+  token_budget: None, or a per-step token cap applied on top of
+      SchedulerConfig.max_num_batched_tokens (the smaller wins).
+  victim: a VictimPolicy choosing which running sequence is preempted, among
+      the candidates the scheduler offers (those it may legally preempt).
+
+What the scheduler guarantees: a sequence is scheduled only when its blocks
+are allocated; every running sequence that cannot grow is preempted rather
+than stalling the batch; nothing is admitted past `max_num_seqs` or the token
+budget; a request that could never fit was rejected at arrival.
+"""
+from __future__ import annotations
+
+from policies.victim.base import VictimPolicy
+from policies.victim.newest import NewestVictim
+
+
+class SchedulingPolicy:
+    name = "base"
+    preemptive = False
+    preemption_mode = "recompute"
+    chunked_prefill: bool | None = None
+    token_budget: int | None = None
+
+    def __init__(self, victim: VictimPolicy | None = None):
+        self.victim = victim if victim is not None else NewestVictim()
+
+    def key(self, seq, view):
+        return (seq.arrival_time_s, seq.admit_order)
+
+    def order_waiting(self, waiting, view):
+        return waiting
+
+    def order_running(self, running, view):
+        return running
+
+    def admits(self, seq, view) -> bool:
+        return True
+
+    def on_step(self, batch, view) -> None:
+        pass
+
+    def on_finish(self, seq) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(victim={self.victim.name})"
