@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.batch import Batch
 from engine.block_manager import BlockManager
 from engine.sequence import Sequence, SequenceStatus
@@ -182,12 +184,12 @@ class Scheduler:
             if not prefills:
                 budget, preempted = self._serve_running(decodes, prefills, budget, batch)
                 if not preempted and self.swapped:
-                    self._swap_in(decodes, budget, batch)
+                    self._swap_in(decodes, prefills, budget, batch)
         else:
             budget, preempted = self._serve_running(decodes, prefills, budget, batch)
             if not preempted:
                 if self.swapped:
-                    budget = self._swap_in(decodes, budget, batch)
+                    budget = self._swap_in(decodes, prefills, budget, batch)
                 if not self.swapped and self.waiting and budget > 0:
                     budget = self._admit(prefills, budget, now_s, chunked=True)
 
@@ -207,13 +209,14 @@ class Scheduler:
     def _serve_running(self, decodes, prefills, budget, batch):
         """Give each running sequence its next tokens (decodes first), preempting on memory shortage."""
         bm = self.block_manager
+        bs = bm.block_size
         order = self.policy.order_running(self.running, self.view)
         chunked = self.chunked
         if chunked and len(order) > 1:
             # decodes first, then running prefill chunks (Sarathi-Serve / vLLM v1)
             order = [s for s in order if not s.is_prefilling] + [s for s in order if s.is_prefilling]
         preempted = False
-        served = set()
+        free = bm.num_free_blocks
         for seq in order:
             if seq.status is not RUNNING:
                 continue   # preempted earlier in this loop
@@ -224,22 +227,32 @@ class Scheduler:
                 if not chunked:
                     break
                 n = budget
-            while not bm.can_allocate(seq, n):
-                candidates = [s for s in order if s.status is RUNNING and s.request_id not in served]
-                victim = self.policy.victim.select(candidates, self.view)
-                self._preempt(victim, batch)
-                preempted = True
-                if victim is seq:
-                    break
-            if seq.status is not RUNNING:
-                continue
-            bm.allocate(seq, n)
-            served.add(seq.request_id)
+            extra = (seq.num_computed_tokens + n + bs - 1) // bs - len(seq.block_table)
+            if extra > 0:
+                while extra > free:
+                    # candidates: running sequences not served yet this step (this one included)
+                    candidates = self._unserved(order, decodes, prefills)
+                    victim = self.policy.victim.select(candidates, self.view)
+                    self._preempt(victim, batch)
+                    preempted = True
+                    free = bm.num_free_blocks
+                    if victim is seq:
+                        break
+                if seq.status is not RUNNING:
+                    continue
+                bm.allocate(seq, n)
+                free -= extra
             (decodes if n == 1 else prefills).append((seq, n))
             budget -= n
         if preempted:
             self.running = [s for s in self.running if s.status is RUNNING]
         return budget, preempted
+
+    @staticmethod
+    def _unserved(order, decodes, prefills):
+        served = {id(s) for s, _ in decodes}
+        served.update(id(s) for s, _ in prefills)
+        return [s for s in order if s.status is RUNNING and id(s) not in served]
 
     def _admit(self, prefills, budget, now_s, chunked) -> int:
         bm = self.block_manager
@@ -273,14 +286,18 @@ class Scheduler:
             prefills.append((seq, n))
             budget -= n
         if admitted:
-            if len(admitted) == 1 and self.waiting[0] is admitted[0]:
-                self.waiting.popleft()
-            else:
+            waiting = self.waiting
+            k = 0
+            while k < len(admitted) and waiting and waiting[0] is admitted[k]:
+                waiting.popleft()     # the common case: admitted from the head, in order
+                k += 1
+            if k < len(admitted):
+                admitted = admitted[k:]
                 gone = set(map(id, admitted))
                 self.waiting = deque(s for s in self.waiting if id(s) not in gone)
         return budget
 
-    def _swap_in(self, decodes, budget, batch) -> int:
+    def _swap_in(self, decodes, prefills, budget, batch) -> int:
         bm = self.block_manager
         order = sorted(self.swapped, key=lambda s: self.policy.key(s, self.view))
         back = []
@@ -288,6 +305,8 @@ class Scheduler:
             if len(self.running) >= self.config.max_num_seqs or budget <= 0:
                 break
             n = len(seq.token_ids) - seq.num_computed_tokens
+            if n > budget and self.chunked:
+                n = budget      # a sequence swapped out mid-prefill resumes with a chunk
             # GPU blocks after swap-in: the swapped ones, grown to hold this step's tokens.
             need = max(len(bm.cpu_tables[seq.request_id]), -(-(seq.num_computed_tokens + n) // bm.block_size))
             if need > bm.num_free_blocks:
@@ -299,7 +318,7 @@ class Scheduler:
             batch.swapped_in.append(seq)
             back.append(seq)
             if n <= budget:
-                decodes.append((seq, n))
+                (decodes if n == 1 else prefills).append((seq, n))
                 budget -= n
         if back:
             self.swapped = [s for s in self.swapped if s.status is SequenceStatus.SWAPPED]
@@ -359,6 +378,95 @@ class Scheduler:
             slots -= 1
         if changed:
             self.running = [s for s in self.running if s.status is RUNNING]
+
+    # -- exact fast path for the simulator ---------------------------------------------
+    def decode_horizon(self, max_steps: int) -> int:
+        """How many upcoming steps (<= max_steps) are certain to be pure decode steps of
+        exactly the current running set, with no scheduling decision to make, provided
+        no request arrives meanwhile. 0 means: take the step-by-step path.
+
+        Such steps admit nobody (queues empty, or the waiting head blocked in a way
+        that pure decoding cannot lift), preempt nobody (the blocks they need are free)
+        and finish nobody (each sequence has output left beyond the horizon).
+        """
+        running = self.running
+        if (max_steps < 1 or not running or self.swapped or not self.policy.fast_forward_ok
+                or len(running) > self.token_budget):
+            return 0
+        if self.waiting and (self.chunked or self.policy.preemptive or self._head_admissible()):
+            return 0
+        horizon = max_steps
+        for seq in running:
+            if len(seq.token_ids) - seq.num_computed_tokens != 1 or len(seq.token_ids) == seq.num_prompt_tokens:
+                return 0    # not in plain decode
+            if seq.eos_token_id is not None and not seq.sampling_params.ignore_eos:
+                return 0    # an EOS could end it at any step
+            left = seq.max_output_tokens - (len(seq.token_ids) - seq.num_prompt_tokens) - 1
+            if left < horizon:
+                horizon = left
+                if horizon < 1:
+                    return 0
+        free = self.block_manager.num_free_blocks
+        if self._blocks_for_decodes(horizon) <= free:
+            return horizon
+        lo, hi = 0, horizon          # need(lo) <= free < need(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._blocks_for_decodes(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _decode_arrays(self):
+        computed = np.fromiter((s.num_computed_tokens for s in self.running), np.int64, len(self.running))
+        capacity = np.fromiter((len(s.block_table) for s in self.running), np.int64, len(self.running))
+        return computed, capacity * self.block_manager.block_size
+
+    def _blocks_for_decodes(self, k, arrays=None) -> int:
+        """New blocks the running set needs for k more decode steps."""
+        computed, capacity = arrays if arrays is not None else self._decode_arrays()
+        bs = self.block_manager.block_size
+        return int(np.maximum(0, -(-(computed + k - capacity) // bs)).sum())
+
+    def _head_admissible(self) -> bool:
+        """Whether the first waiting sequence could be admitted right now (non-chunked rules)."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        bm = self.block_manager
+        seq = next(iter(self.policy.order_waiting(self.waiting, self.view)))
+        hits = bm.find_cached_prefix(seq)
+        n = len(seq.token_ids) - len(hits) * bm.block_size
+        if n > self.token_budget:
+            return False
+        fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
+        revived = sum(1 for b in hits if bm.ref_counts[b] == 0)
+        return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
+
+    def advance_decodes(self, k: int, step_end_times_s, token_of) -> np.ndarray:
+        """Apply k pure decode steps at once (k from decode_horizon).
+
+        step_end_times_s: the k step end times (seconds); token_of(seq) -> the token id
+        each step appends to seq. Returns the KV blocks in use after each step's
+        allocation (length k), what step-by-step scheduling would have recorded.
+        """
+        bm = self.block_manager
+        arrays = self._decode_arrays()
+        used0 = bm.num_used_blocks
+        used = np.array([used0 + self._blocks_for_decodes(j, arrays) for j in range(1, k + 1)], dtype=np.int64)
+        last = float(step_end_times_s[-1])
+        bs = bm.block_size
+        for seq in self.running:
+            seq.token_ids.extend([token_of(seq)] * k)
+            bm.allocate(seq, k)
+            seq.num_computed_tokens += k
+            if seq.num_computed_tokens // bs > seq.num_registered_blocks:
+                bm.register_computed_blocks(seq)
+            seq.last_token_time_s = last
+            if seq.token_times_s is not None:
+                seq.token_times_s.extend(float(t) for t in step_end_times_s)
+        self.num_steps += k
+        return used
 
     # -- after the executor ran --------------------------------------------------------
     def postprocess(self, batch: Batch, token_ids, now_s: float) -> list[Sequence]:

@@ -34,6 +34,10 @@ Attributes the scheduler reads:
       True/False to force the step shape (sarathi forces True).
   token_budget: None, or a per-step token cap applied on top of
       SchedulerConfig.max_num_batched_tokens (the smaller wins).
+  fast_forward_ok: True if, while the waiting queue is empty (or, without
+      chunked prefill, its head stays blocked), the policy's decisions cannot
+      change during pure decode steps and on_step keeps no state. The simulator
+      then advances several decode steps at once (Scheduler.decode_horizon).
   victim: a VictimPolicy choosing which running sequence is preempted, among
       the candidates the scheduler offers (those it may legally preempt).
 
@@ -54,6 +58,7 @@ class SchedulingPolicy:
     preemption_mode = "recompute"
     chunked_prefill: bool | None = None
     token_budget: int | None = None
+    fast_forward_ok = False
 
     def __init__(self, victim: VictimPolicy | None = None):
         self.victim = victim if victim is not None else NewestVictim()

@@ -14,6 +14,7 @@ from policies.scheduling.base import SchedulingPolicy
 
 
 class FCFSPolicy(SchedulingPolicy):
+    fast_forward_ok = True
     name = "fcfs"
 
     def _blocks_to_finish(self, seq, view) -> int:

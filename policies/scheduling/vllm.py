@@ -12,4 +12,5 @@ from policies.scheduling.base import SchedulingPolicy
 
 
 class VLLMPolicy(SchedulingPolicy):
+    fast_forward_ok = True
     name = "vllm"

@@ -1,0 +1,72 @@
+"""EngineConfig: everything the real engine (runner + scheduler) is built from. Torch-free.
+
+Fields left None are derived at start-up from the checkpoint and the device (see resolve()).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+DEVICES = ("auto", "cuda", "cpu")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass
+class EngineConfig:
+    model: str                                   # checkpoint directory (config.json + *.safetensors)
+    device: str = "auto"                         # "auto" (cuda if available), "cuda", "cuda:N", "cpu"
+    dtype: str = "auto"                          # "auto": config.json's dtype on CUDA, float32 on CPU
+    attention_backend: str = "auto"              # see engine/layers/attention_backends
+    block_size: int = 16                         # tokens per KV block (power of two)
+    num_kvcache_blocks: int | None = None        # None: from gpu_memory_utilization (CUDA) or cpu_kvcache_gib (CPU)
+    gpu_memory_utilization: float = 0.9          # fraction of GPU memory the engine may use in total
+    cpu_kvcache_gib: float = 1.0                 # CPU only: KV cache size when num_kvcache_blocks is None
+    num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
+    swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 16384
+    max_model_len: int | None = None             # None: min(4096, max_position_embeddings)
+    enable_chunked_prefill: bool = False
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
+    seed: int = 0                                # generator of unseeded sampled requests
+
+    def __post_init__(self):
+        if not (self.device in DEVICES or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be one of {DEVICES} or 'cuda:N', got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two (default 16), got {self.block_size}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.num_kvcache_blocks is not None and self.num_kvcache_blocks < 1:
+            raise ValueError(f"num_kvcache_blocks must be >= 1 or None (derive), got {self.num_kvcache_blocks}")
+        if self.num_cpu_blocks is not None and self.num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be >= 0 or None (derive from swap_space_gib), "
+                             f"got {self.num_cpu_blocks}")
+        if self.swap_space_gib < 0 or self.cpu_kvcache_gib <= 0:
+            raise ValueError(f"swap_space_gib must be >= 0 and cpu_kvcache_gib > 0, got "
+                             f"{self.swap_space_gib} and {self.cpu_kvcache_gib}")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got "
+                             f"{self.max_num_seqs} and {self.max_num_batched_tokens}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1 or None, got {self.max_model_len}")
+
+    @classmethod
+    def from_kwargs(cls, model: str, **kwargs) -> "EngineConfig":
+        """EngineConfig(model, **kwargs) with a clear error for unknown keys."""
+        names = {f.name for f in fields(cls)} - {"model"}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown engine option(s) {unknown}; allowed: {sorted(names)}")
+        return cls(model=str(model), **kwargs)
+
+    def resolve_max_model_len(self, max_position_embeddings: int) -> int:
+        """Fills max_model_len from the model (default min(4096, max_position_embeddings)) and checks it."""
+        if self.max_model_len is None:
+            self.max_model_len = min(4096, max_position_embeddings)
+        elif self.max_model_len > max_position_embeddings:
+            raise ValueError(f"max_model_len ({self.max_model_len}) exceeds the model's max_position_embeddings "
+                             f"({max_position_embeddings}); set max_model_len <= {max_position_embeddings}")
+        return self.max_model_len

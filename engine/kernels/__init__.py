@@ -1,0 +1,1 @@
+"""Triton kernels for paged attention (KV-cache store, prefill, decode)."""

@@ -1,0 +1,181 @@
+"""Triton kernels: paged decode attention with split-K and GQA packing.
+
+Each decode entry has one query token per q head and `context_len` cached keys (including its own).
+Pass 1 (_decode_split_kernel), grid (num_seqs, num_kv_heads, num_splits): program (b, h, s) loads
+the GROUP query heads that share kv head h as one [BLOCK_G, D] tile (so each KV page is read once
+per kv head, not once per q head) and runs the online softmax over keys
+[s * partition, (s + 1) * partition) of sequence b, writing the normalised partial output and its
+log-sum-exp. Pass 2 (_decode_reduce_kernel), grid (num_seqs, num_q_heads), merges the splits.
+With a single split pass 1 writes the output directly and pass 2 is skipped.
+
+The number of splits is chosen on the host from the block-table width (no device sync, fixed for a
+fixed width so CUDA graphs can capture it) to give the GPU enough programs when the batch is small.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from engine.kernels.paged_attention_tile import paged_attention_tile_loop
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr,                         # [B, Hq, D]
+    k_cache_ptr, v_cache_ptr,      # [num_blocks, BLOCK_SIZE, Hkv, D]
+    tables_ptr,                    # [B, max_blocks] int32
+    lens_ptr,                      # [B] int32, keys per entry
+    out_ptr,                       # [B, Hq, D]                 (written when SINGLE_SPLIT)
+    mid_o_ptr,                     # [B, Hq, num_splits, D] f32 (written otherwise)
+    mid_lse_ptr,                   # [B, Hq, num_splits] f32, log2-sum-exp of each split
+    qk_scale, partition, num_splits,
+    stride_qb, stride_qh,
+    stride_cb, stride_cs, stride_ch,
+    stride_tb,
+    stride_ob, stride_oh,
+    GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    ctx = tl.load(lens_ptr + b)
+    start = split * partition
+    end = tl.minimum(start + partition, ctx)
+
+    offs_g = tl.arange(0, BLOCK_G)
+    gmask = offs_g < GROUP
+    heads = kv_head * GROUP + offs_g                                            # [BLOCK_G]
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < HEAD_DIM
+    qmask = gmask[:, None] & dmask[None, :]
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=qmask, other=0.0)
+    q = q.to(k_cache_ptr.dtype.element_ty)                                      # [BLOCK_G, BLOCK_D]
+
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    q_pos = tl.zeros([BLOCK_G], dtype=tl.int32) + ctx - 1                      # unused: not causal
+    acc, m_i, l_i = paged_attention_tile_loop(
+        acc, m_i, l_i, q, q_pos, k_cache_ptr, v_cache_ptr, tables_ptr + b * stride_tb,
+        kv_head * stride_ch, stride_cb, stride_cs, offs_d, dmask, start, end, qk_scale,
+        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=False)
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)      # empty split / empty context -> zeros, not NaN
+    o = acc / l_safe[:, None]
+    if SINGLE_SPLIT:
+        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=qmask)
+    else:
+        row = (b * GROUP * tl.num_programs(1) + heads) * num_splits + split     # [BLOCK_G] into [B, Hq, S]
+        tl.store(mid_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=qmask)
+        lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
+        tl.store(mid_lse_ptr + row, lse, mask=gmask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    mid_o_ptr,                     # [B, Hq, num_splits, D] f32
+    mid_lse_ptr,                   # [B, Hq, num_splits] f32
+    lens_ptr,                      # [B] int32
+    out_ptr,                       # [B, Hq, D]
+    partition, num_splits,
+    stride_ob, stride_oh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,         # next power of two >= num_splits
+):
+    b = tl.program_id(0)
+    head = tl.program_id(1)
+    ctx = tl.load(lens_ptr + b)
+    used = tl.minimum((ctx + partition - 1) // partition, num_splits)          # splits that saw keys
+    offs_s = tl.arange(0, BLOCK_S)
+    smask = offs_s < used
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < HEAD_DIM
+    row = (b * tl.num_programs(1) + head) * num_splits + offs_s                 # [BLOCK_S]
+    lse = tl.load(mid_lse_ptr + row, mask=smask, other=float("-inf"))
+    g_max = tl.max(lse, 0)
+    g_max = tl.where(g_max == float("-inf"), 0.0, g_max)
+    w = tl.exp2(lse - g_max)                                                    # [BLOCK_S]; 0 for unused splits
+    o = tl.load(mid_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=smask[:, None] & dmask[None, :], other=0.0)                # [BLOCK_S, BLOCK_D]
+    denom = tl.sum(w, 0)
+    denom = tl.where(denom > 0.0, denom, 1.0)
+    res = tl.sum(w[:, None] * o, 0) / denom                                     # [BLOCK_D]
+    tl.store(out_ptr + b * stride_ob + head * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty), mask=dmask)
+
+
+def _target_programs(device: torch.device) -> int:
+    if device.type == "cuda":
+        return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, block_n: int,
+                      device: torch.device, min_partition: int = 256) -> int:
+    """Splits per sequence so that num_seqs * num_kv_heads * splits fills the GPU, each split >= min_partition keys."""
+    want = math.ceil(_target_programs(device) / max(num_seqs * num_kv_heads, 1))
+    most = max(math.ceil(max_context / max(min_partition, block_n)), 1)
+    return max(1, min(want, most))
+
+
+def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_lens: Tensor,
+                           block_tables: Tensor, scale: float, out: Tensor | None = None,
+                           num_splits: int | None = None, block_n: int = 64,
+                           num_warps: int = 4, num_stages: int = 2) -> Tensor:
+    """q [B, Hq, D], caches [num_blocks, bs, Hkv, D], context_lens [B] int32 (0 -> zero output),
+    block_tables [B, max_blocks] int32 -> out [B, Hq, D] in q's dtype.
+
+    num_splits None picks it from the block-table width (max_blocks * bs bounds every context).
+    """
+    B, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.stride(-1) != 1:
+        raise ValueError(f"out must be {tuple(q.shape)} with unit stride along head_dim, got {tuple(out.shape)}")
+    if B == 0:
+        return out
+    group = num_q_heads // num_kv_heads
+    max_context = max(block_tables.shape[1] * block_size, 1)
+    if num_splits is None:
+        num_splits = choose_num_splits(B, num_kv_heads, max_context, block_n, q.device)
+    # Partition: a multiple of block_n so every split starts on a tile boundary.
+    partition = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n
+    num_splits = triton.cdiv(max_context, partition)
+    block_d = triton.next_power_of_2(head_dim)
+    single = num_splits == 1
+    if single:
+        mid_o = mid_lse = out    # unused placeholders
+    else:
+        mid_o = torch.empty(B, num_q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
+        mid_lse = torch.empty(B, num_q_heads, num_splits, dtype=torch.float32, device=q.device)
+    _decode_split_kernel[(B, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, context_lens, out, mid_o, mid_lse,
+        scale * LOG2E, partition, num_splits,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SIZE=block_size, BLOCK_N=block_n,
+        SINGLE_SPLIT=single, num_warps=num_warps, num_stages=num_stages,
+    )
+    if not single:
+        _decode_reduce_kernel[(B, num_q_heads)](
+            mid_o, mid_lse, context_lens, out, partition, num_splits,
+            out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=triton.next_power_of_2(num_splits),
+            num_warps=4,
+        )
+    return out

@@ -1,0 +1,1 @@
+"""Model building blocks: attention backends, rotary embedding, norms, linear layers, sampler."""

@@ -1,0 +1,52 @@
+"""What every attention backend provides, plus the input checks they share.
+
+A backend's forward(q, k, v, k_cache, v_cache, meta, scale):
+    q:       [num_tokens, num_q_heads, head_dim]   (after RoPE / q-norm)
+    k, v:    [num_tokens, num_kv_heads, head_dim]  (this step's new keys/values)
+    k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
+It first stores k, v at meta.slot_mapping (negative slots skipped), then computes paged causal
+prefill attention for tokens [0, num_prefill_tokens) and paged decode attention for the next
+num_decode_seqs tokens. Returns [num_tokens, num_q_heads, head_dim] in q's dtype; rows past the
+prefill and decode tokens (padding) are zero.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from torch import Tensor
+
+from engine.layers.attention_metadata import AttentionMetadata
+
+
+class AttentionBackend(Protocol):
+    name: str
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
+                meta: AttentionMetadata, scale: float) -> Tensor: ...
+
+
+def check_inputs(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
+                 meta: AttentionMetadata) -> None:
+    """Raises ValueError naming the offending argument when shapes do not fit together."""
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError(f"q, k, v must be [num_tokens, heads, head_dim]; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim]; "
+                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    num_tokens, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, cache_head_dim = k_cache.shape
+    if k.shape != (num_tokens, num_kv_heads, head_dim) or v.shape != k.shape:
+        raise ValueError(f"k and v must be [{num_tokens}, {num_kv_heads}, {head_dim}] to match q and the cache; "
+                         f"got {tuple(k.shape)} and {tuple(v.shape)}")
+    if cache_head_dim != head_dim:
+        raise ValueError(f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    if block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two, got {block_size}")
+    if meta.slot_mapping.shape[0] != num_tokens:
+        raise ValueError(f"meta.slot_mapping has {meta.slot_mapping.shape[0]} slots for {num_tokens} tokens")
+    if meta.num_prefill_tokens + meta.num_decode_seqs > num_tokens:
+        raise ValueError(f"meta describes {meta.num_prefill_tokens} prefill + {meta.num_decode_seqs} decode tokens "
+                         f"but q has only {num_tokens}")

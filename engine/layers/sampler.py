@@ -1,0 +1,71 @@
+"""Token sampler: greedy, temperature, top-k, top-p, and per-request seeds, batched over sequences.
+
+Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p_i / E_i) with E_i ~ Exp(1)
+draws index i with probability p_i, and needs no cumulative sum or host sync. Unseeded rows share
+one batched noise draw from the sampler's generator; a seeded row draws its noise from its own
+torch.Generator, so its tokens depend only on its seed and never on which other requests share
+the batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class SamplingTensors:
+    """Per-row sampling parameters of one step, on the logits' device. S = rows being sampled."""
+    temperatures: Tensor               # [S] float32; 0 = greedy
+    top_ks: Tensor | None              # [S] int64, 0 = off; None when no row uses top-k
+    top_ps: Tensor | None              # [S] float32, 1 = off; None when no row uses top-p
+    generators: list[torch.Generator | None]   # per row: the request's own generator, or None
+    all_greedy: bool
+
+
+def apply_top_k_top_p(logits: Tensor, top_ks: Tensor | None, top_ps: Tensor | None) -> Tensor:
+    """Sets logits outside each row's top-k / top-p nucleus to -inf. logits [S, V] float32 -> [S, V].
+
+    top-p keeps the smallest set of highest-probability tokens whose mass reaches top_p (the most
+    likely token is always kept); ties at the boundary are resolved by sort order.
+    """
+    if top_ks is None and top_ps is None:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)           # [S, V]
+    V = logits.shape[-1]
+    remove = torch.zeros_like(sorted_logits, dtype=torch.bool)
+    if top_ks is not None:
+        k = torch.where(top_ks > 0, top_ks.clamp(max=V), V)                 # [S]; 0 = keep all
+        ranks = torch.arange(V, device=logits.device)
+        remove |= ranks[None, :] >= k[:, None]
+    if top_ps is not None:
+        probs = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs                           # mass of strictly better tokens
+        remove |= mass_before >= top_ps[:, None]
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+class Sampler:
+    """logits [S, V] + SamplingTensors -> token ids [S] int64."""
+
+    def __init__(self, generator: torch.Generator | None = None):
+        self.generator = generator      # for unseeded rows; None = torch's default generator
+
+    def __call__(self, logits: Tensor, params: SamplingTensors) -> Tensor:
+        logits = logits.float()
+        greedy = logits.argmax(dim=-1)
+        if params.all_greedy:
+            return greedy
+        temps = params.temperatures
+        is_greedy = temps == 0
+        scaled = logits / torch.where(is_greedy, 1.0, temps)[:, None]
+        scaled = apply_top_k_top_p(scaled, params.top_ks, params.top_ps)
+        probs = scaled.softmax(dim=-1)
+        noise = torch.empty_like(probs).exponential_(1.0, generator=self.generator)
+        for row, gen in enumerate(params.generators):
+            if gen is not None:
+                noise[row].exponential_(1.0, generator=gen)
+        sampled = (probs / noise.clamp_min_(1e-10)).argmax(dim=-1)
+        return torch.where(is_greedy, greedy, sampled)

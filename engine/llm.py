@@ -1,0 +1,208 @@
+"""Offline and step-wise front end of the real engine.
+
+    llm = LLM("/path/to/Qwen3-0.6B", max_num_seqs=64)
+    outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(temperature=0, max_tokens=32))
+    outs[0].text, outs[0].token_ids
+
+Step API (what an online loop or the experiment runner drives; the clock is injectable):
+    rid = llm.add_request(prompt, sampling_params, request_id=None, arrival_time_s=None)
+    finished = llm.step()          # RequestOutputs of the requests that finished in this step
+    llm.has_unfinished()
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from engine.config import EngineConfig
+from engine.models import load_hf_config
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import SamplingParams, Sequence
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass
+class RequestOutput:
+    request_id: object
+    prompt_token_ids: list[int]
+    token_ids: list[int]               # generated tokens only
+    text: str | None                   # decoded output (None when the checkpoint has no tokenizer)
+    finish_reason: str | None          # "length" | "eos"
+    arrival_time_s: float
+    first_token_time_s: float | None
+    finish_time_s: float | None
+    num_cached_tokens: int
+    num_preemptions: int
+    num_swaps: int
+
+
+@dataclass
+class StepStats:
+    """One executed step, in seconds of the LLM's clock."""
+    start_s: float
+    duration_s: float
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_seqs: int
+    num_preempted: int
+    num_swapped_out: int
+    num_swapped_in: int
+    num_free_blocks: int
+
+
+class LLM:
+    def __init__(self, model_path: str | Path, *, clock: Callable[[], float] | None = None,
+                 policy=None, eviction=None, **engine_options):
+        from engine.model_runner import ModelRunner     # torch is imported here, not at module import
+
+        self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
+        hf_config = load_hf_config(model_path)
+        self.runner = ModelRunner(self.config, hf_config)
+        c = self.config
+        self.scheduler = Scheduler(SchedulerConfig(
+            num_kvcache_blocks=self.runner.num_kvcache_blocks, block_size=c.block_size, max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens, max_model_len=self.runner.max_model_len,
+            enable_chunked_prefill=c.enable_chunked_prefill, enable_prefix_caching=c.enable_prefix_caching,
+            num_cpu_blocks=self.runner.num_cpu_blocks), policy=policy, eviction=eviction)
+        self.clock = clock or time.perf_counter
+        self.tokenizer = _load_tokenizer(model_path)
+        eos = hf_config.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = eos[0] if eos else None
+        if eos is None and self.tokenizer is not None:
+            eos = self.tokenizer.eos_token_id
+        self.eos_token_id = eos
+        self.vocab_size = self.runner.model.config.vocab_size
+        self.last_step: StepStats | None = None
+        self._live: dict[object, Sequence] = {}
+        self._next_id = 0
+
+    # -- requests -------------------------------------------------------------------
+    def _make_sequence(self, prompt, params: SamplingParams | None, request_id, arrival_time_s) -> Sequence:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(f"prompt is a string but {self.config.model!r} has no tokenizer files "
+                                 f"({', '.join(_TOKENIZER_FILES)}); pass token id lists instead")
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = [int(t) for t in prompt]
+        if request_id is None:
+            request_id = self._next_id
+            self._next_id += 1
+        if request_id in self._live:
+            raise ValueError(f"request_id {request_id!r} is already in flight; request ids must be unique")
+        params = params or SamplingParams()
+        n, limit = len(token_ids), self.runner.max_model_len
+        if n == 0:
+            raise ValueError(f"request {request_id!r}: the prompt is empty; give at least one token")
+        if min(token_ids) < 0 or max(token_ids) >= self.vocab_size:
+            raise ValueError(f"request {request_id!r}: token ids must be in [0, {self.vocab_size}) (vocab_size), "
+                             f"got min {min(token_ids)} max {max(token_ids)}")
+        if n > limit:
+            raise ValueError(f"request {request_id!r}: prompt has {n} tokens, more than max_model_len={limit}; "
+                             f"shorten the prompt or raise max_model_len")
+        if n + params.max_tokens > limit:
+            raise ValueError(f"request {request_id!r}: prompt ({n}) + max_tokens ({params.max_tokens}) exceeds "
+                             f"max_model_len={limit}; lower max_tokens to <= {limit - n} or raise max_model_len")
+        blocks = -(-(n + params.max_tokens) // self.config.block_size)
+        if blocks > self.runner.num_kvcache_blocks:
+            raise ValueError(f"request {request_id!r} needs {blocks} KV blocks (prompt {n} + max_tokens "
+                             f"{params.max_tokens}, block_size {self.config.block_size}) but the KV cache has only "
+                             f"{self.runner.num_kvcache_blocks}; raise num_kvcache_blocks / gpu_memory_utilization "
+                             f"or lower max_tokens")
+        arrival = self.clock() if arrival_time_s is None else arrival_time_s
+        return Sequence(request_id, token_ids, params, arrival_time_s=arrival, eos_token_id=self.eos_token_id)
+
+    def _submit(self, seq: Sequence) -> None:
+        if not self.scheduler.add(seq):
+            raise ValueError(f"request {seq.request_id!r} rejected: {seq.reject_reason}")
+        self._live[seq.request_id] = seq
+
+    def add_request(self, prompt, sampling_params: SamplingParams | None = None, request_id=None,
+                    arrival_time_s: float | None = None):
+        """Queues one request (a string or a list of token ids); returns its request id."""
+        seq = self._make_sequence(prompt, sampling_params, request_id, arrival_time_s)
+        self._submit(seq)
+        return seq.request_id
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- stepping -------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Schedules and runs one step; returns the requests that finished in it."""
+        start = self.clock()
+        batch = self.scheduler.schedule(start)
+        if batch.is_empty:
+            self.last_step = None
+            return []
+        tokens = self.runner.execute(batch)
+        end = self.clock()
+        finished = self.scheduler.postprocess(batch, tokens, end)
+        self.last_step = StepStats(start, end - start, batch.num_seqs, batch.num_prefill_tokens,
+                                   batch.num_decode_seqs, len(batch.preempted), len(batch.swapped_out),
+                                   len(batch.swapped_in), self.scheduler.block_manager.num_free_blocks)
+        outs = []
+        for seq in finished:
+            self.runner.release(seq.request_id)
+            del self._live[seq.request_id]
+            outs.append(self._output(seq))
+        return outs
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        out_ids = seq.output_token_ids
+        text = self.tokenizer.decode(out_ids, skip_special_tokens=True) if self.tokenizer is not None else None
+        return RequestOutput(seq.request_id, seq.token_ids[:seq.num_prompt_tokens], out_ids, text,
+                             seq.finish_reason, seq.arrival_time_s, seq.first_token_time_s, seq.finish_time_s,
+                             seq.num_cached_tokens, seq.num_preemptions, seq.num_swaps)
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        """Runs prompts (strings or token-id lists; one prompt alone is fine) to completion, in submission order."""
+        if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
+                                        and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params or SamplingParams()] * len(prompts)
+        if len(sampling_params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(sampling_params)} sampling_params; "
+                             f"pass one SamplingParams or one per prompt")
+        # Validate everything before any work, so a bad prompt does not leave half a batch queued.
+        seqs = [self._make_sequence(p, sp, None, None) for p, sp in zip(prompts, sampling_params)]
+        for seq in seqs:
+            self._submit(seq)
+        results: dict[object, RequestOutput] = {}
+        pbar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+            pbar = tqdm(total=len(seqs), desc="Generating", dynamic_ncols=True)
+        tokens = {"prefill": 0, "decode": 0}
+        seconds = {"prefill": 0.0, "decode": 0.0}
+        wanted = {s.request_id for s in seqs}
+        while len(results) < len(seqs):
+            for out in self.step():
+                if out.request_id in wanted:    # requests queued with add_request finish silently here
+                    results[out.request_id] = out
+                    if pbar is not None:
+                        pbar.update(1)
+            s = self.last_step
+            if pbar is not None and s is not None:
+                kind = "prefill" if s.num_prefill_tokens else "decode"
+                tokens["prefill"] += s.num_prefill_tokens
+                tokens["decode"] += s.num_decode_seqs
+                seconds[kind] += s.duration_s
+                pbar.set_postfix(prefill=f"{tokens['prefill'] / max(seconds['prefill'], 1e-9):.0f}tok/s",
+                                 decode=f"{tokens['decode'] / max(seconds['decode'], 1e-9):.0f}tok/s", refresh=False)
+        if pbar is not None:
+            pbar.close()
+        return [results[s.request_id] for s in seqs]
+
+
+def _load_tokenizer(model_path):
+    if not any((Path(model_path) / f).is_file() for f in _TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(model_path))

@@ -1,0 +1,303 @@
+"""Executes scheduled batches on the model: KV cache, swap space, input preparation, CUDA graphs, sampling.
+
+    runner = ModelRunner(EngineConfig(model=path))
+    token_ids = runner.execute(batch)      # list aligned with batch.seqs: int where batch.samples(i), else None
+
+KV cache: one tensor [2 (k|v), num_layers, num_blocks, block_size, num_kv_heads, head_dim]; layer l uses
+the contiguous views kv[0, l] and kv[1, l]. The swap space has the same layout with num_cpu_blocks
+blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter over dim 2.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from engine.batch import Batch
+from engine.config import EngineConfig
+from engine.layers.attention_backends import get_attention_backend
+from engine.layers.attention_metadata import AttentionMetadata
+from engine.layers.sampler import Sampler, SamplingTensors
+from engine.loader import build_model
+from engine.models import load_hf_config
+
+GIB = 1 << 30
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={name!r} was requested but CUDA is not available (torch {torch.__version__}, "
+                           f"built with CUDA {torch.version.cuda}); install a CUDA build of torch or use device='cpu'")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def resolve_dtype(name: str, hf_config: dict, device: torch.device) -> torch.dtype:
+    """"auto": float32 on CPU; on CUDA float16 if the checkpoint is float16, else bfloat16."""
+    if name != "auto":
+        return _DTYPES[name]
+    if device.type != "cuda":
+        return torch.float32
+    ckpt = hf_config.get("torch_dtype") or hf_config.get("dtype")
+    return torch.float16 if ckpt == "float16" else torch.bfloat16
+
+
+def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
+    """Decode batch sizes that get a captured graph: 1, 2, 4, 8, then steps of 16 (nano-vllm's ladder)."""
+    top = min(max_num_seqs, 512)
+    sizes = [b for b in (1, 2, 4, 8) if b <= top] + list(range(16, top + 1, 16))
+    return sizes if sizes[-1] == top else sizes + [top]
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, hf_config: dict | None = None):
+        self.config = config
+        hf_config = hf_config if hf_config is not None else load_hf_config(config.model)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, hf_config, self.device)
+        self.is_cuda = self.device.type == "cuda"
+        if self.is_cuda:
+            torch.cuda.set_device(self.device)
+        self.attn_backend = get_attention_backend(config.attention_backend, self.device)
+        self.model = build_model(config.model, self.device, self.dtype, self.attn_backend, hf_config)
+        mc = self.model.config
+        self.max_model_len = config.resolve_max_model_len(mc.max_position_embeddings)
+        self.block_size = config.block_size
+        self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
+        # bytes of one block across all layers, K and V
+        self.block_bytes = (2 * mc.num_hidden_layers * self.block_size * mc.num_key_value_heads * mc.head_dim
+                            * torch.empty((), dtype=self.dtype).element_size())
+        self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
+        self.generators: dict[object, torch.Generator] = {}    # request_id -> generator of seeded requests
+
+        self.num_kvcache_blocks = config.num_kvcache_blocks or self._derive_num_blocks()
+        shape = (mc.num_hidden_layers, self.block_size, mc.num_key_value_heads, mc.head_dim)
+        self.kv_cache = torch.zeros(2, shape[0], self.num_kvcache_blocks, *shape[1:], dtype=self.dtype,
+                                    device=self.device)
+        self.kv_caches = [(self.kv_cache[0, l], self.kv_cache[1, l]) for l in range(mc.num_hidden_layers)]
+        self.num_cpu_blocks = (config.num_cpu_blocks if config.num_cpu_blocks is not None
+                               else int(config.swap_space_gib * GIB) // self.block_bytes)
+        self.cpu_cache = torch.zeros(2, shape[0], self.num_cpu_blocks, *shape[1:], dtype=self.dtype,
+                                     device="cpu", pin_memory=self.is_cuda and self.num_cpu_blocks > 0)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        if self.is_cuda and not config.enforce_eager:
+            self._capture_cuda_graphs()
+
+    # -- sizing ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def _derive_num_blocks(self) -> int:
+        cfg = self.config
+        if not self.is_cuda:
+            budget = int(cfg.cpu_kvcache_gib * GIB) // self.block_bytes
+            return max(1, min(budget, cfg.max_num_seqs * self.max_blocks_per_seq))
+        # Profile the largest prefill step to learn the activation peak (nano-vllm's warmup), then give
+        # the KV cache what remains of gpu_memory_utilization * total.
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        seq_len = min(self.max_model_len, cfg.max_num_batched_tokens)
+        num_seqs = max(1, min(cfg.max_num_batched_tokens // seq_len, cfg.max_num_seqs))
+        self._dummy_prefill(num_seqs, seq_len)
+        torch.cuda.synchronize(self.device)
+        stats = torch.cuda.memory_stats(self.device)
+        peak, current = stats["allocated_bytes.all.peak"], stats["allocated_bytes.all.current"]
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(self.device)
+        available = int(total * cfg.gpu_memory_utilization) - (total - free) - (peak - current)
+        blocks = available // self.block_bytes
+        if blocks < 1:
+            raise RuntimeError(f"no GPU memory left for the KV cache: weights + activations need "
+                               f"{(total - free + peak - current) / GIB:.1f} GiB of {total / GIB:.1f} GiB at "
+                               f"gpu_memory_utilization={cfg.gpu_memory_utilization}; raise gpu_memory_utilization, "
+                               f"lower max_num_batched_tokens, or set num_kvcache_blocks")
+        return blocks
+
+    def _dummy_prefill(self, num_seqs: int, seq_len: int) -> None:
+        """A forward + sampling of num_seqs prompts of seq_len tokens that writes nothing into any cache."""
+        mc = self.model.config
+        T = num_seqs * seq_len
+        cache = torch.zeros(1, self.block_size, mc.num_key_value_heads, mc.head_dim, dtype=self.dtype,
+                            device=self.device)
+        cu = torch.arange(0, T + 1, seq_len, dtype=torch.int32, device=self.device)
+        empty = torch.zeros(0, dtype=torch.int32, device=self.device)
+        meta = AttentionMetadata(
+            num_prefill_seqs=num_seqs, num_prefill_tokens=T,
+            slot_mapping=torch.full((T,), -1, dtype=torch.int64, device=self.device),
+            cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=seq_len, max_seqlen_k=seq_len,
+            prefill_block_tables=torch.zeros(num_seqs, self.max_blocks_per_seq, dtype=torch.int32, device=self.device),
+            decode_context_lens=empty, decode_block_tables=empty.reshape(0, 0))
+        ids = torch.zeros(T, dtype=torch.int64, device=self.device)
+        pos = torch.arange(seq_len, device=self.device).repeat(num_seqs)
+        hidden = self.model(ids, pos, meta, [(cache, cache)] * mc.num_hidden_layers)
+        rows = min(max(num_seqs, self.config.max_num_seqs), T)
+        logits = self.model.compute_logits(hidden[:rows])
+        temps = torch.ones(rows, device=self.device)
+        self.sampler(logits, SamplingTensors(temps, None, None, [None] * rows, all_greedy=False))
+
+    # -- swapping ---------------------------------------------------------------------
+    def swap(self, swap_out: list[tuple[int, int]], swap_in: list[tuple[int, int]]) -> None:
+        """Copies blocks GPU->CPU (swap_out) and CPU->GPU (swap_in), as (src, dst) block ids.
+
+        Swap-in sources are read first and swap-out runs before swap-in writes, so a block freed by
+        one direction and reused by the other in the same step is never clobbered.
+        """
+        staged = None
+        if swap_in:
+            src = torch.tensor([s for s, _ in swap_in], dtype=torch.int64)
+            staged = self.cpu_cache[:, :, src]                                # [2, L, n, bs, Hkv, D]
+            if self.is_cuda:
+                staged = staged.pin_memory()
+        if swap_out:
+            src = torch.tensor([s for s, _ in swap_out], dtype=torch.int64, device=self.device)
+            dst = torch.tensor([d for _, d in swap_out], dtype=torch.int64)
+            self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
+        if swap_in:
+            dst = torch.tensor([d for _, d in swap_in], dtype=torch.int64, device=self.device)
+            self.kv_cache[:, :, dst] = staged.to(self.device, non_blocking=True)
+
+    # -- one step ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, batch: Batch) -> list[int | None]:
+        """Runs one scheduled batch; returns one sampled token per entry (None for intermediate prefill chunks)."""
+        if batch.swap_out or batch.swap_in:
+            self.swap(batch.swap_out, batch.swap_in)
+        if not batch.seqs:
+            return []
+        S, P = len(batch.seqs), batch.num_prefill_seqs
+        graph_bs = self._graph_size(S) if P == 0 else None
+        input_ids, positions, meta, sample_rows = self._prepare(batch, graph_bs)
+        if graph_bs is None:
+            hidden = self.model(input_ids, positions, meta, self.kv_caches)
+        else:
+            self.graphs[graph_bs].replay()
+            hidden = self.graph_vars["outputs"][:S]
+        last = (torch.from_numpy(np.cumsum(batch.num_new_tokens)[sample_rows] - 1)
+                .to(self.device, non_blocking=True))
+        logits = self.model.compute_logits(hidden[last])                      # [num_sampled, V]
+        tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows])).tolist()
+        out: list[int | None] = [None] * S
+        for i, t in zip(sample_rows.tolist(), tokens):
+            out[i] = t
+        return out
+
+    def release(self, request_id) -> None:
+        """Forgets a finished request's sampling generator."""
+        self.generators.pop(request_id, None)
+
+    def _graph_size(self, num_seqs: int) -> int | None:
+        if not self.graphs:
+            return None
+        return next((b for b in self.graph_sizes if b >= num_seqs), None)
+
+    def _prepare(self, batch: Batch, graph_bs: int | None):
+        """Flat input ids / positions [T] and AttentionMetadata on the device; rows of batch.seqs that sample."""
+        seqs, bs = batch.seqs, self.block_size
+        S, P = len(seqs), batch.num_prefill_seqs
+        n = np.asarray(batch.num_new_tokens, dtype=np.int64)                 # [S]
+        ctx = np.asarray(batch.context_lens, dtype=np.int64)                 # [S]
+        cu_q = np.zeros(S + 1, dtype=np.int64)
+        np.cumsum(n, out=cu_q[1:])
+        T = int(cu_q[-1])
+        row = np.repeat(np.arange(S), n)                                     # [T] entry of each token
+        positions = np.arange(T, dtype=np.int64) + np.repeat(ctx - n - cu_q[:-1], n)
+        ids: list[int] = []
+        for i in range(P):
+            ids.extend(seqs[i].token_ids[ctx[i] - n[i]: ctx[i]])
+        ids.extend(seqs[i].token_ids[ctx[i] - 1] for i in range(P, S))
+        input_ids = np.asarray(ids, dtype=np.int64)
+        nblocks = (ctx + bs - 1) // bs
+        width = self.max_blocks_per_seq if graph_bs is not None else int(nblocks.max())
+        tables = np.zeros((graph_bs or S, width), dtype=np.int32)            # [S, width], padded with 0
+        for i, seq in enumerate(seqs):
+            tables[i, :nblocks[i]] = seq.block_table[:nblocks[i]]
+        slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
+        sample_rows = np.flatnonzero(ctx == np.fromiter((len(s.token_ids) for s in seqs), np.int64, S))
+
+        dev = self.device
+        if graph_bs is not None:
+            pad = graph_bs - S
+            g = self.graph_vars
+            g["input_ids"][:graph_bs].copy_(torch.from_numpy(np.pad(input_ids, (0, pad))), non_blocking=True)
+            g["positions"][:graph_bs].copy_(torch.from_numpy(np.pad(positions, (0, pad))), non_blocking=True)
+            g["slot_mapping"][:graph_bs].copy_(torch.from_numpy(np.pad(slots, (0, pad), constant_values=-1)),
+                                               non_blocking=True)
+            g["context_lens"][:graph_bs].copy_(torch.from_numpy(np.pad(ctx.astype(np.int32), (0, pad))),
+                                               non_blocking=True)
+            g["block_tables"][:graph_bs].copy_(torch.from_numpy(tables), non_blocking=True)
+            return None, None, None, sample_rows
+
+        def to_dev(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a).to(dev, non_blocking=True)
+
+        cu_k = np.zeros(P + 1, dtype=np.int32)
+        np.cumsum(ctx[:P], out=cu_k[1:])
+        meta = AttentionMetadata(
+            num_prefill_seqs=P, num_prefill_tokens=int(cu_q[P]), slot_mapping=to_dev(slots),
+            cu_seqlens_q=to_dev(cu_q[:P + 1].astype(np.int32)) if P else to_dev(np.zeros(0, np.int32)),
+            cu_seqlens_k=to_dev(cu_k) if P else to_dev(np.zeros(0, np.int32)),
+            max_seqlen_q=int(n[:P].max()) if P else 0, max_seqlen_k=int(ctx[:P].max()) if P else 0,
+            prefill_block_tables=to_dev(tables[:P]),
+            decode_context_lens=to_dev(ctx[P:].astype(np.int32)), decode_block_tables=to_dev(tables[P:]))
+        return to_dev(input_ids), to_dev(positions), meta, sample_rows
+
+    def _sampling_tensors(self, seqs) -> SamplingTensors:
+        params = [s.sampling_params for s in seqs]
+        temps = [p.temperature for p in params]
+        all_greedy = not any(temps)
+        top_ks = top_ps = None
+        gens: list[torch.Generator | None] = [None] * len(seqs)
+        if not all_greedy:
+            if any(p.top_k for p in params):
+                top_ks = torch.tensor([p.top_k for p in params], dtype=torch.int64).to(self.device, non_blocking=True)
+            if any(p.top_p < 1.0 for p in params):
+                top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32).to(self.device, non_blocking=True)
+            for i, (seq, p) in enumerate(zip(seqs, params)):
+                if p.seed is not None and p.temperature > 0:
+                    gen = self.generators.get(seq.request_id)
+                    if gen is None:
+                        gen = self.generators[seq.request_id] = torch.Generator(self.device).manual_seed(p.seed)
+                    gens[i] = gen
+        temps_t = torch.tensor(temps, dtype=torch.float32).to(self.device, non_blocking=True)
+        return SamplingTensors(temps_t, top_ks, top_ps, gens, all_greedy)
+
+    # -- CUDA graphs for decode-only steps --------------------------------------------------
+    @torch.inference_mode()
+    def _capture_cuda_graphs(self) -> None:
+        mc, dev = self.model.config, self.device
+        self.graph_sizes = cuda_graph_sizes(self.config.max_num_seqs)
+        max_bs = self.graph_sizes[-1]
+        g = self.graph_vars = dict(
+            input_ids=torch.zeros(max_bs, dtype=torch.int64, device=dev),
+            positions=torch.zeros(max_bs, dtype=torch.int64, device=dev),
+            slot_mapping=torch.full((max_bs,), -1, dtype=torch.int64, device=dev),
+            context_lens=torch.zeros(max_bs, dtype=torch.int32, device=dev),
+            block_tables=torch.zeros(max_bs, self.max_blocks_per_seq, dtype=torch.int32, device=dev),
+            outputs=torch.zeros(max_bs, mc.hidden_size, dtype=self.dtype, device=dev),
+        )
+        empty = torch.zeros(0, dtype=torch.int32, device=dev)
+        pool = None
+        try:
+            for bs in reversed(self.graph_sizes):
+                meta = AttentionMetadata(
+                    num_prefill_seqs=0, num_prefill_tokens=0, slot_mapping=g["slot_mapping"][:bs],
+                    cu_seqlens_q=empty, cu_seqlens_k=empty, max_seqlen_q=0, max_seqlen_k=0,
+                    prefill_block_tables=empty.reshape(0, self.max_blocks_per_seq),
+                    decode_context_lens=g["context_lens"][:bs], decode_block_tables=g["block_tables"][:bs])
+                args = (g["input_ids"][:bs], g["positions"][:bs], meta, self.kv_caches)
+                g["outputs"][:bs] = self.model(*args)        # warm-up (lazy init, autotuning) outside the graph
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool):
+                    g["outputs"][:bs] = self.model(*args)
+                pool = graph.pool() if pool is None else pool
+                self.graphs[bs] = graph
+                torch.cuda.synchronize(dev)
+        except Exception as exc:       # a backend that syncs with the host cannot be captured
+            self.graphs.clear()
+            warnings.warn(f"CUDA graph capture failed with attention backend {self.attn_backend.name!r} "
+                          f"({type(exc).__name__}: {exc}); running decode steps eagerly. Pass enforce_eager=True "
+                          f"to skip the capture.", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,166 @@
+"""Qwen3 dense decoder (Qwen3ForCausalLM) over a paged KV cache.
+
+Per layer: RMSNorm -> attention (packed qkv, per-head RMSNorm on q and k, RoPE, GQA, paged
+attention backend) -> residual -> RMSNorm -> SwiGLU MLP (packed gate/up) -> residual.
+Shapes: T = tokens this step (flat, all sequences), H = hidden_size, Hq/Hkv = query/KV heads,
+D = head_dim, I = intermediate_size, V = vocab_size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from engine.layers.activation import SiluAndMul
+from engine.layers.attention_metadata import AttentionMetadata
+from engine.layers.linear import PackedLinear
+from engine.layers.norm import RMSNorm
+from engine.layers.rotary import RotaryEmbedding
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    attention_bias: bool = False
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "Qwen3Config":
+        """Reads a transformers config.json dict (old `rope_theta` or newer `rope_parameters`)."""
+        required = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+        missing = [k for k in required if k not in hf]
+        if missing:
+            raise ValueError(f"config.json lacks {missing}; a Qwen3 config needs {list(required)}")
+        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"rope type {rope_type!r} is not supported (only 'default' rope); "
+                             f"remove rope scaling from config.json or use a model without it")
+        theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
+        if hf.get("use_sliding_window", False):
+            raise ValueError("config.json sets use_sliding_window=true; sliding-window attention is not supported")
+        heads = hf["num_attention_heads"]
+        return cls(
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_hidden_layers=hf["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=float(theta),
+            vocab_size=hf["vocab_size"],
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            max_position_embeddings=hf.get("max_position_embeddings", 32768),
+            attention_bias=bool(hf.get("attention_bias", False)),
+        )
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: Qwen3Config, attn_backend, rotary: RotaryEmbedding):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_attention_heads ({self.num_heads}) must be a multiple of "
+                             f"num_key_value_heads ({self.num_kv_heads})")
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = PackedLinear(cfg.hidden_size, [q_size, kv_size, kv_size], bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=cfg.attention_bias)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.rotary = rotary            # shared by all layers: one cos/sin table
+        self.backend = attn_backend
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata, kv_cache: tuple[Tensor, Tensor]) -> Tensor:
+        T = x.shape[0]
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))                          # [T, Hq*D], [T, Hkv*D] x2
+        q = self.q_norm(q.reshape(T, self.num_heads, self.head_dim))              # [T, Hq, D]
+        k = self.k_norm(k.reshape(T, self.num_kv_heads, self.head_dim))           # [T, Hkv, D]
+        v = v.reshape(T, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        o = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)   # [T, Hq, D]
+        return self.o_proj(o.reshape(T, -1))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.gate_up_proj = PackedLinear(cfg.hidden_size, [cfg.intermediate_size] * 2)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = SiluAndMul()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.act(self.gate_up_proj(x)))                    # [T, 2I] -> [T, I] -> [T, H]
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, cfg: Qwen3Config, attn_backend, rotary: RotaryEmbedding):
+        super().__init__()
+        self.self_attn = Qwen3Attention(cfg, attn_backend, rotary)
+        self.mlp = Qwen3MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, positions, x, residual, meta, kv_cache):
+        if residual is None:
+            residual = x
+            x = self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, meta, kv_cache)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class Qwen3Model(nn.Module):
+    def __init__(self, cfg: Qwen3Config, attn_backend):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg, attn_backend, rotary) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, input_ids, positions, meta, kv_caches):
+        x, residual = self.embed_tokens(input_ids), None                         # [T, H]
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            x, residual = layer(positions, x, residual, meta, kv_cache)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """forward(input_ids [T], positions [T], meta, kv_caches) -> hidden [T, H];
+    compute_logits(hidden [S, H]) -> [S, V]. kv_caches: one (k_cache, v_cache) pair per layer."""
+
+    # checkpoint projection -> (packed module, shard index); see engine/loader.py
+    packed_modules = {
+        "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    }
+    config_class = Qwen3Config
+
+    def __init__(self, cfg: Qwen3Config, attn_backend):
+        super().__init__()
+        self.config = cfg
+        self.model = Qwen3Model(cfg, attn_backend)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata,
+                kv_caches: list[tuple[Tensor, Tensor]]) -> Tensor:
+        return self.model(input_ids, positions, meta, kv_caches)
+
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        return self.lm_head(hidden)

@@ -1,0 +1,215 @@
+"""Per-request and per-step tables, written the same way by the engine and the simulator.
+
+Both backends call `on_step` once per scheduler step (or `on_steps_bulk` for k
+pure-decode steps at once) and `on_finish` for each FINISHED or REJECTED
+sequence. Rows go into typed columns (array.array, 8 bytes per value; no dict
+per row), because this runs in the simulator's hot loop. `requests_frame()` and
+`steps_frame()` build the pandas tables; docs/metrics.md defines every column.
+Torch-free.
+"""
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+from engine.batch import Batch
+from engine.sequence import Sequence, SequenceStatus
+
+REQUEST_COLUMNS = (
+    "request_id", "status", "reject_reason", "num_prompt_tokens", "num_output_tokens", "max_output_tokens",
+    "arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s", "ttft_s", "tpot_s", "e2e_s",
+    "queueing_delay_s", "num_preemptions", "num_swaps", "num_cached_tokens", "priority", "replica",
+)
+STEP_COLUMNS = (
+    "step", "replica", "start_time_s", "duration_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
+    "batch_size", "num_batched_tokens", "kv_blocks_used", "kv_blocks_free", "kv_blocks_cached", "num_preempted",
+    "num_swapped_out", "num_swapped_in",
+    # step shape, for fitting cost models (sim.cost_model.base.STEP_TABLE_COLUMNS):
+    "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "decode_context_sum", "num_swap_blocks",
+)
+# Step columns stored as int64 ('q'); the two times are float64 ('d').
+_STEP_INT = tuple(c for c in STEP_COLUMNS if c not in ("step", "replica", "start_time_s", "duration_s"))
+_REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s")
+_REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_preemptions", "num_swaps",
+            "num_cached_tokens", "priority")
+_NAN = float("nan")
+
+
+class Recorder:
+    def __init__(self, replica: int = 0):
+        self.replica = int(replica)
+        self._step_start = array("d")
+        self._step_dur = array("d")
+        self._step_int = {c: array("q") for c in _STEP_INT}
+        self._req_ids: list = []
+        self._req_status: list[str] = []
+        self._req_reason: list = []
+        self._req_float = {c: array("d") for c in _REQ_FLOAT}
+        self._req_int = {c: array("q") for c in _REQ_INT}
+        self._token_times: list[tuple[object, list[float]]] = []   # only sequences that recorded them
+
+    @property
+    def num_steps(self) -> int:
+        return len(self._step_start)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._req_ids)
+
+    # -- hot path ------------------------------------------------------------------
+    def on_step(self, start_s: float, duration_s: float, batch: Batch, num_used_blocks: int,
+                num_free_blocks: int, num_cached_blocks: int) -> None:
+        """One scheduler step that started at start_s and took duration_s (run clock, seconds).
+
+        Call it after schedule() and before postprocess(): num_prefill_samples
+        compares each entry's context with its token count as scheduled. Block
+        counts: used by live sequences, allocatable (free + cached-free), cached-free.
+        """
+        self._step_start.append(start_s)
+        self._step_dur.append(duration_s)
+        c = self._step_int
+        npf = batch.num_prefill_seqs
+        nseq = len(batch.seqs)
+        new = batch.num_new_tokens
+        prefill_tokens = sum(new[:npf]) if npf else 0
+        c["num_prefill_tokens"].append(prefill_tokens)
+        c["num_prefill_seqs"].append(npf)
+        c["num_decode_seqs"].append(nseq - npf)
+        c["batch_size"].append(nseq)
+        c["num_batched_tokens"].append(prefill_tokens + nseq - npf)    # a decode entry computes one token
+        c["kv_blocks_used"].append(num_used_blocks)
+        c["kv_blocks_free"].append(num_free_blocks)
+        c["kv_blocks_cached"].append(num_cached_blocks)
+        c["num_preempted"].append(len(batch.preempted))
+        c["num_swapped_out"].append(len(batch.swapped_out))
+        c["num_swapped_in"].append(len(batch.swapped_in))
+        ctx = batch.context_lens
+        pctx = pairs = samples = 0
+        if npf:
+            seqs = batch.seqs
+            for j in range(npf):
+                cj, nj = ctx[j], new[j]
+                pctx += cj
+                pairs += nj * cj - nj * (nj - 1) // 2     # causal: the query at position q sees q + 1 keys
+                samples += cj == len(seqs[j].token_ids)
+        c["prefill_context_sum"].append(pctx)
+        c["prefill_attention_pairs"].append(pairs)
+        c["num_prefill_samples"].append(samples)
+        c["decode_context_sum"].append(sum(ctx[npf:]) if nseq > npf else 0)
+        c["num_swap_blocks"].append(len(batch.swap_in) + len(batch.swap_out))
+
+    def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
+                      kv_blocks_free, kv_blocks_cached) -> None:
+        """k pure-decode steps at once (no prefill, preemption or swap in any of them).
+
+        start_s, duration_s: [k] arrays; the other arguments are [k] arrays or
+        scalars (broadcast). batch_size = num_batched_tokens = num_decode_seqs;
+        decode_context_sum is the keys attended per step, summed over sequences
+        (including that step's token).
+        """
+        start = np.asarray(start_s, dtype=np.float64).ravel()
+        k = len(start)
+        if k == 0:
+            return
+
+        def col(x):
+            return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.int64), (k,)))
+
+        dur = np.broadcast_to(np.asarray(duration_s, dtype=np.float64), (k,))
+        self._step_start.frombytes(start.tobytes())
+        self._step_dur.frombytes(np.ascontiguousarray(dur).tobytes())
+        zeros = np.zeros(k, dtype=np.int64).tobytes()
+        dec = col(num_decode_seqs).tobytes()
+        c = self._step_int
+        for name in ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
+                     "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks"):
+            c[name].frombytes(zeros)
+        for name in ("num_decode_seqs", "batch_size", "num_batched_tokens"):
+            c[name].frombytes(dec)
+        for name, x in (("decode_context_sum", decode_context_sum), ("kv_blocks_used", kv_blocks_used),
+                        ("kv_blocks_free", kv_blocks_free), ("kv_blocks_cached", kv_blocks_cached)):
+            c[name].frombytes(col(x).tobytes())
+
+    def on_finish(self, seq: Sequence) -> None:
+        """A sequence left the system: FINISHED or REJECTED."""
+        status = seq.status
+        if status is not SequenceStatus.FINISHED and status is not SequenceStatus.REJECTED:
+            raise ValueError(f"Recorder.on_finish: request {seq.request_id!r} is {status.name}; "
+                             "only FINISHED or REJECTED sequences are recorded")
+        self._req_ids.append(seq.request_id)
+        self._req_status.append(status.value)
+        self._req_reason.append(seq.reject_reason)
+        f = self._req_float
+        f["arrival_time_s"].append(seq.arrival_time_s)
+        t = seq.first_scheduled_time_s
+        f["first_scheduled_time_s"].append(_NAN if t is None else t)
+        t = seq.first_token_time_s
+        f["first_token_time_s"].append(_NAN if t is None else t)
+        t = seq.finish_time_s
+        f["finish_time_s"].append(_NAN if t is None or status is SequenceStatus.REJECTED else t)
+        i = self._req_int
+        i["num_prompt_tokens"].append(seq.num_prompt_tokens)
+        i["num_output_tokens"].append(len(seq.token_ids) - seq.num_prompt_tokens)
+        i["max_output_tokens"].append(seq.max_output_tokens)
+        i["num_preemptions"].append(seq.num_preemptions)
+        i["num_swaps"].append(seq.num_swaps)
+        i["num_cached_tokens"].append(seq.num_cached_tokens)
+        i["priority"].append(seq.priority)
+        if seq.token_times_s:
+            self._token_times.append((seq.request_id, list(seq.token_times_s)))
+
+    # -- tables --------------------------------------------------------------------
+    def requests_frame(self):
+        import pandas as pd
+        n = len(self._req_ids)
+        cols = {"request_id": self._req_ids, "status": self._req_status, "reject_reason": self._req_reason}
+        ints = {c: np.frombuffer(self._req_int[c], dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+                for c in _REQ_INT}
+        flts = {c: np.frombuffer(self._req_float[c], dtype=np.float64).copy() if n else np.zeros(0)
+                for c in _REQ_FLOAT}
+        arrival, first_tok, finish = flts["arrival_time_s"], flts["first_token_time_s"], flts["finish_time_s"]
+        ttft = first_tok - arrival
+        e2e = finish - arrival
+        nout = ints["num_output_tokens"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # vLLM's TPOT: decode time per output token after the first; undefined for 1-token outputs.
+            tpot = np.where(nout > 1, (e2e - ttft) / np.maximum(nout - 1, 1), np.nan)
+        for c in ("num_prompt_tokens", "num_output_tokens", "max_output_tokens"):
+            cols[c] = ints[c]
+        cols.update(flts)
+        cols.update(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, queueing_delay_s=flts["first_scheduled_time_s"] - arrival)
+        for c in ("num_preemptions", "num_swaps", "num_cached_tokens", "priority"):
+            cols[c] = ints[c]
+        cols["replica"] = np.full(n, self.replica, dtype=np.int64)
+        return pd.DataFrame(cols, columns=list(REQUEST_COLUMNS))
+
+    def steps_frame(self):
+        import pandas as pd
+        n = len(self._step_start)
+        cols = {"step": np.arange(n, dtype=np.int64), "replica": np.full(n, self.replica, dtype=np.int64),
+                "start_time_s": np.frombuffer(self._step_start, dtype=np.float64).copy() if n else np.zeros(0),
+                "duration_s": np.frombuffer(self._step_dur, dtype=np.float64).copy() if n else np.zeros(0)}
+        for c in _STEP_INT:
+            cols[c] = np.frombuffer(self._step_int[c], dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+        return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
+
+    def token_times_frame(self):
+        """Long table (request_id, token_index, time_s) for sequences that recorded token times."""
+        import pandas as pd
+        ids, idx, times = [], [], []
+        for rid, ts in self._token_times:
+            ids.extend([rid] * len(ts))
+            idx.extend(range(len(ts)))
+            times.extend(ts)
+        return pd.DataFrame({"request_id": ids, "token_index": np.asarray(idx, dtype=np.int64),
+                             "time_s": np.asarray(times, dtype=np.float64)})
+
+
+def concat_frames(recorders: list[Recorder]):
+    """(requests, steps) of several replicas' recorders, as two DataFrames."""
+    import pandas as pd
+    if not recorders:
+        raise ValueError("concat_frames needs at least one Recorder")
+    return (pd.concat([r.requests_frame() for r in recorders], ignore_index=True),
+            pd.concat([r.steps_frame() for r in recorders], ignore_index=True))

@@ -1,0 +1,109 @@
+"""Plots of run tables (matplotlib, Agg backend: files only, no display).
+
+Each function takes DataFrames and an output path, writes a PNG and returns the path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+_LABELS = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)", "itl_s": "ITL (s)",
+           "queueing_delay_s": "queueing delay (s)", "normalized_latency_s": "normalized latency (s/token)"}
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def latency_cdf(runs: dict[str, pd.DataFrame], path, metric: str = "ttft_s", log_x: bool = False) -> Path:
+    """Empirical CDF of one per-request latency column, one line per run (label -> requests table).
+
+    metric may be any requests-table column or 'normalized_latency_s' (e2e per output token).
+    Only finished requests are plotted.
+    """
+    if not runs:
+        raise ValueError("latency_cdf needs at least one run")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, df in runs.items():
+        fin = df[df["status"] == "finished"] if "status" in df else df
+        if metric == "normalized_latency_s":
+            vals = fin["e2e_s"].to_numpy() / fin["num_output_tokens"].to_numpy()
+        elif metric in fin:
+            vals = fin[metric].to_numpy(dtype=float)
+        else:
+            raise ValueError(f"unknown metric {metric!r}; use a requests-table column or 'normalized_latency_s'")
+        vals = np.sort(vals[~np.isnan(vals)])
+        if len(vals):
+            ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=f"{label} (n={len(vals)})")
+    ax.set_xlabel(_LABELS.get(metric, metric))
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.01)
+    if log_x:
+        ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def throughput_latency(summaries: pd.DataFrame, path, metric: str = "ttft_s", x: str = "request_rate_rps",
+                       by: str = "policy", percentiles=(50, 99)) -> Path:
+    """Latency vs load: one colour per `by` value, solid p50 and dashed p99.
+
+    summaries: one row per run with columns x, by and f"{metric}_p{p}" (as
+    metrics.summary gives, plus the run's x and by values).
+    """
+    needed = [x, by] + [f"{metric}_p{p}" for p in percentiles]
+    missing = [c for c in needed if c not in summaries]
+    if missing:
+        raise ValueError(f"throughput_latency: summaries lack column(s) {missing}; has {list(summaries.columns)}")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    styles = ["-", "--", ":", "-."]
+    for i, (key, grp) in enumerate(summaries.groupby(by, sort=True)):
+        grp = grp.sort_values(x)
+        color = f"C{i % 10}"
+        for j, p in enumerate(percentiles):
+            ax.plot(grp[x], grp[f"{metric}_p{p}"], styles[j % len(styles)], marker="o", ms=3, color=color,
+                    label=f"{key} p{p}")
+    ax.set_xlabel(x)
+    ax.set_ylabel(_LABELS.get(metric, metric))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def step_timeline(steps_df: pd.DataFrame, path, title: str | None = None) -> Path:
+    """Batch size, KV-cache usage and preemptions over run time, one panel each."""
+    if len(steps_df) == 0:
+        raise ValueError("step_timeline: the steps table is empty")
+    t = steps_df["start_time_s"].to_numpy()
+    fig, axes = plt.subplots(3, 1, figsize=(8, 6), sharex=True)
+    axes[0].plot(t, steps_df["batch_size"], lw=0.8, label="batch size")
+    axes[0].plot(t, steps_df["num_prefill_seqs"], lw=0.8, label="prefill seqs")
+    axes[0].set_ylabel("sequences")
+    axes[0].legend(fontsize=8)
+    total = (steps_df["kv_blocks_used"] + steps_df["kv_blocks_free"]).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        axes[1].plot(t, np.where(total > 0, steps_df["kv_blocks_used"] / total, np.nan), lw=0.8, label="used")
+        axes[1].plot(t, np.where(total > 0, steps_df["kv_blocks_cached"] / total, np.nan), lw=0.8, label="cached")
+    axes[1].set_ylabel("KV blocks (fraction)")
+    axes[1].legend(fontsize=8)
+    axes[2].plot(t, np.cumsum(steps_df["num_preempted"]), lw=0.8, label="preempted")
+    axes[2].plot(t, np.cumsum(steps_df["num_swapped_out"]), lw=0.8, label="swapped out")
+    axes[2].set_ylabel("cumulative count")
+    axes[2].set_xlabel("time (s)")
+    axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    if title:
+        axes[0].set_title(title)
+    return _save(fig, path)

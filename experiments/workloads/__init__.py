@@ -1,0 +1,22 @@
+"""Workloads: request specs from synthetic processes or public traces.
+
+    from experiments.workloads import read_azure_trace, synthetic_workload, Poisson, Uniform, prompt_token_ids
+    wl = read_azure_trace("../shared/traces/AzureLLMInferenceTrace_conv.csv", target_rate_rps=8.0, max_model_len=4096)
+    for spec in wl:                      # RequestSpec, in arrival order
+        ids = prompt_token_ids(spec, vocab_size=151936, rng_seed=0)   # made lazily, on arrival
+    print(wl.stats.summary())            # rows read / skipped / clipped
+"""
+from experiments.workloads.options import PriorityClasses, TraceOptions, spawn_streams
+from experiments.workloads.spec import (MOONCAKE_BLOCK_TOKENS, RequestSpec, Workload, WorkloadFormatError,
+                                        WorkloadStats, prompt_token_ids)
+from experiments.workloads.synthetic import (AllAtOnce, Constant, Fixed, FromFile, Gamma, Poisson, Uniform,
+                                             sharegpt_workload, synthetic_workload)
+from experiments.workloads.traces import (detect_format, read_azure_trace, read_length_file, read_mooncake_trace,
+                                          read_trace, read_vidur_trace)
+
+__all__ = [
+    "AllAtOnce", "Constant", "Fixed", "FromFile", "Gamma", "MOONCAKE_BLOCK_TOKENS", "Poisson", "PriorityClasses",
+    "RequestSpec", "TraceOptions", "Uniform", "Workload", "WorkloadFormatError", "WorkloadStats", "detect_format",
+    "prompt_token_ids", "read_azure_trace", "read_length_file", "read_mooncake_trace", "read_trace",
+    "read_vidur_trace", "sharegpt_workload", "spawn_streams", "synthetic_workload",
+]

@@ -1,0 +1,195 @@
+"""Reading trace files column by column, with errors that name file, line and column.
+
+Rows are split by the csv / json modules (so line numbers are exact), values are
+converted and checked vectorized with pandas/numpy. With on_error="raise" the
+first bad row in file order raises WorkloadFormatError; with "skip" bad rows are
+dropped and counted in WorkloadStats.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.workloads.spec import WorkloadFormatError, WorkloadStats
+
+ON_ERROR_MODES = ("raise", "skip")
+# kind -> (what a good value is, for messages)
+KINDS = {
+    "count": "an integer >= 1",
+    "time": "a finite number >= 0",
+    "timestamp": "a timestamp like 2023-11-16 18:15:46.6805900",
+}
+
+
+def check_on_error(on_error: str) -> None:
+    if on_error not in ON_ERROR_MODES:
+        raise ValueError(f"on_error must be one of {ON_ERROR_MODES}, got {on_error!r}")
+
+
+def _convert(values: list, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (converted values, bad mask)."""
+    s = pd.Series(values, dtype=values.dtype if isinstance(values, np.ndarray) else object)
+    if kind == "timestamp":
+        t = pd.to_datetime(s, format="ISO8601", errors="coerce")
+        bad = t.isna().to_numpy()
+        secs = (t - t[~bad].min()).dt.total_seconds().to_numpy() if (~bad).any() else np.zeros(len(s))
+        return secs, bad
+    x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        if kind == "count":
+            bad = ~np.isfinite(x) | (x < 1) | (x != np.floor(x))
+            return np.where(bad, 1, x).astype(np.int64), bad
+        if kind == "time":
+            bad = ~np.isfinite(x) | (x < 0)
+            return np.where(bad, 0.0, x), bad
+    raise ValueError(f"unknown column kind {kind!r}; allowed: {sorted(KINDS)}")
+
+
+def _resolve(columns: dict[str, str], raw: dict[str, list], lines: np.ndarray, row_errors: list,
+             path, on_error: str, stats: WorkloadStats) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Convert raw string columns; raise on or skip bad rows (earliest line first)."""
+    out, bad_any = {}, np.zeros(len(lines), dtype=bool)
+    cell_errors = []        # (line, column, message)
+    for name, kind in columns.items():
+        vals, bad = _convert(raw[name], kind)
+        out[name] = vals
+        if bad.any():
+            i = int(np.argmax(bad))
+            cell_errors.append((int(lines[i]), name, f"invalid value {raw[name][i]!r}; expected {KINDS[kind]}"))
+            bad_any |= bad
+    if on_error == "raise" and (cell_errors or row_errors):
+        raise WorkloadFormatError(path, *min(cell_errors + row_errors, key=lambda e: e[0]))
+    for line in sorted([e[0] for e in row_errors] + lines[bad_any].tolist()):
+        stats.note_skip(line)
+    if bad_any.any():
+        keep = ~bad_any
+        out = {k: v[keep] for k, v in out.items()}
+        lines = lines[keep]
+    return out, lines
+
+
+def _read_csv_fast(path, header: list[str], columns) -> dict | None:
+    """The columns, parsed by pandas' C reader, if every line is a complete row with
+    numbers where numbers belong; else None (the line-by-line reader then finds and
+    names the bad rows)."""
+    try:
+        df = pd.read_csv(path, skip_blank_lines=False, engine="c",
+                         dtype={c: str for c, kind in columns.items() if kind == "timestamp"})
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
+        return None
+    if [str(c).strip() for c in df.columns] != header:
+        return None
+    df.columns = header
+    out = {}
+    for c, kind in columns.items():
+        col = df[c]
+        if kind != "timestamp" and not pd.api.types.is_numeric_dtype(col.dtype):
+            return None
+        out[c] = col.to_numpy()
+    return out
+
+
+def read_csv_columns(path, columns: dict[str, str], on_error: str = "raise"):
+    """Read the named columns of a CSV with a header line.
+
+    columns: name -> kind (see KINDS). Returns (dict name -> array, source_line
+    array [n] of 1-based file lines, WorkloadStats). Extra columns are ignored.
+    """
+    check_on_error(on_error)
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace file not found: {path}")
+    stats = WorkloadStats(source=str(path))
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise WorkloadFormatError(path, 1, None, "file is empty; expected a header line")
+        header = [h.strip() for h in header]
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise WorkloadFormatError(path, 1, missing[0], f"missing column; the header has {header}, "
+                                                          f"this format needs {list(columns)}")
+        idx = [header.index(c) for c in columns]
+        nfields = len(header)
+    fast = _read_csv_fast(path, header, columns)
+    if fast is not None:
+        # Well-formed rows (pandas' C parser; row i is line i + 2). Any bad value sends us to
+        # the line-by-line reader below, whose line numbers are exact.
+        n = len(fast[next(iter(columns))])
+        try:
+            out, lines = _resolve(columns, fast, np.arange(2, n + 2, dtype=np.int64), [], path, "raise", stats)
+            stats.num_rows_read = n
+            return out, lines, stats
+        except WorkloadFormatError:
+            pass
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        next(reader)
+        raw_rows, lines, row_errors = [], [], []
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                stats.num_blank_lines += 1
+                continue
+            stats.num_rows_read += 1
+            if len(row) != nfields:
+                row_errors.append((reader.line_num, None, f"expected {nfields} fields ({','.join(header)}), "
+                                                          f"got {len(row)}: {','.join(row)!r}"))
+                continue
+            raw_rows.append([row[i] for i in idx])
+            lines.append(reader.line_num)
+    cols = list(zip(*raw_rows)) if raw_rows else [()] * len(columns)
+    raw = {name: list(col) for name, col in zip(columns, cols)}
+    return (*_resolve(columns, raw, np.asarray(lines, dtype=np.int64), row_errors, path, on_error, stats), stats)
+
+
+def read_jsonl_columns(path, columns: dict[str, str], list_column: str | None = None, on_error: str = "raise"):
+    """Read a JSON-lines file: one object per line with the numeric `columns` and
+    optionally one list-of-ints field `list_column` (returned as tuples)."""
+    check_on_error(on_error)
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace file not found: {path}")
+    stats = WorkloadStats(source=str(path))
+    raw = {c: [] for c in columns}
+    lists, lines, row_errors = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, text in enumerate(f, start=1):
+            if not text.strip():
+                stats.num_blank_lines += 1
+                continue
+            stats.num_rows_read += 1
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                row_errors.append((lineno, None, f"invalid JSON ({e.msg} at character {e.pos})"))
+                continue
+            if not isinstance(obj, dict):
+                row_errors.append((lineno, None, f"expected a JSON object, got {type(obj).__name__}"))
+                continue
+            missing = [c for c in (*columns, *([list_column] if list_column else [])) if c not in obj]
+            if missing:
+                row_errors.append((lineno, missing[0], f"missing field; the object has {sorted(obj)}"))
+                continue
+            if list_column is not None:
+                h = obj[list_column]
+                if not isinstance(h, list) or not all(type(x) is int and x >= 0 for x in h):
+                    row_errors.append((lineno, list_column, f"expected a list of integers >= 0, got {str(h)[:80]}"))
+                    continue
+                lists.append(tuple(h))
+            for c in columns:
+                v = obj[c]
+                raw[c].append(v if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v))
+            lines.append(lineno)
+    lines_arr = np.asarray(lines, dtype=np.int64)
+    out, kept = _resolve(columns, raw, lines_arr, row_errors, path, on_error, stats)
+    if list_column is not None:
+        if len(kept) != len(lines_arr):
+            keep_set = set(kept.tolist())
+            lists = [h for h, ln in zip(lists, lines) if ln in keep_set]
+        out[list_column] = lists
+    return out, kept, stats

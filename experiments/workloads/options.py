@@ -1,0 +1,154 @@
+"""Options every workload accepts (rescaling, offset, truncation, clipping,
+priorities) and the one function that applies them, in a fixed order."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from experiments.workloads.spec import MOONCAKE_BLOCK_TOKENS, Workload, WorkloadStats
+
+STREAMS = ("arrivals", "prompt_lengths", "output_lengths", "priorities")
+TOO_LONG_MODES = ("clip", "drop")
+
+
+def spawn_streams(seed: int) -> dict[str, np.random.Generator]:
+    """One Generator per stochastic component, spawned from the run's root seed.
+
+    The spawn order is fixed (STREAMS), so changing how one component draws
+    never shifts another's numbers.
+    """
+    children = np.random.SeedSequence(int(seed)).spawn(len(STREAMS))
+    return {name: np.random.default_rng(ss) for name, ss in zip(STREAMS, children)}
+
+
+@dataclass(frozen=True)
+class PriorityClasses:
+    """Random priority classes: value values[i] with probability probs[i] (lower value = more important)."""
+    values: tuple[int, ...] = (0, 1)
+    probs: tuple[float, ...] = (0.5, 0.5)
+
+    def __post_init__(self):
+        if len(self.values) == 0 or len(self.values) != len(self.probs):
+            raise ValueError(f"PriorityClasses: values {self.values} and probs {self.probs} must be non-empty "
+                             "and of equal length")
+        if any(p < 0 for p in self.probs) or abs(sum(self.probs) - 1.0) > 1e-6:
+            raise ValueError(f"PriorityClasses.probs must be >= 0 and sum to 1, got {self.probs}")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(np.asarray(self.values, dtype=np.int64), size=n, p=np.asarray(self.probs, dtype=float))
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """How a trace (or synthetic stream) is turned into the run's requests.
+
+    Applied in this order: sort by arrival (stable), keep the first
+    `max_requests`, shift so the first request arrives at 0, rescale the gaps
+    (`time_scale` multiplies every inter-arrival gap, 2.0 = half the rate; or
+    `target_rate_rps` sets the mean rate (n-1)/span), add `start_offset_s`, then
+    make every request fit `max_model_len` (prompt + output tokens): with
+    too_long="clip" the prompt is cut to max_model_len - 1 if needed and the
+    output to what is left; with "drop" the request is removed. Both are counted
+    in the stats.
+    """
+    time_scale: float | None = None
+    target_rate_rps: float | None = None
+    start_offset_s: float = 0.0
+    max_requests: int | None = None
+    max_model_len: int | None = None
+    too_long: str = "clip"
+    priorities: PriorityClasses | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.time_scale is not None and self.target_rate_rps is not None:
+            raise ValueError("give at most one of time_scale and target_rate_rps")
+        if self.time_scale is not None and not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if self.target_rate_rps is not None and not self.target_rate_rps > 0:
+            raise ValueError(f"target_rate_rps must be > 0, got {self.target_rate_rps}")
+        if self.start_offset_s < 0:
+            raise ValueError(f"start_offset_s must be >= 0, got {self.start_offset_s}")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2 (one prompt and one output token), got {self.max_model_len}")
+        if self.too_long not in TOO_LONG_MODES:
+            raise ValueError(f"too_long must be one of {TOO_LONG_MODES}, got {self.too_long!r}")
+        if isinstance(self.priorities, dict):   # Hydra passes a plain mapping
+            object.__setattr__(self, "priorities", PriorityClasses(tuple(self.priorities["values"]),
+                                                                   tuple(self.priorities["probs"])))
+
+
+def make_options(options: TraceOptions | None, kwargs: dict) -> TraceOptions:
+    if options is not None and kwargs:
+        raise TypeError("pass either options=TraceOptions(...) or keyword options, not both")
+    if options is not None:
+        return options
+    allowed = set(TraceOptions.__dataclass_fields__)
+    unknown = set(kwargs) - allowed
+    if unknown:
+        raise TypeError(f"unknown workload option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    return TraceOptions(**kwargs)
+
+
+def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts: TraceOptions,
+             stats: WorkloadStats, hashes: list | None = None, source_line: np.ndarray | None = None,
+             block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Workload:
+    """Apply `opts` to raw columns (one row per request) and build the Workload."""
+    arrival_s = np.asarray(arrival_s, dtype=np.float64)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    output = np.asarray(output, dtype=np.int64)
+    if len(arrival_s) == 0:
+        raise ValueError(f"{stats.source or 'workload'}: no requests left to run "
+                         f"({stats.num_rows_read} rows read, {stats.num_rows_skipped} skipped)")
+    if np.any(np.diff(arrival_s) < 0):
+        stats.num_reordered = int(np.sum(np.diff(arrival_s) < 0))
+        order = np.argsort(arrival_s, kind="stable")
+        arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
+        hashes = None if hashes is None else [hashes[i] for i in order]
+        source_line = None if source_line is None else source_line[order]
+    if opts.max_requests is not None and len(arrival_s) > opts.max_requests:
+        k = opts.max_requests
+        stats.num_truncated += len(arrival_s) - k
+        arrival_s, prompt, output = arrival_s[:k], prompt[:k], output[:k]
+        hashes = None if hashes is None else hashes[:k]
+        source_line = None if source_line is None else source_line[:k]
+
+    arrival_s = arrival_s - arrival_s[0]
+    if opts.time_scale is not None:
+        arrival_s = arrival_s * opts.time_scale
+    elif opts.target_rate_rps is not None:
+        if len(arrival_s) < 2 or arrival_s[-1] <= 0:
+            raise ValueError("target_rate_rps needs at least two requests at different times")
+        current_rate = (len(arrival_s) - 1) / arrival_s[-1]
+        arrival_s = arrival_s * (current_rate / opts.target_rate_rps)
+    arrival_s = arrival_s + opts.start_offset_s
+
+    if opts.max_model_len is not None:
+        m = opts.max_model_len
+        too_long = prompt + output > m
+        if opts.too_long == "drop":
+            keep = ~too_long
+            stats.num_dropped_too_long = int(too_long.sum())
+            arrival_s, prompt, output = arrival_s[keep], prompt[keep], output[keep]
+            hashes = None if hashes is None else [h for h, k in zip(hashes, keep) if k]
+            source_line = None if source_line is None else source_line[keep]
+            if len(arrival_s) == 0:
+                raise ValueError(f"{stats.source}: every request is longer than max_model_len={m}")
+        else:
+            stats.num_clipped = int(too_long.sum())
+            stats.num_clipped_prompt = int((prompt > m - 1).sum())
+            prompt = np.minimum(prompt, m - 1)
+            output = np.minimum(output, m - prompt)
+
+    if hashes is not None:
+        # Keep only the blocks the (possibly clipped) prompt still covers.
+        hashes = [tuple(h[: -(-p // block_tokens)]) for h, p in zip(hashes, prompt.tolist())]
+
+    priority = (opts.priorities.sample(len(arrival_s), spawn_streams(opts.seed)["priorities"])
+                if opts.priorities is not None else np.zeros(len(arrival_s), dtype=np.int64))
+    return Workload(arrival_time_s=arrival_s, num_prompt_tokens=prompt, num_output_tokens=output,
+                    priority=priority, prefix_hash_ids=hashes, prefix_block_tokens=block_tokens, stats=stats,
+                    source_line=source_line)

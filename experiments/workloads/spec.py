@@ -1,0 +1,181 @@
+"""Request specs, the columnar Workload that holds them, and lazy prompt tokens.
+
+A workload is a few numpy columns (one row per request, sorted by arrival), so a
+million-request run costs tens of MB, not a million Python objects. Iterating a
+Workload yields light `RequestSpec`s; prompt token ids are made only when a
+request arrives, by `prompt_token_ids(spec, vocab_size, rng_seed)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+MOONCAKE_BLOCK_TOKENS = 512     # tokens per Mooncake prefix-hash block
+
+
+class WorkloadFormatError(ValueError):
+    """A trace or length file has a bad row; names the file, 1-based line and column."""
+
+    def __init__(self, path, line: int | None, column: str | None, message: str):
+        self.path, self.line, self.column = str(path), line, column
+        where = str(path) + (f", line {line}" if line is not None else "") + (f", column {column!r}" if column else "")
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    request_id: int
+    arrival_time_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    priority: int = 0                           # lower value = more important (as in Sequence)
+    prefix_hash_ids: tuple | None = None        # one id per prefix block (Mooncake); None = no shared prefixes
+    prefix_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+
+
+@dataclass
+class WorkloadStats:
+    """What happened to the input rows; every row is accounted for, nothing is dropped silently."""
+    source: str = ""
+    num_rows_read: int = 0          # data rows seen in the file (blank lines excluded)
+    num_rows_skipped: int = 0       # malformed rows skipped with on_error="skip"
+    num_blank_lines: int = 0        # empty lines ignored
+    num_truncated: int = 0          # rows past max_requests, not used
+    num_clipped: int = 0            # requests whose lengths were clipped to max_model_len
+    num_clipped_prompt: int = 0     # ... of which the prompt was shortened
+    num_dropped_too_long: int = 0   # requests dropped because too_long="drop"
+    num_reordered: int = 0          # rows that were out of arrival order in the file (sorted, stable)
+    skipped_lines: list[int] = field(default_factory=list)   # 1-based line numbers of skipped rows (first 100)
+
+    def note_skip(self, line: int) -> None:
+        self.num_rows_skipped += 1
+        if len(self.skipped_lines) < 100:
+            self.skipped_lines.append(line)
+
+    def summary(self) -> str:
+        return (f"{self.source}: {self.num_rows_read} rows read, {self.num_rows_skipped} skipped, "
+                f"{self.num_truncated} past max_requests, {self.num_clipped} clipped "
+                f"({self.num_clipped_prompt} prompts), {self.num_dropped_too_long} dropped as too long")
+
+
+@dataclass
+class Workload:
+    """Requests in arrival order, as columns. request_id is 0..n-1 in that order."""
+    arrival_time_s: np.ndarray          # [n] float64, seconds on the run's clock, non-decreasing
+    num_prompt_tokens: np.ndarray       # [n] int64, >= 1
+    num_output_tokens: np.ndarray       # [n] int64, >= 1
+    priority: np.ndarray                # [n] int64
+    prefix_hash_ids: list[tuple] | None = None      # [n] tuples, or None for no shared prefixes
+    prefix_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    stats: WorkloadStats = field(default_factory=WorkloadStats)
+    source_line: np.ndarray | None = None           # [n] 1-based line in the source file, for traceability
+
+    def __post_init__(self):
+        n = len(self.arrival_time_s)
+        for name in ("num_prompt_tokens", "num_output_tokens", "priority"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
+        if self.prefix_hash_ids is not None and len(self.prefix_hash_ids) != n:
+            raise ValueError(f"Workload.prefix_hash_ids has {len(self.prefix_hash_ids)} rows, expected {n}")
+
+    def __len__(self) -> int:
+        return len(self.arrival_time_s)
+
+    def __getitem__(self, i: int) -> RequestSpec:
+        return RequestSpec(
+            request_id=int(i), arrival_time_s=float(self.arrival_time_s[i]),
+            num_prompt_tokens=int(self.num_prompt_tokens[i]), num_output_tokens=int(self.num_output_tokens[i]),
+            priority=int(self.priority[i]),
+            prefix_hash_ids=None if self.prefix_hash_ids is None else self.prefix_hash_ids[i],
+            prefix_block_tokens=self.prefix_block_tokens)
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        # tolist() once: converting numpy scalars one by one is the slow part.
+        arr, p, o, pr = (self.arrival_time_s.tolist(), self.num_prompt_tokens.tolist(),
+                         self.num_output_tokens.tolist(), self.priority.tolist())
+        hashes = self.prefix_hash_ids
+        bt = self.prefix_block_tokens
+        for i in range(len(arr)):
+            yield RequestSpec(i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt)
+
+    def specs(self) -> list[RequestSpec]:
+        return list(self)
+
+    @property
+    def duration_s(self) -> float:
+        """Time from the first to the last arrival."""
+        return float(self.arrival_time_s[-1] - self.arrival_time_s[0]) if len(self) > 1 else 0.0
+
+    @property
+    def mean_rate_rps(self) -> float:
+        """(n - 1) / duration: the rate whose mean inter-arrival gap the workload has."""
+        d = self.duration_s
+        return (len(self) - 1) / d if d > 0 else float("inf")
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({
+            "request_id": np.arange(len(self), dtype=np.int64), "arrival_time_s": self.arrival_time_s,
+            "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,
+            "priority": self.priority})
+
+
+# -- prompt token ids ------------------------------------------------------------
+# Token ids are a counter-based hash (splitmix64) of (stream key, index, position):
+# vectorized over a whole prompt and free to evaluate in any order. The stream keys
+# come from np.random.SeedSequence(rng_seed), so seeds of different runs are well
+# mixed. (Building one numpy Generator per 512-token block costs ~60 us; a Mooncake
+# replay touches ~290k blocks.)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@lru_cache(maxsize=64)
+def _stream_keys(rng_seed: int) -> tuple[np.uint64, np.uint64]:
+    # word 0 keys prefix blocks (by hash id), word 1 keys private prompts (by request id)
+    k = np.random.SeedSequence(rng_seed).generate_state(2, dtype=np.uint64)
+    return k[0], k[1]
+
+
+def _hash_tokens(key: np.uint64, ids: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = _splitmix64(_splitmix64(ids.astype(np.uint64) ^ key) + positions.astype(np.uint64))
+    return (h % np.uint64(vocab_size)).astype(np.int64)
+
+
+def prompt_token_ids(spec: RequestSpec, vocab_size: int, rng_seed: int = 0) -> list[int]:
+    """The prompt of `spec` as token ids in [0, vocab_size), deterministic in (rng_seed, spec).
+
+    Without prefix hash ids the ids depend on (rng_seed, request_id, position), so
+    different requests share no prefix. With hash ids, block j (tokens
+    [j*B, (j+1)*B), B = prefix_block_tokens) depends only on (rng_seed,
+    hash_ids[j], position in block): equal hash ids give identical token blocks.
+    The last block is cut to the prompt length; prompt tokens past the listed
+    blocks fall back to the private (request_id) stream.
+    """
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+    n = int(spec.num_prompt_tokens)
+    if n < 1:
+        raise ValueError(f"request {spec.request_id}: num_prompt_tokens must be >= 1, got {n}")
+    block_key, private_key = _stream_keys(int(rng_seed))
+    pos = np.arange(n, dtype=np.int64)
+    if not spec.prefix_hash_ids:
+        return _hash_tokens(private_key, np.full(n, spec.request_id, dtype=np.int64), pos, vocab_size).tolist()
+    b = int(spec.prefix_block_tokens)
+    hashes = np.asarray(spec.prefix_hash_ids, dtype=np.int64)[: -(-n // b)]
+    covered = min(n, len(hashes) * b)
+    out = _hash_tokens(block_key, np.repeat(hashes, b)[:covered], pos[:covered] % b, vocab_size)
+    if covered < n:
+        rest = _hash_tokens(private_key, np.full(n - covered, spec.request_id, dtype=np.int64), pos[covered:], vocab_size)
+        out = np.concatenate([out, rest])
+    return out.tolist()

@@ -1,0 +1,6 @@
+"""servelab simulator: hardware/model specs, GPU cost models, the SimPy loop.
+
+Importing this package is cheap and never imports torch: a million-request
+simulation on a laptop must not pay for it. Submodules are imported explicitly
+(`from sim.specs import get_model_spec`, `from sim.cost_model import get_cost_model`).
+"""

@@ -1,0 +1,41 @@
+"""Cost models: predicted seconds per scheduler step (see base.py for the contract).
+
+    from sim.cost_model import get_cost_model
+    cm = get_cost_model("roofline", model="Qwen3-0.6B", hardware="H200")
+    cm.step_time_s(batch)
+
+Hydra configs may instead name a class directly (`_target_: sim.cost_model.RooflineCostModel`).
+"""
+from __future__ import annotations
+
+from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModel, CostModelError, FittedCostModel, StepShape
+from sim.cost_model.constant import ConstantCostModel
+from sim.cost_model.roofline import RooflineCostModel
+
+COST_MODELS: dict[str, type[CostModel]] = {
+    "roofline": RooflineCostModel,
+    "constant": ConstantCostModel,
+}
+
+
+def register_cost_model(name: str):
+    """Class decorator adding a cost model to the registry (e.g. a `calibrated` model)."""
+    def deco(cls: type[CostModel]) -> type[CostModel]:
+        if not (isinstance(cls, type) and issubclass(cls, CostModel)):
+            raise TypeError(f"register_cost_model({name!r}) needs a CostModel subclass, got {cls!r}")
+        if name in COST_MODELS and COST_MODELS[name] is not cls:
+            raise ValueError(f"cost model name {name!r} is already registered to {COST_MODELS[name].__name__}")
+        COST_MODELS[name] = cls
+        return cls
+    return deco
+
+
+def get_cost_model(name: str, **kwargs) -> CostModel:
+    cls = COST_MODELS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown cost model {name!r}; known cost models: {sorted(COST_MODELS)}")
+    return cls(**kwargs)
+
+
+__all__ = ["COST_MODELS", "STEP_TABLE_COLUMNS", "ConstantCostModel", "CostModel", "CostModelError",
+           "FittedCostModel", "RooflineCostModel", "StepShape", "get_cost_model", "register_cost_model"]

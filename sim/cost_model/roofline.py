@@ -1,0 +1,148 @@
+"""Roofline cost model: FLOPs and bytes of each op group over the GPU's ceilings.
+
+Per step, each op group costs max(FLOPs / flop_rate, bytes / byte_rate); groups
+run one after another (docs/cost_model.md has the formulas):
+
+  linear    all decoder matmuls. FLOPs 2 * linear_params * tokens; bytes: the
+            weights, read once per step.
+  prefill   attention of prefill entries. Entry with n new tokens and context c
+  attention (cached + new) has causal query-key pairs n*c - n*(n-1)/2; FLOPs
+            4 * layers * q_heads * head_dim per pair (QK^T and PV); bytes: its c
+            keys/values read once plus its n new ones written.
+  decode    attention of decode entries: FLOPs as above with one query per key;
+  attention bytes: the sum of contexts times kv_bytes_per_token, plus the new KV.
+  lm head   only tokens that sample (finished prefills + decodes): FLOPs
+            2 * vocab * hidden each; bytes: the head's weights once.
+  all-reduce (tensor parallel only) 2 per layer of hidden * tokens * dtype bytes,
+            ring cost 2 * (tp - 1) / tp * size / interconnect, plus a latency each.
+  swap      num_swap_blocks * block_size * kv_bytes_per_token over the host link.
+  overhead  overhead_s per step + per_seq_overhead_s per scheduled sequence.
+
+Rates are the hardware's measured ceilings when recorded (use_measured), else
+datasheet peaks, times the efficiency factors (1.0 gives the lower bound).
+With tensor parallelism every GPU does 1/tp of the FLOPs and bytes (KV heads
+replicated when tp exceeds them). Activation traffic, norms, RoPE, sampling and
+kernel launch gaps are not modelled beyond the overhead terms.
+"""
+from __future__ import annotations
+
+from operator import mul
+from typing import Sequence
+
+import numpy as np
+
+from sim.cost_model.base import CostModel
+from sim.specs.capacity import kv_heads_per_gpu
+from sim.specs.hardware import HardwareSpec, get_hardware_spec
+from sim.specs.models import ModelSpec, get_model_spec
+
+
+class RooflineCostModel(CostModel):
+    name = "roofline"
+
+    def __init__(self, model: ModelSpec | str, hardware: HardwareSpec | str, tensor_parallel_size: int = 1,
+                 matmul_efficiency: float = 1.0, attention_efficiency: float = 1.0,
+                 memory_efficiency: float = 1.0, overhead_s: float = 0.0, per_seq_overhead_s: float = 0.0,
+                 allreduce_latency_s: float = 0.0, use_measured: bool = True, max_model_len: int | None = None):
+        self.model = get_model_spec(model) if isinstance(model, str) else model
+        self.hardware = get_hardware_spec(hardware) if isinstance(hardware, str) else hardware
+        for f, v in (("matmul_efficiency", matmul_efficiency), ("attention_efficiency", attention_efficiency),
+                     ("memory_efficiency", memory_efficiency)):
+            if not 0.0 < v <= 1.0:
+                raise ValueError(f"RooflineCostModel.{f} must be in (0, 1], got {v!r}")
+        for f, v in (("overhead_s", overhead_s), ("per_seq_overhead_s", per_seq_overhead_s),
+                     ("allreduce_latency_s", allreduce_latency_s)):
+            if v < 0:
+                raise ValueError(f"RooflineCostModel.{f} must be >= 0, got {v!r}")
+        m, hw, tp = self.model, self.hardware, tensor_parallel_size
+        kv_heads = kv_heads_per_gpu(m, tp)              # validates tp
+        self.tensor_parallel_size = tp
+        self.max_model_len = max_model_len or m.max_model_len
+        self.overhead_s = float(overhead_s)
+        self.per_seq_overhead_s = float(per_seq_overhead_s)
+        self.use_measured = use_measured
+        self.matmul_efficiency, self.attention_efficiency, self.memory_efficiency = (
+            matmul_efficiency, attention_efficiency, memory_efficiency)
+
+        matmul_flops = hw.flops_per_s(use_measured) * matmul_efficiency       # FLOP/s
+        attn_flops = hw.flops_per_s(use_measured) * attention_efficiency       # FLOP/s
+        mem = hw.bytes_per_s(use_measured) * memory_efficiency                 # B/s
+        q_heads = m.num_q_heads // tp
+        self.kv_bytes_per_token_gpu = 2 * m.num_layers * kv_heads * m.head_dim * m.dtype_bytes
+
+        # Seconds per unit of work; every per-step formula below is a product with one of these.
+        self.s_linear_per_token = 2 * m.num_linear_params / tp / matmul_flops
+        self.s_linear_weights = m.num_linear_params * m.dtype_bytes / tp / mem
+        self.s_lm_per_token = 2 * m.lm_head_params / tp / matmul_flops
+        self.s_lm_weights = m.lm_head_params * m.dtype_bytes / tp / mem
+        self.s_attn_per_pair = 4 * m.num_layers * q_heads * m.head_dim / attn_flops
+        self.s_kv_per_token = self.kv_bytes_per_token_gpu / mem
+        self.s_swap_per_token = self.kv_bytes_per_token_gpu / (hw.host_link_gbps * 1e9)
+        if tp > 1:
+            ring = 2 * (tp - 1) / tp
+            self.s_allreduce_per_token = 2 * m.num_layers * m.hidden_size * m.dtype_bytes * ring / (
+                hw.interconnect_gbps * 1e9)
+            self.s_allreduce_fixed = 2 * m.num_layers * allreduce_latency_s
+        else:
+            self.s_allreduce_per_token = 0.0
+            self.s_allreduce_fixed = 0.0
+
+    def __repr__(self) -> str:
+        return (f"RooflineCostModel({self.model.name}, {self.hardware.name}, tp={self.tensor_parallel_size}, "
+                f"eff=({self.matmul_efficiency}, {self.attention_efficiency}, {self.memory_efficiency}), "
+                f"overhead_s={self.overhead_s})")
+
+    # -- op groups ----------------------------------------------------------------------
+    def _fixed_part(self, num_tokens: int, num_seqs: int, num_samples: int) -> float:
+        """Everything but attention and swaps: overheads, linear layers, LM head, all-reduce."""
+        t = self.overhead_s + self.per_seq_overhead_s * num_seqs
+        t += max(num_tokens * self.s_linear_per_token, self.s_linear_weights)
+        if num_samples:
+            t += max(num_samples * self.s_lm_per_token, self.s_lm_weights)
+        if self.s_allreduce_per_token:
+            t += num_tokens * self.s_allreduce_per_token + self.s_allreduce_fixed
+        return t
+
+    def step_time_from_shape(self, prefill_new_tokens: Sequence[int], prefill_context_lens: Sequence[int],
+                             num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,
+                             num_prefill_samples: int | None = None, block_size: int = 16) -> float:
+        self.check_shape(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
+                         num_swap_blocks, num_prefill_samples)
+        n_pre = len(prefill_new_tokens)
+        t_swap = num_swap_blocks * block_size * self.s_swap_per_token
+        if n_pre == 0 and num_decode_seqs == 0:
+            return self.overhead_s + t_swap if num_swap_blocks else 0.0
+        t_prefill = 0.0
+        pre_tokens = 0
+        if n_pre:
+            pre_tokens = sum(prefill_new_tokens)
+            ctx_sum = sum(prefill_context_lens)
+            # causal pairs: sum_j n_j*c_j - n_j*(n_j-1)/2
+            pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
+                - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) / 2
+            t_prefill = max(pairs * self.s_attn_per_pair, (ctx_sum + pre_tokens) * self.s_kv_per_token)
+        samples = n_pre if num_prefill_samples is None else num_prefill_samples
+        t = self._fixed_part(pre_tokens + num_decode_seqs, n_pre + num_decode_seqs, samples + num_decode_seqs)
+        if num_decode_seqs:
+            t = t + self._decode_attention(decode_context_sum, num_decode_seqs)
+        return t + t_prefill + t_swap
+
+    def _decode_attention(self, context_sum, num_seqs):
+        # one query per key: pairs == context_sum; read all keys, write the new token's KV
+        return max(context_sum * self.s_attn_per_pair, (context_sum + num_seqs) * self.s_kv_per_token)
+
+    def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
+        k = int(k)
+        if k < 0 or num_seqs < 0:
+            raise ValueError(f"decode_step_times_s needs k >= 0 and num_seqs >= 0, got k={k}, num_seqs={num_seqs}")
+        if k == 0:
+            return np.zeros(0)
+        if num_seqs == 0:
+            return np.zeros(k)
+        last = start_context_sum + (k - 1) * num_seqs
+        self.check_shape((), (), num_seqs, start_context_sum, 0, None)
+        self.check_shape((), (), num_seqs, last, 0, None)
+        ctx = start_context_sum + num_seqs * np.arange(k, dtype=np.float64)           # [k]
+        attn = np.maximum(ctx * self.s_attn_per_pair, (ctx + num_seqs) * self.s_kv_per_token)
+        # Same operation order as step_time_from_shape, so the two agree to the last bit.
+        return self._fixed_part(num_seqs, num_seqs, num_seqs) + attn

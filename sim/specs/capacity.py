@@ -1,0 +1,57 @@
+"""How many KV-cache blocks fit on a GPU after the weights (the scheduler's `num_kvcache_blocks`).
+
+Per GPU, with tensor parallelism of degree tp:
+    budget_bytes = memory_gib * 2**30 * gpu_memory_utilization - weight_bytes / tp - activation_reserve_gib * 2**30
+    block_bytes  = block_size * 2 * num_layers * kv_heads_per_gpu * head_dim * dtype_bytes
+    num_blocks   = floor(budget_bytes / block_bytes)
+kv_heads_per_gpu = num_kv_heads / tp, or 1 when tp exceeds the KV heads (each GPU then holds a
+replica of one head, as vLLM does). Every GPU holds the same block ids, so the result is the
+block count of the whole replica. Weights split evenly across GPUs (norms, replicated in
+practice, are a few KB). `activation_reserve_gib` stands for the forward pass's peak
+activations and the allocator's slack, which the engine measures at start-up.
+"""
+from __future__ import annotations
+
+from sim.specs.hardware import HardwareSpec
+from sim.specs.models import ModelSpec
+
+
+def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int) -> int:
+    tp = tensor_parallel_size
+    if not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp!r}")
+    if model.num_q_heads % tp:
+        raise ValueError(f"tensor_parallel_size={tp} must divide {model.name}'s num_q_heads={model.num_q_heads}")
+    if model.num_kv_heads >= tp:
+        if model.num_kv_heads % tp:
+            raise ValueError(f"tensor_parallel_size={tp} must divide {model.name}'s num_kv_heads={model.num_kv_heads}")
+        return model.num_kv_heads // tp
+    if tp % model.num_kv_heads:
+        raise ValueError(f"tensor_parallel_size={tp} must be a multiple of {model.name}'s "
+                         f"num_kv_heads={model.num_kv_heads} when it exceeds them")
+    return 1
+
+
+def num_kv_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int = 16,
+                  gpu_memory_utilization: float = 0.9, tensor_parallel_size: int = 1,
+                  activation_reserve_gib: float = 1.0) -> int:
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+    if activation_reserve_gib < 0:
+        raise ValueError(f"activation_reserve_gib must be >= 0, got {activation_reserve_gib!r}")
+    heads = kv_heads_per_gpu(model, tensor_parallel_size)
+    usable = hardware.memory_gib * 2**30 * gpu_memory_utilization
+    weights = model.weight_bytes / tensor_parallel_size
+    budget = usable - weights - activation_reserve_gib * 2**30
+    block_bytes = block_size * 2 * model.num_layers * heads * model.head_dim * model.dtype_bytes
+    blocks = int(budget // block_bytes)
+    if blocks < 1:
+        raise ValueError(
+            f"{model.name} does not fit on {hardware.name} with tensor_parallel_size={tensor_parallel_size}: "
+            f"{usable / 2**30:.1f} GiB usable (gpu_memory_utilization={gpu_memory_utilization}) minus "
+            f"{weights / 2**30:.1f} GiB weights per GPU minus {activation_reserve_gib} GiB activations leaves "
+            f"no room for one {block_bytes / 2**20:.2f} MiB KV block; raise tensor_parallel_size or "
+            f"gpu_memory_utilization, or choose a larger GPU")
+    return blocks

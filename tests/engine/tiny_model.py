@@ -1,0 +1,60 @@
+"""Builds a tiny random Qwen3 checkpoint with transformers, for CPU tests of the engine.
+
+The default initializer (std 0.02) gives nearly flat logits, so greedy choices would hinge on
+float rounding and two correct implementations could disagree. We redraw the embedding with std 1
+and the LM head with std 0.5: after the final RMSNorm the hidden state has unit RMS, so each logit
+is a sum of `hidden_size` terms with std 0.5, giving logits of std ~4 over the vocabulary, and the
+top-2 gap at a position is typically far above float32 rounding (~1e-5). Projection weights get
+std 0.1 so the layers change the residual stream visibly.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=512, max_position_embeddings=1024,
+            rms_norm_eps=1e-6, rope_theta=10000.0)
+
+
+def make_tiny_qwen3(path: str | Path, *, tie_word_embeddings: bool = False, seed: int = 0,
+                    max_shard_size: str | None = None, **overrides):
+    """Saves config.json + safetensors weights into `path`; returns the transformers model (float32, eval)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    fields = {**TINY, **overrides}
+    cfg = Qwen3Config(**fields, tie_word_embeddings=tie_word_embeddings, bos_token_id=None, eos_token_id=None,
+                      pad_token_id=None)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))   # not exactly 1, so a skipped norm weight shows
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 1.0)
+            elif name == "lm_head.weight":
+                p.normal_(0.0, 0.5)
+            else:
+                p.normal_(0.0, 0.1)
+    kwargs = {"safe_serialization": True}
+    if max_shard_size is not None:
+        kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(str(path), **kwargs)
+    return model
+
+
+def make_tiny_tokenizer(path: str | Path, vocab_size: int = TINY["vocab_size"]):
+    """Saves a whitespace word-level tokenizer: "w0".."w{V-3}", "<unk>" = V-2, "<eos>" = V-1."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(vocab_size - 2)}
+    vocab["<unk>"], vocab["<eos>"] = vocab_size - 2, vocab_size - 1
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece()      # joins words with spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    fast.save_pretrained(str(path))
+    return fast
