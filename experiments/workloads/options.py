@@ -2,6 +2,7 @@
 priorities) and the one function that applies them, in a fixed order."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,7 +77,7 @@ class TraceOptions:
             raise ValueError(f"max_model_len must be >= 2 (one prompt and one output token), got {self.max_model_len}")
         if self.too_long not in TOO_LONG_MODES:
             raise ValueError(f"too_long must be one of {TOO_LONG_MODES}, got {self.too_long!r}")
-        if isinstance(self.priorities, dict):   # Hydra passes a plain mapping
+        if isinstance(self.priorities, Mapping):   # from a config file: {values: [...], probs: [...]}
             object.__setattr__(self, "priorities", PriorityClasses(tuple(self.priorities["values"]),
                                                                    tuple(self.priorities["probs"])))
 

@@ -34,6 +34,8 @@ from policies.victim.base import VictimPolicy
 class MLFQPolicy(SchedulingPolicy):
     name = "mlfq"
     preemptive = True
+    # on_step charges service every step, so the scheduler must not batch decode steps.
+    fast_forward_ok = False
 
     def __init__(self, victim: VictimPolicy | None = None, base_quantum: float = 4.0, num_levels: int = 8,
                  prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT, starvation_s: float | None = 10.0):

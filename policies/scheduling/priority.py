@@ -21,6 +21,8 @@ from policies.victim.lowest_priority import LowestPriorityVictim
 class PriorityPolicy(SchedulingPolicy):
     name = "priority"
     preemptive = True
+    # Static keys; the scheduler fast-forwards a preemptive policy only with an empty queue.
+    fast_forward_ok = True
 
     def __init__(self, victim: VictimPolicy | None = None):
         super().__init__(victim if victim is not None else LowestPriorityVictim())

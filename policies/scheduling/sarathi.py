@@ -21,6 +21,8 @@ from policies.victim.base import VictimPolicy
 class SarathiPolicy(SchedulingPolicy):
     name = "sarathi"
     chunked_prefill = True
+    # FCFS without per-step state; the scheduler fast-forwards chunked mode only with an empty queue.
+    fast_forward_ok = True
 
     def __init__(self, victim: VictimPolicy | None = None, token_budget: int = 512):
         super().__init__(victim)

@@ -21,6 +21,8 @@ from policies.victim.base import VictimPolicy
 
 class SJFPolicy(SchedulingPolicy):
     name = "sjf"
+    # Keys are static and nothing is kept per step: pure decode steps may be batched.
+    fast_forward_ok = True
 
     def __init__(self, victim: VictimPolicy | None = None, predictor=None,
                  prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT):

@@ -25,6 +25,9 @@ from policies.victim.base import VictimPolicy
 class SRPTPolicy(SchedulingPolicy):
     name = "srpt"
     preemptive = True
+    # With an empty waiting queue (the only case the scheduler fast-forwards for a preemptive
+    # policy) every running sequence is served each step, so key changes cannot matter.
+    fast_forward_ok = True
 
     def __init__(self, victim: VictimPolicy | None = None, predictor=None,
                  prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT):

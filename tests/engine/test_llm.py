@@ -20,15 +20,17 @@ class SwapVLLM(VLLMPolicy):
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_qwen3")
-    hf = make_tiny_qwen3(path, tie_word_embeddings=True)
+    hf = make_tiny_qwen3(path)
     cache = {}
 
     def reference(prompt, max_tokens):
         key = (tuple(prompt), max_tokens)
         if key not in cache:
             with torch.no_grad():
-                out = hf.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False,
-                                  eos_token_id=None, pad_token_id=0)
+                ids = torch.tensor([prompt])
+                # explicit mask: generate would otherwise mask prompt tokens equal to pad_token_id
+                out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                                  do_sample=False, eos_token_id=None, pad_token_id=0)
             cache[key] = out[0, len(prompt):].tolist()
         return cache[key]
 

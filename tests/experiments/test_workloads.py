@@ -319,3 +319,19 @@ def test_mooncake_shared_prefix_is_shared_in_tokens():
     assert ta[:2560] == tb[:2560] and ta[2560:] != tb[2560:2651]
     t0 = prompt_token_ids(wl[0], 151_936, 0)                        # every conversation opens with block id 0
     assert t0[:512] == ta[:512] and t0[512:1024] != ta[512:1024]
+
+
+def test_hydra_instantiates_workloads_from_config():
+    hydra_utils = pytest.importorskip("hydra.utils")
+    from omegaconf import OmegaConf
+    cfg = OmegaConf.create({
+        "_target_": "experiments.workloads.synthetic_workload", "num_requests": 50, "seed": 4,
+        "arrival": {"_target_": "experiments.workloads.Gamma", "rate_rps": 2.0, "cv": 2.0},
+        "prompt_len": {"_target_": "experiments.workloads.Uniform", "lo": 4, "hi": 8},
+        "output_len": {"_target_": "experiments.workloads.Fixed", "tokens": 3},
+        "priorities": {"values": [0, 1], "probs": [0.5, 0.5]}})
+    wl = hydra_utils.instantiate(cfg)
+    direct = synthetic_workload(50, Gamma(2.0, 2.0), Uniform(4, 8), Fixed(3), seed=4,
+                                priorities=PriorityClasses((0, 1), (0.5, 0.5)))
+    np.testing.assert_array_equal(wl.arrival_time_s, direct.arrival_time_s)
+    np.testing.assert_array_equal(wl.priority, direct.priority)

@@ -48,7 +48,11 @@ def make_seq(req: Req, index: int) -> Sequence:
 
 def drive(policy, reqs: list[Req], *, num_blocks: int, block_size: int = 4, max_num_seqs: int = 256,
           max_model_len: int = 64, max_num_batched_tokens: int = 64, chunked: bool = False,
-          num_cpu_blocks: int = 0, eviction=None, max_steps: int = 5000, observe=None) -> Run:
+          num_cpu_blocks: int = 0, eviction=None, max_steps: int = 5000, observe=None,
+          fast_forward: bool = False) -> Run:
+    """fast_forward: take the simulator's exact fast path (Scheduler.decode_horizon /
+    advance_decodes) whenever the scheduler offers it; the recorded timeline has one
+    entry per step either way (a fast-forwarded step lists the running set, 1 token each)."""
     cfg = SchedulerConfig(num_kvcache_blocks=num_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                           enable_chunked_prefill=chunked, num_cpu_blocks=num_cpu_blocks)
@@ -63,6 +67,18 @@ def drive(policy, reqs: list[Req], *, num_blocks: int, block_size: int = 4, max_
                                  f"waiting={list(sched.waiting)}, running={sched.running}, swapped={sched.swapped}")
         while pending and pending[0].arrival_time_s <= t:
             sched.add(pending.pop(0))
+        if fast_forward:
+            limit = int(pending[0].arrival_time_s) - t if pending else max_steps
+            k = sched.decode_horizon(min(limit, max_steps - t))
+            if k > 0:
+                step = [(s.request_id, 1) for s in sched.running]
+                sched.advance_decodes(k, [float(t + j) for j in range(k)], lambda seq: 0)
+                for _ in range(k):
+                    run.timeline.append(list(step))
+                    run.preempted.append([]), run.swap_out.append([]), run.swap_in.append([])
+                sched.block_manager.check_invariants(sched.running)
+                t += k
+                continue
         batch = sched.schedule(float(t))
         sched.postprocess(batch, [0] * len(batch.seqs), float(t))
         run.timeline.append([(s.request_id, n) for s, n in zip(batch.seqs, batch.num_new_tokens)])

@@ -92,3 +92,26 @@ def test_every_policy_terminates_exactly_without_leaks(name, victim, eviction, d
         assert not getattr(policy, attr, {}), f"{name} kept per-request state in {attr}"
     if hasattr(policy, "predictor") and hasattr(policy.predictor, "_factor"):
         assert not policy.predictor._factor
+
+
+FAST_FORWARD = sorted(n for n, cls in SCHEDULING_POLICIES.items() if cls.fast_forward_ok)
+
+
+def test_fast_forward_flags():
+    # mlfq charges service in on_step: batching its decode steps would skip the charges.
+    assert "mlfq" not in FAST_FORWARD and {"sjf", "srpt", "priority", "sarathi", "vllm_swap"} <= set(FAST_FORWARD)
+
+
+@pytest.mark.parametrize("name", FAST_FORWARD)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fast_forward_matches_step_by_step(name, data):
+    """A policy that declares fast_forward_ok gives the same schedule when the simulator's
+    fast path batches pure decode steps (per-step sets of (id, tokens), finish times)."""
+    reqs = data.draw(workloads())
+    setup, params = data.draw(setups(name))
+    runs = [drive(make_scheduling_policy(name, **params), reqs, max_steps=MAX_STEPS, fast_forward=ff, **setup)
+            for ff in (False, True)]
+    slow, fast = ([sorted(step) for step in r.timeline] for r in runs)
+    assert fast == slow
+    assert {k: s.finish_time_s for k, s in runs[0].seqs.items()} == {k: s.finish_time_s for k, s in runs[1].seqs.items()}
