@@ -179,7 +179,7 @@ class Scheduler:
             self._preempt_for_better(batch)
 
         if not self.chunked:
-            if not self.swapped and self.waiting:
+            if self.waiting and (not self.swapped or self.policy.preemptive):
                 budget = self._admit(prefills, budget, now_s, chunked=False)
             if not prefills:
                 budget, preempted = self._serve_running(decodes, prefills, budget, batch)
@@ -190,7 +190,7 @@ class Scheduler:
             if not preempted:
                 if self.swapped:
                     budget = self._swap_in(decodes, prefills, budget, batch)
-                if not self.swapped and self.waiting and budget > 0:
+                if self.waiting and budget > 0 and (not self.swapped or self.policy.preemptive):
                     budget = self._admit(prefills, budget, now_s, chunked=True)
 
         entries = prefills + decodes
@@ -258,8 +258,13 @@ class Scheduler:
         bm = self.block_manager
         cfg = self.config
         admitted = []
+        # Swapped sequences resume before new admissions, except that a preemptive policy
+        # admits waiting sequences ranked above every swapped one.
+        key_bound = min((self.policy.key(s, self.view) for s in self.swapped), default=None)
         for seq in self.policy.order_waiting(self.waiting, self.view):
             if len(self.running) >= cfg.max_num_seqs or budget <= 0:
+                break
+            if key_bound is not None and not self.policy.key(seq, self.view) < key_bound:
                 break
             hits = bm.find_cached_prefix(seq)
             hit_tokens = len(hits) * bm.block_size
@@ -302,6 +307,8 @@ class Scheduler:
         order = sorted(self.swapped, key=lambda s: self.policy.key(s, self.view))
         back = []
         for seq in order:
+            if seq in batch.swapped_out:
+                continue    # never undo this step's own swap-out
             if len(self.running) >= self.config.max_num_seqs or budget <= 0:
                 break
             n = len(seq.token_ids) - seq.num_computed_tokens

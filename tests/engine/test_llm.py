@@ -145,15 +145,15 @@ def test_seeded_sampling_reproducible_across_batches(ckpt):
 
 def test_bad_requests_fail_before_any_work(ckpt, tmp_path):
     path, _ = ckpt
-    llm = LLM(path, num_kvcache_blocks=4, max_model_len=64)
+    llm = LLM(path, num_kvcache_blocks=3, max_model_len=64)
     good, long = [1, 2, 3], list(range(65))
     with pytest.raises(ValueError, match="prompt has 65 tokens, more than max_model_len=64"):
         llm.generate([good, long], SamplingParams(max_tokens=2), use_tqdm=False)
     assert not llm.has_unfinished()
     with pytest.raises(ValueError, match="lower max_tokens to <= 61"):
         llm.add_request(good, SamplingParams(max_tokens=62))
-    with pytest.raises(ValueError, match="needs 5 KV blocks.*has only 4"):
-        llm.add_request(list(range(60)), SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="needs 4 KV blocks.*has only 3"):
+        llm.add_request(list(range(45)), SamplingParams(max_tokens=4))
     with pytest.raises(ValueError, match="has no tokenizer"):
         llm.add_request("hello")
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 512\)"):
