@@ -467,7 +467,7 @@ class Scheduler:
             seq.token_ids.extend([token_of(seq)] * k)
             bm.allocate(seq, k)
             seq.num_computed_tokens += k
-            if seq.num_computed_tokens // bs > seq.num_registered_blocks:
+            if bm.enable_prefix_caching and seq.num_computed_tokens // bs > seq.num_registered_blocks:
                 bm.register_computed_blocks(seq)
             seq.last_token_time_s = last
             if seq.token_times_s is not None:
@@ -480,16 +480,14 @@ class Scheduler:
         """Advance computed counts, append sampled tokens, finish sequences; returns the finished ones."""
         bm = self.block_manager
         bs = bm.block_size
+        caching = bm.enable_prefix_caching
         finished = []
-        seqs = batch.seqs
-        for i in range(len(seqs)):
-            seq = seqs[i]
-            seq.num_computed_tokens = ctx = batch.context_lens[i]
-            if ctx // bs > seq.num_registered_blocks:
+        for seq, ctx, token in zip(batch.seqs, batch.context_lens, token_ids):
+            seq.num_computed_tokens = ctx
+            if caching and ctx // bs > seq.num_registered_blocks:
                 bm.register_computed_blocks(seq)
             if ctx != len(seq.token_ids):
                 continue   # an intermediate prefill chunk: nothing sampled
-            token = token_ids[i]
             seq.token_ids.append(token)
             if seq.first_token_time_s is None:
                 seq.first_token_time_s = now_s
