@@ -76,6 +76,10 @@ def cuda_time_ms(fn: Callable[[], object], warmup: int, iters: int) -> float:
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    t_end = time.perf_counter() + 0.2          # keep calling for 200 ms so clocks settle before timing
+    while time.perf_counter() < t_end:
+        fn()
+        torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):
@@ -243,18 +247,18 @@ def time_decode(B: int, L: int, hq: int, hkv: int, bs: int, warmup: int, iters: 
     res["triton_vs_sdpa"] = res["sdpa_ms"] / res["triton_ms"]
     if sweep:
         variants = []
-        for block_n in (32, 64, 128):
-            for warps in (4, 8):
-                for stages in (2, 3):
-                    try:
-                        ms = cuda_time_ms(lambda: paged_decode_attention(
-                            q, k_cache, v_cache, lens, tables, scale, out=out, block_n=block_n,
-                            num_warps=warps, num_stages=stages), warmup, iters)
-                        variants.append({"block_n": block_n, "num_warps": warps, "num_stages": stages,
-                                         "ms": ms, "gbps": kv_bytes / ms / 1e6})
-                    except Exception as e:  # noqa: BLE001
-                        variants.append({"block_n": block_n, "num_warps": warps, "num_stages": stages,
-                                         "error": repr(e)})
+        auto = res["num_splits"]
+        for block_n, warps, stages, splits in [(b, w, st, sp) for b in (32, 64, 128) for w in (4, 8) for st in (2, 3)
+                                               for sp in (None,)] + [(64, 4, st, sp) for st in (2, 3)
+                                                                    for sp in (1, 2 * auto, 4 * auto)]:
+            cfg = {"block_n": block_n, "num_warps": warps, "num_stages": stages, "num_splits": splits}
+            try:
+                ms = cuda_time_ms(lambda: paged_decode_attention(
+                    q, k_cache, v_cache, lens, tables, scale, out=out, block_n=block_n, num_warps=warps,
+                    num_stages=stages, num_splits=splits), warmup, iters)
+                variants.append({**cfg, "ms": ms, "gbps": kv_bytes / ms / 1e6})
+            except Exception as e:  # noqa: BLE001
+                variants.append({**cfg, "error": repr(e)})
         res["sweep"] = variants
     return res
 
@@ -297,7 +301,8 @@ def time_prefill(new: list[int], ctx: list[int], hq: int, hkv: int, bs: int, war
     if sweep:
         variants = []
         for block_m, block_n, warps, stages in [(64, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3),
-                                                (128, 32, 4, 3), (128, 128, 8, 2), (64, 32, 4, 3)]:
+                                                (128, 32, 4, 3), (128, 128, 8, 2), (64, 32, 4, 3),
+                                                (64, 64, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2), (32, 64, 4, 2)]:
             try:
                 ms = cuda_time_ms(lambda: triton_call(block_m=block_m, block_n=block_n, num_warps=warps,
                                                       num_stages=stages), warmup, iters)

@@ -63,7 +63,7 @@ class WorkloadBound:
 
 
 def _as_arrays(requests: Iterable[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.asarray(list(requests), dtype=np.int64)
+    arr = np.asarray(requests if isinstance(requests, np.ndarray) else list(requests), dtype=np.int64)
     if arr.ndim != 2 or arr.shape[1] != 2 or len(arr) == 0:
         raise ValueError("requests must be a non-empty list of (prompt_len, output_len) pairs")
     p, o = arr[:, 0], arr[:, 1]

@@ -1,147 +1,349 @@
 """Discrete-event simulation of serving replicas: the engine's scheduler, a cost model's clock.
 
-One SimPy process hands requests (engine.sequence.Sequence) to a replica's
-scheduler at their arrival times; one process per replica loops
+Each replica is one SimPy process that loops
 
-    batch = scheduler.schedule(now)           # the engine's own scheduler and block manager
-    yield env.timeout(cost_model.step_time_s(batch))
+    pull the requests that have arrived by now (arrival_time_s <= now) into the scheduler
+    batch = scheduler.schedule(now)             # the engine's own scheduler and block manager
+    wait cost_model.step_time_s(batch) seconds
     scheduler.postprocess(batch, dummy tokens, now)
 
-Tokens are emitted at the end of the step that produced them, as in the engine.
-Every request runs to its `max_tokens` (the sampled ids are a dummy token, so
-requests must set `ignore_eos=True` or have no eos id). An idle replica waits on
-an event the arrival process triggers; it never polls. Work per step is the
-scheduler's plus one cost-model call and one SimPy event.
+so a request arriving at time t is seen by the first step that starts at a time
+>= t (a step starting exactly at t sees it). Tokens are emitted at the end of the
+step that produced them, as in the engine; every request runs to its max_tokens
+with the per-request dummy token of sim.arrivals. An idle replica sleeps until
+its next arrival; it never polls.
+
+Decode fast path (exact). Before scheduling, the replica asks the scheduler for
+`k = decode_horizon(limit)`: the number of upcoming steps that are certain to be
+pure decode steps of exactly the current running set if no request arrives.
+Their durations come from `cost_model.decode_step_times_s` (the same numbers
+step_time_s gives those batches), their end times are accumulated from `now`
+in the same order the step-by-step path adds them, and k is cut so that no
+arrival could have changed them:
+  * routers that ignore replica state (round_robin, or one replica): requests
+    are routed ahead of time and every step in the horizon must START strictly
+    before the replica's own next arrival;
+  * routers that read replica state: every step must END strictly before the
+    next arrival anywhere, so each routing decision sees every replica exactly
+    as stepping one at a time would (mid-step, with the straddling step
+    scheduled by the ordinary path).
+The k steps are then applied at once (`advance_decodes`), recorded in bulk
+(`Recorder.on_steps_bulk`) and waited for with a single event.
+
+Routing happens at the arrival time; at equal times all arrivals are routed
+before any replica ends or starts a step (arrival events have SimPy's URGENT
+priority). Events are scheduled at absolute times, the replica's own sums of
+step durations, so both paths produce bit-identical clocks.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence as Seq
+import math
+import time
+from heapq import heappush
 
+import numpy as np
 import simpy
+from simpy.events import NORMAL, URGENT, Event
 
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence
-from sim.cost_model.base import CostModel
+from engine.recorder import Recorder
+from sim.arrivals import Arrivals, dummy_token_id, token_of
+from sim.replica import Replica
+from sim.result import SimResult
+from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
 
-DUMMY_TOKEN_ID = 0
-
-
-class Replica:
-    """One serving instance: a scheduler (with its KV cache), a cost model and an optional recorder."""
-
-    def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0):
-        self.scheduler = scheduler
-        self.cost_model = cost_model
-        self.recorder = recorder            # engine.recorder.Recorder or None
-        self.index = index
-        self.wakeup: simpy.Event | None = None   # set while idle; triggered by the next arrival
-        self.num_steps = 0
-        self.busy_s = 0.0                   # simulated seconds spent executing steps
-
-    def notify(self) -> None:
-        w = self.wakeup
-        if w is not None and not w.triggered:
-            w.succeed()
+INF = math.inf
 
 
-def round_robin() -> Callable[[Sequence, list[Replica]], int]:
-    """Default router: replicas in turn (state lives in the closure, one per simulation)."""
-    state = {"next": -1}
+class _At(Event):
+    """An event at an absolute simulated time (a Timeout adds a delay to `now`, which can round
+    differently from the replica's own running sum of step durations)."""
 
-    def route(seq: Sequence, replicas: list[Replica]) -> int:
-        state["next"] = (state["next"] + 1) % len(replicas)
-        return state["next"]
-    return route
+    def __init__(self, env: simpy.Environment, at_s: float, priority=NORMAL):
+        if at_s < env._now:
+            raise RuntimeError(f"event at t={at_s!r} is in the past (now {env._now!r})")
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._ok = True
+        heappush(env._queue, (at_s, priority, next(env._eid), self))
 
 
 class Simulator:
-    def __init__(self, replicas: Replica | list[Replica],
-                 router: Callable[[Sequence, list[Replica]], int] | None = None):
+    """Runs replicas behind a router over a workload, once.
+
+    replicas: a Replica or a list of them. router: a sim.router.Router, a router name, or None
+    (round_robin). fast_path=False forces one scheduler step per event (the reference the fast
+    path is tested against). record: give each replica without a recorder an engine Recorder.
+    vocab_size, prompt_seed: for prompt ids of RequestSpecs (experiments.workloads.prompt_token_ids).
+    keep_finished: keep finished/rejected Sequences in .finished/.rejected (default: only when
+    every request came as a prebuilt Sequence; a million-request run should not).
+    """
+
+    def __init__(self, replicas: Replica | list[Replica], router: Router | str | None = None, *,
+                 fast_path: bool = True, record: bool = True, vocab_size: int = 151936, prompt_seed: int = 0,
+                 max_fast_steps: int = 1 << 16, keep_finished: bool | None = None):
         self.replicas = [replicas] if isinstance(replicas, Replica) else list(replicas)
         if not self.replicas:
             raise ValueError("Simulator needs at least one Replica")
+        if len({id(r.scheduler) for r in self.replicas}) != len(self.replicas):
+            raise ValueError("each Replica needs its own Scheduler (and KV cache)")
+        if router is None:
+            router = RoundRobinRouter()
+        elif isinstance(router, str):
+            router = get_router(router)
+        elif not isinstance(router, Router):
+            raise TypeError(f"router must be a sim.router.Router or a router name, got {type(router).__name__}")
+        if max_fast_steps < 1:
+            raise ValueError(f"max_fast_steps must be >= 1, got {max_fast_steps}")
         for i, r in enumerate(self.replicas):
             r.index = i
-        self.router = router or round_robin()
+            if record and r.recorder is None:
+                r.recorder = Recorder(replica=i)
+        self.router = router
+        self.views = [ReplicaView(r) for r in self.replicas]
+        self.fast_path = fast_path
+        self.vocab_size = vocab_size
+        self.prompt_seed = prompt_seed
+        self.max_fast_steps = int(max_fast_steps)
+        self.keep_finished = keep_finished
         self.env = simpy.Environment()
-        self.finished: list[Sequence] = []
-        self.rejected: list[Sequence] = []
+        # One replica, or a router blind to replica state: route ahead, bound horizons per replica.
+        self._prerouted = len(self.replicas) == 1 or not router.reads_replica_state
+        self._track_load = not self._prerouted
+        self._keep = False
+        self._src = None                     # iterator over the run's requests (specs or Sequences)
+        self._arrivals: Arrivals | None = None
+        self._next_arrival_s = INF           # next arrival not routed yet (state-reading routers)
         self._arrivals_done = False
+        self._int_ids = True                 # every id so far a non-negative int: inline dummy tokens
         self._started = False
+        self.finished: list = []
+        self.rejected: list = []
+        self.num_requests = 0
+        self.num_finished = 0
+        self.num_rejected = 0
 
-    # -- processes -------------------------------------------------------------------
-    def _arrivals(self, seqs: Seq[Sequence]):
-        env, replicas, route = self.env, self.replicas, self.router
-        timeout = env.timeout
-        for seq in seqs:
-            delay = seq.arrival_time_s - env.now
-            if delay > 0:
-                yield timeout(delay)
-            r = replicas[route(seq, replicas)] if len(replicas) > 1 else replicas[0]
-            if r.scheduler.add(seq):
-                r.notify()
-            else:
-                self.rejected.append(seq)
-                if r.recorder is not None:
-                    r.recorder.on_finish(seq)
+    # -- arrivals and routing ---------------------------------------------------------
+    def _materialize(self, item):
+        seq = self._arrivals.materialize(item)
+        rid = seq.request_id
+        if type(rid) is not int or rid < 0:
+            self._int_ids = False
+        self.num_requests += 1
+        return seq
+
+    def _route(self, seq) -> Replica:
+        if len(self.replicas) == 1:
+            return self.replicas[0]
+        i = self.router.route(seq, self.views)
+        if type(i) is not int or not 0 <= i < len(self.replicas):
+            raise ValueError(f"router {self.router.name!r} returned {i!r} for request {seq.request_id!r}; "
+                             f"it must return an int in [0, {len(self.replicas)})")
+        r = self.replicas[i]
+        if self._track_load:
+            r.outstanding_tokens += seq.num_prompt_tokens + seq.max_output_tokens
+        return r
+
+    def _fill(self, r: Replica) -> None:
+        """Pre-routed mode: route requests ahead until r knows its next arrival (or none are left)."""
+        src = self._src
+        while not r.inbox and src is not None:
+            item = next(src, None)
+            if item is None:
+                self._src = None
+                return
+            seq = self._materialize(item)
+            self._route(seq).inbox.append(seq)
+
+    def _arrival_process(self):
+        env = self.env
+        for item in self._src:
+            t = item.arrival_time_s
+            self._next_arrival_s = t
+            if t > env.now:
+                yield _At(env, t, URGENT)
+            seq = self._materialize(item)
+            r = self._route(seq)
+            r.inbox.append(seq)
+            r.notify()
+        self._next_arrival_s = INF
         self._arrivals_done = True
-        for r in replicas:
-            r.notify()          # let idle replicas see that no more work comes
+        for r in self.replicas:
+            r.notify()
 
+    def _reject(self, r: Replica, seq) -> None:
+        self.num_rejected += 1
+        if self._keep:
+            self.rejected.append(seq)
+        if r.recorder is not None:
+            r.recorder.on_finish(seq)
+        if self._track_load:
+            r.outstanding_tokens -= seq.num_prompt_tokens + seq.max_output_tokens
+
+    def _wait_for_arrival(self, r: Replica, why: str):
+        """Event for r's next arrival, or None when no more requests can reach r."""
+        if self._prerouted:
+            if not r.inbox:
+                self._fill(r)
+            return _At(self.env, r.inbox[0].arrival_time_s) if r.inbox else None
+        if self._arrivals_done and not r.inbox:
+            return None
+        r.wakeup = self.env.event()
+        return r.wakeup
+
+    # -- one replica -----------------------------------------------------------------------
     def _replica_loop(self, r: Replica):
         env, sched, cm, rec = self.env, r.scheduler, r.cost_model, r.recorder
         bm = sched.block_manager
-        finished = self.finished
+        inbox = r.inbox
+        prerouted, track = self._prerouted, self._track_load
+        fast = self.fast_path and sched.policy.fast_forward_ok
+        max_fast = self.max_fast_steps
+        t = env.now
         while True:
-            if not sched.has_unfinished():
-                if self._arrivals_done:
+            # Pull every request that has arrived by t (a step starting at t sees arrivals at t).
+            while True:
+                if not inbox:
+                    if not prerouted:
+                        break
+                    self._fill(r)
+                    if not inbox:
+                        break
+                if inbox[0].arrival_time_s > t:
+                    break
+                seq = inbox.popleft()
+                if not sched.add(seq):
+                    self._reject(r, seq)
+            if not (sched.running or sched.waiting or sched.swapped):
+                ev = self._wait_for_arrival(r, "idle")
+                if ev is None:
                     return
-                r.wakeup = env.event()
-                yield r.wakeup
+                yield ev
                 r.wakeup = None
+                t = env.now
                 continue
-            start = env.now
-            batch = sched.schedule(start)
-            if batch.is_empty:
-                # Unfinished work but nothing runnable now (a policy holding requests back): only an
+
+            if fast and sched.running:
+                t_next = (inbox[0].arrival_time_s if inbox else INF) if prerouted else self._next_arrival_s
+                if t_next - t > r.last_decode_s:
+                    k = sched.decode_horizon(max_fast)
+                    if k:
+                        t_end = self._fast_forward(r, t, k, t_next)
+                        if t_end is not None:
+                            yield _At(env, t_end)
+                            t = t_end
+                            continue
+
+            batch = sched.schedule(t)
+            seqs = batch.seqs
+            if not seqs and not batch.swap_in and not batch.swap_out:
+                # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
-                if self._arrivals_done:
-                    raise RuntimeError(f"replica {r.index} stalled at t={start:.6f}s: {sched.num_unfinished} "
+                ev = self._wait_for_arrival(r, "stalled")
+                if ev is None:
+                    raise RuntimeError(f"replica {r.index} stalled at t={t:.6f}s: {sched.num_unfinished} "
                                        f"unfinished requests, nothing schedulable, no arrivals left")
-                r.wakeup = env.event()
-                yield r.wakeup
+                yield ev
                 r.wakeup = None
+                t = env.now
                 continue
-            duration = cm.step_time_s(batch)
-            yield env.timeout(duration)
-            end = env.now
-            done = sched.postprocess(batch, [DUMMY_TOKEN_ID] * len(batch.seqs), end)
-            r.num_steps += 1
-            r.busy_s += duration
+            dur = cm.step_time_s(batch)
+            npf = batch.num_prefill_seqs
             if rec is not None:
-                rec.on_step(start, duration, batch, bm.num_used_blocks, bm.num_free_blocks,
-                            bm.num_cached_free_blocks)
-                for seq in done:
-                    rec.on_finish(seq)
+                rec.on_step(t, dur, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+            if npf == 0 and seqs:
+                r.last_decode_s = dur
+            r.num_steps += 1
+            r.busy_s += dur
+            end = t + dur
+            yield _At(env, end)
+            if track:
+                r.outstanding_tokens -= self._emitted_load(batch)
+            if self._int_ids:
+                tokens = [-1 - s.request_id for s in seqs]
+            else:
+                tokens = [dummy_token_id(s.request_id) for s in seqs]
+            done = sched.postprocess(batch, tokens, end)
+            t = end
             if done:
-                finished.extend(done)
+                self.num_finished += len(done)
+                if rec is not None:
+                    for seq in done:
+                        rec.on_finish(seq)
+                if self._keep:
+                    self.finished.extend(done)
+
+    def _fast_forward(self, r: Replica, t: float, k: int, t_next: float) -> float | None:
+        """Apply up to k pure-decode steps starting at t; returns the end time, or None if the next
+        arrival leaves none to take."""
+        sched = r.scheduler
+        bm = sched.block_manager
+        running = sched.running
+        n = len(running)
+        s0 = sum([len(s.token_ids) for s in running])       # decode_context_sum of the first step
+        durs = r.cost_model.decode_step_times_s(n, s0, k)    # [k] seconds
+        ends = np.cumsum(np.concatenate(((t,), durs)))[1:]   # [k] same additions as the step path
+        if t_next != INF:
+            if self._prerouted:      # steps must start before the replica's next arrival
+                k = 1 + int(np.searchsorted(ends[:k - 1], t_next, "left"))
+            else:                    # steps must end before any arrival (routing reads the state)
+                k = int(np.searchsorted(ends, t_next, "left"))
+                if k == 0:
+                    r.last_decode_s = float(durs[0])
+                    return None
+        ends = ends[:k]
+        durs = durs[:k]
+        free0, cached0, used0 = len(bm.free_ids), bm.num_cached_free_blocks, bm.num_used_blocks
+        used = sched.advance_decodes(k, ends, token_of)      # [k] blocks in use after each step's allocation
+        rec = r.recorder
+        if rec is not None:
+            starts = np.empty(k)
+            starts[0] = t
+            starts[1:] = ends[:-1]
+            # allocation takes plain free blocks first, then evicts cached-free ones
+            rec.on_steps_bulk(starts, durs, n, s0 + n * np.arange(k, dtype=np.int64), used, bm.num_blocks - used,
+                              cached0 - np.maximum(0, used - used0 - free0))
+        if self._track_load:
+            r.outstanding_tokens -= k * n
+        r.num_steps += k
+        r.num_fast_steps += k
+        r.num_fast_calls += 1
+        r.busy_s += float(durs.sum())
+        r.last_decode_s = float(durs[-1])
+        return float(ends[-1])
+
+    @staticmethod
+    def _emitted_load(batch) -> int:
+        """Outstanding tokens a finished step retires: each emitted token, plus the prompt of each
+        request that emitted its first token. Call before postprocess."""
+        seqs, ctx = batch.seqs, batch.context_lens
+        npf = batch.num_prefill_seqs
+        out = len(seqs) - npf
+        for j in range(npf):
+            s = seqs[j]
+            if ctx[j] == len(s.token_ids):
+                out += 1 if s.first_token_time_s is not None else 1 + s.num_prompt_tokens
+        return out
 
     # -- entry point -------------------------------------------------------------------
-    def run(self, requests: Iterable[Sequence], until: float | None = None) -> float:
-        """Simulate `requests` (any order; sorted by arrival here); returns the simulated end time in s."""
+    def run(self, requests, until: float | None = None) -> SimResult:
+        """Simulate `requests`: a Workload, or RequestSpecs and/or Sequences in any order."""
         if self._started:
             raise RuntimeError("a Simulator runs once; build a new one (with fresh schedulers) for another run")
         self._started = True
-        seqs = sorted(requests, key=lambda s: s.arrival_time_s)
-        for seq in seqs:
-            if not seq.sampling_params.ignore_eos and seq.eos_token_id == DUMMY_TOKEN_ID:
-                raise ValueError(f"request {seq.request_id!r}: the simulator samples token {DUMMY_TOKEN_ID}, which is "
-                                 f"its eos_token_id; set SamplingParams(ignore_eos=True)")
-            if seq.arrival_time_s < 0:
-                raise ValueError(f"request {seq.request_id!r}: arrival_time_s must be >= 0, got {seq.arrival_time_s}")
+        wall0 = time.perf_counter()
+        self._arrivals = Arrivals(requests, self.vocab_size, self.prompt_seed)
+        self._keep = self._arrivals.all_sequences if self.keep_finished is None else self.keep_finished
+        self._src = iter(self._arrivals)
+        self.router.reset(self.views)
         env = self.env
-        env.process(self._arrivals(seqs))
+        if not self._prerouted:
+            env.process(self._arrival_process())
         for r in self.replicas:
             env.process(self._replica_loop(r))
         env.run(until=until)
-        return env.now
+        reps = self.replicas
+        return SimResult(end_time_s=env.now, num_requests=self.num_requests, num_finished=self.num_finished,
+                         num_rejected=self.num_rejected, num_steps=sum(r.num_steps for r in reps),
+                         num_fast_steps=sum(r.num_fast_steps for r in reps), busy_s=[r.busy_s for r in reps],
+                         wall_s=time.perf_counter() - wall0, replicas=reps)

@@ -87,11 +87,12 @@ def _prefill_kernel(
 
 def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seqlens_q: Tensor,
                             cu_seqlens_k: Tensor, block_tables: Tensor, max_seqlen_q: int, scale: float,
-                            out: Tensor | None = None, block_m: int = 128, block_n: int = 64,
-                            num_warps: int = 8, num_stages: int = 2) -> Tensor:
+                            out: Tensor | None = None, block_m: int = 64, block_n: int = 64,
+                            num_warps: int = 4, num_stages: int = 2) -> Tensor:
     """q [num_prefill_tokens, Hq, D]; caches [num_blocks, bs, Hkv, D] already holding the new keys;
     cu_seqlens_q / cu_seqlens_k [num_seqs + 1] int32; block_tables [num_seqs, max_blocks] int32
-    -> out [num_prefill_tokens, Hq, D] in q's dtype."""
+    -> out [num_prefill_tokens, Hq, D] in q's dtype. Default tiles: the fastest of a sweep on an H200
+    (bf16, head_dim 128, 16q/8kv and 32q/8kv): block_m 64, block_n 64, 4 warps, 2 stages."""
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     num_seqs = cu_seqlens_q.shape[0] - 1

@@ -66,7 +66,7 @@ def test_dense_reference_is_sensitive_to_the_cached_prefix():
 
 
 def test_triton_backend_larger_gqa_group_with_default_tiles():
-    """The backend's default tile sizes (block_m 128, block_n 64) on a GQA ratio of 4."""
+    """The backend's default tile sizes (block_m 64, block_n 64) on a GQA ratio of 4."""
     c = make_paged_case([9, 1, 1], [20, 40, 3], 1, 8, 2, 32, 16, seed=3)
     out, k_cache, v_cache = _run("triton", c)
     torch.testing.assert_close(out, dense_attention(c), atol=2e-5, rtol=1e-4)

@@ -169,3 +169,33 @@ def test_bad_requests_fail_before_any_work(ckpt, tmp_path):
 def test_cuda_requested_without_cuda(ckpt):
     with pytest.raises(RuntimeError, match="CUDA is not available.*device='cpu'"):
         LLM(ckpt[0], device="cuda", num_kvcache_blocks=4)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("backend,eager", [("torch", True), ("triton", True), ("triton", False)])
+def test_cuda_greedy_matches_transformers_with_swap(ckpt, backend, eager):
+    """float32 on the GPU, decode through CUDA graphs (padded to the graph sizes 1, 2, 4, 8) or eagerly,
+    with preemption by swap through the pinned host swap space."""
+    path, ref = ckpt
+    llm = LLM(path, device="cuda", dtype="float32", attention_backend=backend, enforce_eager=eager,
+              policy=SwapVLLM(), num_kvcache_blocks=10, num_cpu_blocks=40, max_model_len=64, max_num_seqs=8)
+    assert bool(llm.runner.graphs) == (not eager)
+    outs = _check(llm, ref, _prompts(5, [20, 30, 25, 12, 28, 17]), [20] * 6)
+    assert sum(o.num_swaps for o in outs) > 0
+    outs = _check(llm, ref, _prompts(0, [5, 40, 17]), [12, 7, 20])      # 3 decodes run in the graph of 4
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_kv_cache_sized_from_memory_utilization(ckpt):
+    path, ref = ckpt
+    llm = LLM(path, device="cuda", dtype="float32", gpu_memory_utilization=0.05, max_model_len=128,
+              max_num_seqs=16)
+    free, total = torch.cuda.mem_get_info()
+    assert llm.runner.num_kvcache_blocks * llm.runner.block_bytes <= 0.05 * total
+    assert llm.runner.num_kvcache_blocks > 1000
+    _check(llm, ref, _prompts(3, [50, 7, 23, 2]), [8, 12, 6, 10])

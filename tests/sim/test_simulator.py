@@ -35,9 +35,9 @@ def test_single_request_timeline():
     sched = CountingScheduler(SchedulerConfig(num_kvcache_blocks=64, max_model_len=4096,
                                               max_num_batched_tokens=4096))
     rec = Recorder()
-    sim = Simulator(Replica(sched, cm, rec))
+    sim = Simulator(Replica(sched, cm, rec), fast_path=False)
     seq = req(0, 10, 5, arrival=100.0)
-    end = sim.run([seq])
+    end = sim.run([seq]).end_time_s
     # Idle until t=100 (no polling), prefill [100,101] -> token 1; 4 decodes -> finish at 105.
     assert end == 105.0
     assert (seq.first_token_time_s, seq.finish_time_s, seq.num_output_tokens) == (101.0, 105.0, 5)
@@ -55,7 +55,7 @@ def test_two_requests_hand_timeline():
     #   [3,4] prefill B (B tok1)  [4,5] decode A,B (A tok4, B tok2: B done)  [5,6] decode A (tok5: A done)
     a, b = req(0, 10, 5, 0.0), req(1, 10, 2, 2.5)
     sim = Simulator(replica(ConstantCostModel(step_s=1.0)))
-    assert sim.run([b, a]) == 6.0
+    assert sim.run([b, a]).end_time_s == 6.0
     assert (a.first_token_time_s, a.finish_time_s) == (1.0, 6.0)
     assert (b.first_token_time_s, b.finish_time_s) == (4.0, 5.0)
     assert [s.request_id for s in sim.finished] == [1, 0]
@@ -74,7 +74,7 @@ def test_replicas_round_robin_and_rejection():
     reps = [replica(ConstantCostModel(step_s=1.0)) for _ in range(2)]
     sim = Simulator(reps)
     seqs = [req(i, 10, 3) for i in range(2)] + [req(9, 5000, 3)]    # the last exceeds max_model_len
-    assert sim.run(seqs) == 3.0                  # each replica serves one request alone
+    assert sim.run(seqs).end_time_s == 3.0                  # each replica serves one request alone
     assert all(s.finish_time_s == 3.0 for s in seqs[:2])
     assert [s.request_id for s in sim.rejected] == [9] and "max_model_len" in seqs[2].reject_reason
     assert [r.num_steps for r in reps] == [3, 3]
@@ -92,7 +92,7 @@ def test_roofline_sim_respects_the_lower_bound():
     seqs = [req(i, p, o) for i, (p, o) in enumerate(lens)]
     cm = RooflineCostModel("Qwen3-0.6B", "H200")
     rep = replica(cm, blocks=4096)
-    end = Simulator(rep).run(seqs)
+    end = Simulator(rep).run(seqs).end_time_s
     bound = workload_lower_bound(lens, "Qwen3-0.6B", "H200")
     assert all(s.num_output_tokens == o for s, (_, o) in zip(seqs, lens))
     # The simulated schedule is one feasible schedule priced by the same model: never below the bound,

@@ -20,7 +20,7 @@ from engine.layers.attention_metadata import AttentionMetadata
 @dataclass
 class TritonAttentionBackend:
     name: str = "triton"
-    prefill_block_m: int = 128      # query rows (tokens x GQA group) per prefill program
+    prefill_block_m: int = 64       # query rows (tokens x GQA group) per prefill program
     prefill_block_n: int = 64       # keys per prefill tile
     decode_block_n: int = 64        # keys per decode tile
     decode_num_splits: int | None = None   # None: chosen from the block-table width and the batch

@@ -1,0 +1,189 @@
+"""Offline engine throughput, nano-vllm's benchmark: Qwen3-0.6B architecture, random weights.
+
+256 requests with prompt and output lengths uniform in [100, 1024] (seeded), ignore_eos, all
+submitted at once; reports output tokens/s over the whole run. In the same run, transformers'
+generate with static batches of 64 on the same checkpoint is the baseline (its tokens/s counts
+each request's own output length; tokens a static batch generates past that are waste).
+
+    python benchmarks/engine_throughput.py --out benchmarks/results/engine_throughput_h200.json
+    python benchmarks/engine_throughput.py --hf-requests 64          # shorter baseline
+    python benchmarks/engine_throughput.py --preset tiny --device cpu --num-requests 4 --max-len 32  # smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# Published Qwen3-0.6B config (huggingface.co/Qwen/Qwen3-0.6B/blob/main/config.json).
+QWEN3_0P6B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
+                  rope_theta=1_000_000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=512, tie_word_embeddings=False, rope_theta=10000.0,
+            max_position_embeddings=4096, rms_norm_eps=1e-6)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=["qwen3-0.6b", "tiny"], default="qwen3-0.6b", help="model architecture")
+    p.add_argument("--num-requests", type=int, default=256)
+    p.add_argument("--min-len", type=int, default=100, help="min prompt and output length (tokens)")
+    p.add_argument("--max-len", type=int, default=1024, help="max prompt and output length (tokens)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--attention-backend", default="auto")
+    p.add_argument("--max-num-seqs", type=int, default=512)
+    p.add_argument("--max-num-batched-tokens", type=int, default=16384)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--hf-requests", type=int, default=None,
+                   help="requests for the transformers baseline (default: all; 0 skips it)")
+    p.add_argument("--hf-batch-size", type=int, default=64)
+    p.add_argument("--out", type=Path, default=None, help="JSON result file")
+    return p.parse_args(argv)
+
+
+def make_checkpoint(preset: str, path: Path, device: str, dtype) -> None:
+    """Random-weight checkpoint of the preset architecture (default init, std 0.02), saved as safetensors."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    fields = dict(QWEN3_0P6B if preset == "qwen3-0.6b" else TINY)
+    cfg = Qwen3Config(**fields, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg.architectures = ["Qwen3ForCausalLM"]
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(cfg).to(dtype)
+    model.save_pretrained(str(path), safe_serialization=True)
+
+
+def make_workload(n: int, lo: int, hi: int, vocab: int, seed: int):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    prompt_lens = rng.integers(lo, hi + 1, n)
+    output_lens = rng.integers(lo, hi + 1, n)
+    prompts = [rng.integers(0, min(vocab, 10000), int(k)).tolist() for k in prompt_lens]
+    return prompts, [int(o) for o in output_lens]
+
+
+def run_engine(path: Path, args, prompts, output_lens) -> dict:
+    import torch
+    from engine.llm import LLM
+    from engine.sequence import SamplingParams
+
+    max_model_len = 2 * args.max_len
+    llm = LLM(path, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
+              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=max(args.max_num_batched_tokens, max_model_len),
+              max_model_len=max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+              enforce_eager=args.enforce_eager)
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)        # warm-up
+    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in output_lens]
+    sync = torch.cuda.synchronize if llm.runner.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    sync()
+    elapsed = time.perf_counter() - t0
+    produced = sum(len(o.token_ids) for o in outs)
+    assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
+    return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced,
+                num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
+                cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."))
+
+
+def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
+    """transformers generate, static batches (left padded), each batch run to its longest output."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(args.device).eval()
+    n = len(prompts) if args.hf_requests is None else min(args.hf_requests, len(prompts))
+    useful = 0
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for s in range(0, n, args.hf_batch_size):
+        ps, os_ = prompts[s:s + args.hf_batch_size], output_lens[s:s + args.hf_batch_size]
+        width = max(map(len, ps))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in ps], device=args.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps], device=args.device)
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, max_new_tokens=max(os_), min_new_tokens=max(os_),
+                           do_sample=True, temperature=0.6, top_k=0, top_p=1.0, pad_token_id=0, eos_token_id=None)
+        useful += sum(os_)
+    sync()
+    elapsed = time.perf_counter() - t0
+    return dict(baseline_hf_tokens_per_s=useful / elapsed, baseline_hf_requests=n, baseline_hf_elapsed_s=elapsed)
+
+
+def roofline_tokens_per_s(prompts, output_lens, preset: str) -> float | None:
+    """Hook: the simulator's roofline lower bound for this workload on an H200, as output tokens/s."""
+    if preset != "qwen3-0.6b":
+        return None
+    try:
+        from sim.lower_bound import workload_lower_bound
+        bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, output_lens)], "Qwen3-0.6B", "H200")
+        return float(bound.output_tokens / bound.time_s)
+    except Exception as exc:       # the simulator is optional for this benchmark
+        print(f"roofline bound unavailable: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+def environment(device: str) -> dict:
+    import torch
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):      # no git where it runs: let the caller say
+        commit = os.environ.get("SERVELAB_COMMIT")
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else None
+    return dict(gpu=gpu, torch=torch.__version__, triton=triton_version, commit=commit,
+                command="python " + " ".join(shlex.quote(a) for a in sys.argv))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("this benchmark needs a CUDA GPU (or pass --preset tiny --device cpu for a smoke run)")
+    vocab = (QWEN3_0P6B if args.preset == "qwen3-0.6b" else TINY)["vocab_size"]
+    prompts, output_lens = make_workload(args.num_requests, args.min_len, args.max_len, vocab, args.seed)
+    result = dict(preset=args.preset, num_requests=args.num_requests, min_len=args.min_len, max_len=args.max_len,
+                  seed=args.seed, prompt_tokens=sum(map(len, prompts)))
+    with tempfile.TemporaryDirectory() as tmp:
+        make_checkpoint(args.preset, Path(tmp), args.device, getattr(torch, args.dtype))
+        result.update(run_engine(Path(tmp), args, prompts, output_lens))
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        if args.hf_requests != 0:
+            result.update(run_hf_baseline(Path(tmp), args, prompts, output_lens))
+        else:
+            result["baseline_hf_tokens_per_s"] = None
+    result["roofline_tokens_per_s"] = roofline_tokens_per_s(prompts, output_lens, args.preset)
+    result.update(environment(args.device))
+    print(json.dumps(result, indent=2))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Sim-vs-real validation on one GPU (about 8 minutes on an H200), or a CPU smoke run of the same stages.
+#
+#   benchmarks/gpu_validate.sh --trace PATH/AzureLLMInferenceTrace_conv.csv [--out DIR]
+#   benchmarks/gpu_validate.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, a minute or two
+#
+# Stages (each logs, and a failing stage never stops the next):
+#   1. a random-weight Qwen3-0.6B checkpoint (published config.json dimensions, bf16, transformers save_pretrained)
+#   2. python -m experiments.profile   (full grid of step shapes on the GPU)
+#   3. python -m experiments.calibrate (NNLS fit, held-out error)          -> profile_<tag>.json (+ the table CSV)
+#   4. python -m experiments.validate  on the Azure conversation trace, rate-scaled, a few minutes of replay,
+#      policies fcfs, vllm, vllm_swap, KV cache limited so preemption happens   -> validation_azure_conv.{json,png}
+#   5. python -m experiments.validate  on nano-vllm's benchmark: 256 requests at once, prompt and output lengths
+#      uniform in [100, 1024]                                                   -> validation_nanovllm.{json,png}
+# Outputs go to --out (default: $OUT when set, else benchmarks/results); at most 8 files, plus gpu_validate.log.
+# Knobs (environment): RATE_RPS, MAX_REQUESTS, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S.
+set -uo pipefail
+
+SMOKE=0
+TRACE=""
+OUT_DIR="${OUT:-}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --smoke) SMOKE=1; shift ;;
+    --trace) TRACE="$2"; shift 2 ;;
+    --out) OUT_DIR="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "unknown argument $1 (allowed: --smoke, --trace PATH, --out DIR)" >&2; exit 2 ;;
+  esac
+done
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+OUT_DIR="${OUT_DIR:-benchmarks/results}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_validate.XXXXXX")"
+LOG="$OUT_DIR/gpu_validate.log"
+: > "$LOG"
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python}"
+
+if [ -z "$TRACE" ]; then
+  for cand in shared/traces/AzureLLMInferenceTrace_conv.csv ../shared/traces/AzureLLMInferenceTrace_conv.csv \
+              tmp/traces/AzureLLMInferenceTrace_conv.csv; do
+    if [ -f "$cand" ]; then TRACE="$cand"; break; fi
+  done
+fi
+
+if [ "$SMOKE" = 1 ]; then
+  TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512
+  RATE_RPS="${RATE_RPS:-20}"; MAX_REQUESTS="${MAX_REQUESTS:-24}"; KV_BLOCKS="${KV_BLOCKS:-40}"
+  CPU_BLOCKS="${CPU_BLOCKS:-40}"; MAX_WALL_S="${MAX_WALL_S:-60}"
+  NANO=(--num-requests 16 --prompt-len 16:128 --output-len 8:48)
+  T_CKPT=120; T_PROFILE=120; T_CAL=60; T_AZURE=200; T_NANO=120
+else
+  TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=4096
+  # Azure conversation: ~1k-token prompts, ~200-token outputs. 6 req/s keeps the GPU busy without a runaway
+  # queue; 2048 blocks (32k tokens) of KV cache make vllm preempt and vllm_swap swap at the bursts.
+  RATE_RPS="${RATE_RPS:-6}"; MAX_REQUESTS="${MAX_REQUESTS:-300}"; KV_BLOCKS="${KV_BLOCKS:-2048}"
+  CPU_BLOCKS="${CPU_BLOCKS:-2048}"; MAX_WALL_S="${MAX_WALL_S:-100}"
+  NANO=(--num-requests 256 --prompt-len 100:1024 --output-len 100:1024)
+  T_CKPT=90; T_PROFILE=150; T_CAL=60; T_AZURE=330; T_NANO=120
+fi
+CKPT="$WORK/model"
+TABLE="$WORK/profile_$TAG.csv"
+PROFILE="$OUT_DIR/profile_$TAG.json"
+FAILED=()
+
+log() { echo "$*" | tee -a "$LOG"; }
+stage() {   # stage NAME SECONDS command...: runs under a time limit, logs, never aborts the script
+  local name="$1" limit="$2"; shift 2
+  log "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then FAILED+=("$name"); log "!!! [$name] failed (exit $rc) after $((SECONDS - t0))s"
+  else log "=== [$name] done in $((SECONDS - t0))s"; fi
+}
+
+log "gpu_validate: smoke=$SMOKE device=$DEVICE out=$OUT_DIR work=$WORK trace=${TRACE:-none}"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
+
+# 1. checkpoint ------------------------------------------------------------------------------------------
+if [ "$SMOKE" = 1 ]; then
+  stage checkpoint "$T_CKPT" "$PY" -c "
+import sys; sys.path.insert(0, '.')
+from tests.engine.tiny_model import make_tiny_qwen3
+make_tiny_qwen3('$CKPT')
+print('tiny Qwen3 checkpoint in $CKPT')"
+else
+  stage checkpoint "$T_CKPT" "$PY" -c "
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+# Qwen3-0.6B's published config.json (huggingface.co/Qwen/Qwen3-0.6B), random weights.
+cfg = Qwen3Config(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                  head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
+                  rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960, bos_token_id=151643,
+                  eos_token_id=151645, torch_dtype='bfloat16')
+torch.manual_seed(0)
+with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+model.save_pretrained('$CKPT')
+print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $CKPT')"
+fi
+
+# 2-3. profile and calibrate -----------------------------------------------------------------------------
+stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
+  --grid "$GRID" --max-model-len "$MAX_MODEL_LEN"
+stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "$TABLE" --out "$PROFILE" \
+  --hardware "$([ "$SMOKE" = 1 ] && echo cpu || echo H200)" \
+  --model "$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
+[ -f "$TABLE" ] && cp "$TABLE" "$OUT_DIR/profile_$TAG.csv"
+PROFILE_ARGS=()
+[ -f "$PROFILE" ] && PROFILE_ARGS=(--profile "$PROFILE")
+
+# 4. Azure conversation trace, three policies, limited KV cache ------------------------------------------------
+if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
+  stage validate_azure "$T_AZURE" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+    --trace "$TRACE" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" --max-model-len "$MAX_MODEL_LEN" \
+    --policies fcfs,vllm,vllm_swap --num-kvcache-blocks "$KV_BLOCKS" --num-cpu-blocks "$CPU_BLOCKS" \
+    --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name azure_conv
+else
+  FAILED+=(validate_azure); log "!!! [validate_azure] skipped: no trace file (give --trace PATH)"
+fi
+
+# 5. nano-vllm's offline benchmark: everything at once -------------------------------------------------------
+stage validate_nanovllm "$T_NANO" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+  --arrival all_at_once "${NANO[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm \
+  --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name nanovllm
+
+log "gpu_validate finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
+ls -la "$OUT_DIR" | tee -a "$LOG"
+rm -rf "$WORK"
+[ ${#FAILED[@]} -eq 0 ]

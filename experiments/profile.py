@@ -1,0 +1,268 @@
+"""Profile the engine's model runner over a grid of step shapes: the training table of `calibrated`.
+
+    python -m experiments.profile --model PATH --out table.csv [--device cuda|cpu] [--grid small|full]
+
+For every shape of the grid (prefill chunks x cached prefix lengths, several
+prefills at once, decode batch sizes x context lengths, mixed prefill + decode
+steps, swap copies of N blocks) it builds an engine.batch.Batch over distinct KV
+blocks, runs `ModelRunner.execute` on it `--warmup` times untimed, then
+`--repeats` times timed (device synchronized before each clock read), and
+writes one row: the shape columns of sim.cost_model.base.STEP_TABLE_COLUMNS
+(computed by engine.recorder.Recorder, so they mean exactly what they mean in a
+run's steps table), `duration_s` = the median, and min / max / repeats. A
+sidecar `<out>.meta.json` records the device, model, command and date.
+
+The KV cache content is whatever the runner holds (timing does not depend on
+it). A shape whose blocks exceed the cache is skipped (and logged), since a real
+run could never schedule it either.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.batch import Batch
+from engine.recorder import Recorder
+from engine.sequence import SamplingParams, Sequence
+from sim.cost_model.base import STEP_TABLE_COLUMNS
+
+GRIDS = ("small", "full")
+TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
+    "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One step: prefill entries (new tokens, cached tokens before them), decode contexts, swaps."""
+    kind: str                                   # prefill | multi_prefill | decode | mixed | swap_out | swap_in
+    prefills: tuple[tuple[int, int], ...] = ()  # (new tokens, cached prefix tokens) per prefill entry
+    decode_ctx: tuple[int, ...] = ()            # context length per decode entry (this step's token included)
+    swap_blocks: int = 0
+
+    @property
+    def label(self) -> str:
+        p = "+".join(f"{n}@{c}" for n, c in self.prefills)
+        d = ""
+        if self.decode_ctx:
+            lo, hi = min(self.decode_ctx), max(self.decode_ctx)
+            d = f"{len(self.decode_ctx)}x{lo}" + (f"-{hi}" if hi != lo else "")
+        parts = [x for x in (p and f"P[{p}]", d and f"D[{d}]", self.swap_blocks and f"S[{self.swap_blocks}]") if x]
+        return f"{self.kind}:" + " ".join(parts)
+
+    def blocks_needed(self, block_size: int) -> int:
+        ctx = [n + c for n, c in self.prefills] + list(self.decode_ctx)
+        return sum(-(-x // block_size) for x in ctx)
+
+
+def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
+                seed: int = 0) -> list[Shape]:
+    """The shapes of a grid, within the engine's limits (context <= max_model_len, tokens <= batch budget)."""
+    if grid not in GRIDS:
+        raise ValueError(f"--grid must be one of {GRIDS}, got {grid!r}")
+    rng = np.random.default_rng(seed)
+    if grid == "small":
+        chunks, cached = (8, 32, 64, 128), (0, 64, 192)
+        multi = [(k, n) for k in (2, 4) for n in (16, 64)]
+        batch_sizes, contexts = (1, 2, 4, 8, 16), (16, 64, 128, 256)
+        mixed = [(4, 64, 32), (8, 128, 64)]
+        swaps = (1, 4, 8)
+        ragged = [(8, 128), (16, 256)]
+    else:
+        chunks, cached = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192), (0, 1024, 3072)
+        multi = [(k, n) for k in (2, 4, 8, 16, 32) for n in (128, 512, 1024)]
+        batch_sizes = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
+        contexts = (64, 256, 512, 1024, 2048, 4096)
+        mixed = [(b, ctx, n) for b in (16, 64, 128) for ctx in (512, 2048) for n in (256, 1024)]
+        swaps = (1, 4, 16, 64, 256)
+        ragged = [(b, 2048) for b in (16, 64, 256)]
+    fits = (lambda n, c: n + c <= max_model_len and n <= max_num_batched_tokens)
+    shapes = [Shape("prefill", ((n, c),)) for c in cached for n in chunks if fits(n, c)]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in multi
+               if fits(n, 0) and k * n <= max_num_batched_tokens and k <= max_num_seqs]
+    shapes += [Shape("decode", (), (ctx,) * b) for b in batch_sizes for ctx in contexts
+               if b <= max_num_seqs and ctx <= max_model_len]
+    # ragged decode contexts (real batches are never uniform)
+    shapes += [Shape("decode", (), tuple(int(x) for x in rng.integers(16, min(hi, max_model_len) + 1, size=b)))
+               for b, hi in ragged if b <= max_num_seqs]
+    shapes += [Shape("mixed", ((n, 0),), (ctx,) * b) for b, ctx, n in mixed
+               if b + 1 <= max_num_seqs and fits(n, 0) and ctx <= max_model_len and n + b <= max_num_batched_tokens]
+    shapes += [Shape(kind, swap_blocks=s) for s in swaps for kind in ("swap_out", "swap_in")]
+    return shapes
+
+
+def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: float,
+                rng: np.random.Generator) -> Batch:
+    """A Batch over distinct KV blocks 0, 1, 2, ... (prefills first, then decodes)."""
+    params = SamplingParams(temperature=temperature, max_tokens=1, ignore_eos=True)
+    seqs, new, ctx = [], [], []
+    cursor = 0
+    entries = [(n, n + c) for n, c in shape.prefills] + [(1, c) for c in shape.decode_ctx]
+    for i, (n, c) in enumerate(entries):
+        seq = Sequence(f"p{i}", rng.integers(0, vocab_size, size=c).tolist(), params)
+        nb = -(-c // block_size)
+        seq.block_table = list(range(cursor, cursor + nb))
+        cursor += nb
+        seqs.append(seq)
+        new.append(n)
+        ctx.append(c)
+    b = Batch(seqs=seqs, num_new_tokens=new, num_prefill_seqs=len(shape.prefills), block_size=block_size,
+              context_lens=ctx)
+    if shape.kind == "swap_out":
+        b.swap_out = [(i, i) for i in range(shape.swap_blocks)]
+    elif shape.kind == "swap_in":
+        b.swap_in = [(i, i) for i in range(shape.swap_blocks)]
+    return b
+
+
+def time_step(runner, batch: Batch, warmup: int, repeats: int, sync) -> np.ndarray:
+    for _ in range(warmup):
+        runner.execute(batch)
+    sync()
+    out = np.empty(repeats)
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        runner.execute(batch)
+        sync()
+        out[r] = time.perf_counter() - t0
+    return out
+
+
+def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, temperature: float = 0.6,
+            seed: int = 0, log=print):
+    """Times every shape on `runner` (an engine.model_runner.ModelRunner); returns the table (DataFrame)."""
+    import pandas as pd
+    from experiments.runner_engine import _device_sync
+
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    sync = _device_sync(runner)
+    rng = np.random.default_rng(seed)
+    bs = runner.block_size
+    vocab = runner.model.config.vocab_size
+    rows = []
+    t_start = time.perf_counter()
+    for k, shape in enumerate(shapes):
+        need = max(shape.blocks_needed(bs), shape.swap_blocks)
+        if need > runner.num_kvcache_blocks or shape.swap_blocks > runner.num_cpu_blocks:
+            log(f"skip {shape.label}: needs {need} KV blocks / {shape.swap_blocks} swap blocks, the runner has "
+                f"{runner.num_kvcache_blocks} / {runner.num_cpu_blocks}")
+            continue
+        batch = build_batch(shape, bs, vocab, temperature, rng)
+        times = time_step(runner, batch, warmup, repeats, sync)
+        rec = Recorder()
+        rec.on_step(0.0, float(np.median(times)), batch, 0, 0, 0)
+        row = rec.steps_frame().iloc[0].to_dict()
+        row.update(kind=shape.kind, label=shape.label, block_size=bs, num_repeats=repeats,
+                   duration_min_s=float(times.min()), duration_max_s=float(times.max()))
+        rows.append({c: row[c] for c in TABLE_COLUMNS})
+        if k % 20 == 0 or k == len(shapes) - 1:
+            log(f"[{k + 1}/{len(shapes)}] {shape.label}: {1e3 * row['duration_s']:.3f} ms "
+                f"({time.perf_counter() - t_start:.1f} s so far)")
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+def write_atomic(path, text: str) -> Path:
+    """Writes text to path via a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def device_name(runner) -> str:
+    if getattr(runner, "is_cuda", False):
+        import torch
+        return torch.cuda.get_device_name(runner.device)
+    import platform
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def set_threads(threads: int | None, device: str) -> int | None:
+    """torch.set_num_threads(threads), defaulting to 1 on cpu; returns the number set (None: untouched)."""
+    if threads is None and device == "cpu":
+        threads = 1
+    if threads is not None:
+        import torch
+        torch.set_num_threads(int(threads))
+    return threads
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.profile", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
+    ap.add_argument("--out", required=True, help="output CSV (a <out>.meta.json sidecar is written beside it)")
+    ap.add_argument("--device", default="auto", help="cuda | cuda:N | cpu | auto (default)")
+    ap.add_argument("--grid", default="full", choices=GRIDS)
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per shape (the median is kept)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed runs per shape before timing")
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--num-kvcache-blocks", type=int, default=None, help="default: derived from device memory")
+    ap.add_argument("--num-cpu-blocks", type=int, default=None, help="swap space in blocks (default: the grid's "
+                    "largest swap)")
+    ap.add_argument("--attention-backend", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
+    ap.add_argument("--temperature", type=float, default=0.6)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 on cpu, where "
+                    "several threads make timings erratic on a shared machine; torch's default elsewhere)")
+    args = ap.parse_args(argv)
+    set_threads(args.threads, args.device)
+
+    from engine.config import EngineConfig
+    from engine.model_runner import ModelRunner
+
+    max_swap = 256 if args.grid == "full" else 8
+    cfg = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+                       attention_backend=args.attention_backend, num_kvcache_blocks=args.num_kvcache_blocks,
+                       num_cpu_blocks=args.num_cpu_blocks if args.num_cpu_blocks is not None else max_swap,
+                       max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                       max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, seed=args.seed)
+    t0 = time.perf_counter()
+    runner = ModelRunner(cfg)
+    print(f"runner ready in {time.perf_counter() - t0:.1f} s: {device_name(runner)}, {runner.dtype}, attention "
+          f"{runner.attn_backend.name}, {runner.num_kvcache_blocks} KV blocks, {len(runner.graphs)} CUDA graphs",
+          flush=True)
+    shapes = grid_shapes(args.grid, runner.max_model_len, cfg.max_num_batched_tokens, cfg.max_num_seqs, args.seed)
+    table = profile(runner, shapes, warmup=args.warmup, repeats=args.repeats, temperature=args.temperature,
+                    seed=args.seed, log=lambda m: print(m, flush=True))
+    write_atomic(args.out, table.to_csv(index=False))
+    mc = runner.model.config
+    meta = dict(
+        command="python -m experiments.profile " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        device=device_name(runner), dtype=str(runner.dtype).replace("torch.", ""),
+        attention_backend=runner.attn_backend.name, cuda_graphs=bool(runner.graphs), grid=args.grid,
+        threads=__import__("torch").get_num_threads(),
+        repeats=args.repeats, warmup=args.warmup, block_size=runner.block_size,
+        max_model_len=runner.max_model_len, num_kvcache_blocks=runner.num_kvcache_blocks,
+        model_path=str(args.model),
+        model=dict(num_layers=mc.num_hidden_layers, hidden_size=mc.hidden_size, num_q_heads=mc.num_attention_heads,
+                   num_kv_heads=mc.num_key_value_heads, head_dim=mc.head_dim, vocab_size=mc.vocab_size,
+                   intermediate_size=mc.intermediate_size),
+        num_rows=len(table), seconds=round(time.perf_counter() - t0, 1))
+    try:
+        import torch
+        meta["torch"] = torch.__version__
+    except ImportError:
+        pass
+    write_atomic(str(args.out) + ".meta.json", json.dumps(meta, indent=2) + "\n")
+    print(f"wrote {args.out} ({len(table)} shapes) and {args.out}.meta.json", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

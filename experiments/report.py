@@ -1,0 +1,164 @@
+"""Collect a sweep folder into one table and plot it.
+
+    servelab-report sweeps/fcfs_vs_preemptive          # or: python -m experiments.report SWEEP_DIR
+    df = collect("sweeps/fcfs_vs_preemptive")          # one row per job
+
+Each row holds the job's folder, its command-line override values (e.g.
+`workload.target_rate_rps`, `scheduler`), its config-group choices, the run's
+facts (`request_rate_rps`, `num_kvcache_blocks`, ...) and every summary metric
+(docs/metrics.md). `policy` labels a line in the plots: the values of the
+overrides that vary across the sweep, rates excepted.
+
+Plots (PNG, in SWEEP_DIR/report/): overview.png (p50 and p99 TTFT, TPOT and
+normalized latency vs request rate), one throughput-latency plot per metric,
+latency CDFs and a step timeline per policy at the highest rate.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from experiments.results import SUMMARY, read_summary, write_parquet, atomic_write_text
+
+RATE = "request_rate_rps"
+TL_METRICS = ("ttft_s", "tpot_s", "normalized_latency_s")
+
+
+def _parse_override(item: str) -> tuple[str, object]:
+    key, _, value = item.partition("=")
+    key = key.lstrip("+~")
+    try:
+        value = yaml.safe_load(value)
+    except yaml.YAMLError:
+        pass
+    return key, value
+
+
+def _is_rate_key(key: str) -> bool:
+    return key.endswith("rate_rps") or key.endswith("time_scale")
+
+
+def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
+    """One row per job folder under sweep_dir that holds a summary.json."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"sweep folder not found: {sweep_dir}")
+    rows, override_keys = [], set()
+    for path in sorted(sweep_dir.rglob(SUMMARY)):
+        s = read_summary(path.parent)
+        if s is None or (complete_only and not s.get("complete")):
+            continue
+        row = {"run_dir": str(path.parent.relative_to(sweep_dir)), "complete": bool(s.get("complete"))}
+        for item in s.get("overrides", []):
+            k, v = _parse_override(item)
+            if k.startswith("hydra") or k in ("experiment", "sweep", "name"):
+                continue
+            row[k] = v
+            override_keys.add(k)
+        for k, v in s.get("choices", {}).items():
+            row.setdefault(k, v)
+        for k, v in s.get("meta", {}).items():
+            row.setdefault(k, v)
+        row.update(s.get("metrics", {}))
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}")
+    df = pd.DataFrame(rows)
+    label_keys = [k for k in sorted(override_keys) if not _is_rate_key(k) and df[k].astype(str).nunique() > 1]
+    if not label_keys:
+        label_keys = [k for k in ("scheduler",) if k in df and df[k].nunique() > 1]
+    if len(label_keys) == 1:
+        df["policy"] = df[label_keys[0]].astype(str)
+    elif label_keys:
+        df["policy"] = df[label_keys].astype(str).apply(
+            lambda r: ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in r.items()), axis=1)
+    else:
+        df["policy"] = "run"
+    sort = [c for c in ("policy", RATE) if c in df]
+    return df.sort_values(sort, kind="stable").reset_index(drop=True)
+
+
+def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=TL_METRICS) -> Path:
+    """p50 (solid) and p99 (dashed) of each metric vs x, one colour per `by` value, side by side."""
+    from experiments import plots   # noqa: F401  (selects the Agg backend)
+    import matplotlib.pyplot as plt
+
+    labels = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)",
+              "normalized_latency_s": "normalized latency (s/token)"}
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4))
+    for ax, metric in zip(axes, metrics):
+        for i, (key, grp) in enumerate(df.groupby(by, sort=True)):
+            grp = grp.sort_values(x)
+            for p, style in ((50, "-"), (99, "--")):
+                ax.plot(grp[x], grp[f"{metric}_p{p}"], style, marker="o", ms=3, color=f"C{i % 10}",
+                        label=f"{key}" if p == 50 else None)
+        ax.set_yscale("log")
+        ax.set_xlabel("request rate (req/s)" if x == RATE else x)
+        ax.set_ylabel(labels.get(metric, metric))
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8, title="solid p50, dashed p99", title_fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> tuple[pd.DataFrame, list[Path]]:
+    """Collect the sweep, write results.csv/.parquet and the plots; returns (table, files)."""
+    from experiments import plots
+
+    sweep_dir = Path(sweep_dir)
+    out = Path(out_dir) if out_dir else sweep_dir / "report"
+    df = collect(sweep_dir)
+    files = [write_parquet(df, out / "results.parquet")]
+    files.append(atomic_write_text(out / "results.csv", df.to_csv(index=False)))
+    if x in df and df[x].notna().any():
+        files.append(overview(df, out / "overview.png", x, by))
+        for metric in TL_METRICS:
+            files.append(plots.throughput_latency(df, out / f"throughput_latency_{metric}.png", metric, x, by))
+        # CDFs and timelines at each policy's highest rate
+        top = df.loc[df.groupby(by)[x].idxmax()]
+    else:
+        top = df.drop_duplicates(by)
+    runs = {row[by]: sweep_dir / row["run_dir"] for _, row in top.iterrows()}
+    reqs = {k: pd.read_parquet(d / "requests.parquet") for k, d in runs.items() if (d / "requests.parquet").is_file()}
+    if reqs:
+        for metric in ("ttft_s", "normalized_latency_s"):
+            files.append(plots.latency_cdf(reqs, out / f"latency_cdf_{metric}.png", metric, log_x=True))
+    for k, d in runs.items():
+        if (d / "steps.parquet").is_file():
+            steps = pd.read_parquet(d / "steps.parquet")
+            if len(steps):
+                steps = steps[steps["replica"] == steps["replica"].min()]
+                safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in str(k))
+                files.append(plots.step_timeline(steps, out / f"step_timeline_{safe}.png", title=f"{k} ({d.name})"))
+    return df, files
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="servelab-report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweep_dir", help="a sweep folder, e.g. sweeps/fcfs_vs_preemptive")
+    ap.add_argument("--out", default=None, help="where to write the report (default: SWEEP_DIR/report)")
+    ap.add_argument("--x", default=RATE, help=f"x-axis column (default {RATE})")
+    ap.add_argument("--by", default="policy", help="one line per value of this column (default policy)")
+    args = ap.parse_args(argv)
+    try:
+        df, files = make_report(args.sweep_dir, args.out, args.x, args.by)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"servelab-report: {e}")
+    cols = [c for c in (args.by, args.x, "num_finished", "request_throughput_rps", "ttft_s_p50", "ttft_s_p99",
+                        "tpot_s_p99", "normalized_latency_s_p99", "num_preemptions") if c in df]
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"{len(df)} runs; wrote {len(files)} files to {files[0].parent}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Real-time replay of a workload on the real engine, recorded like a simulation.
+
+    rep = EngineReplayer(EngineRunConfig(model_path="ckpt/", device="cuda"))
+    run = rep.replay(workload, policy="vllm", num_kvcache_blocks=2048)
+    run.requests, run.steps          # the recorder's two tables (engine.recorder), same ids as the simulator
+
+The replay is the simulator's loop with wall time for the clock and the model
+runner for the cost model:
+
+    add every request whose arrival_time_s <= now      (a request is invisible before its arrival)
+    if nothing is unfinished: sleep until the next arrival   (the engine never sleeps while work is pending)
+    batch = scheduler.schedule(start); tokens = runner.execute(batch); synchronize the device
+    recorder.on_step(start, end - start, batch, ...); scheduler.postprocess(batch, tokens, end)
+
+Time 0 is the moment the replay starts; arrival times are the workload's. Each
+request produces exactly its workload output length (max_tokens + ignore_eos).
+A step's duration runs from just before schedule() to the moment the device has
+finished the step (sampled tokens on the host), so it includes the scheduler's
+host time; postprocess() and arrival handling fall in the gap before the next
+step (`host_gap_s` in the run's info sums those gaps).
+
+The model and its KV cache are loaded once; every replay builds a fresh
+Scheduler (policy, cache size) over the same runner, so several policies run
+back to back without reloading. A replay may give the scheduler fewer KV blocks
+(or swap blocks) than the runner allocated, to force preemption.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from engine.recorder import Recorder
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import SamplingParams, Sequence
+from experiments.workloads import RequestSpec, prompt_token_ids
+
+
+@dataclass
+class EngineRunConfig:
+    """The engine a replay runs on (engine.config.EngineConfig options plus the sampling temperature)."""
+    model_path: str
+    device: str = "auto"                    # "cuda", "cpu", "auto"
+    dtype: str = "auto"
+    attention_backend: str = "auto"
+    block_size: int = 16
+    num_kvcache_blocks: int | None = None   # KV blocks the runner allocates (None: from GPU memory / cpu_kvcache_gib)
+    gpu_memory_utilization: float = 0.9     # used when num_kvcache_blocks is None
+    num_cpu_blocks: int | None = 0          # swap blocks the runner allocates (vllm_swap needs > 0); None: swap_space_gib
+    swap_space_gib: float = 0.0
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 16384
+    max_model_len: int | None = None
+    enable_chunked_prefill: bool = False
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False
+    temperature: float = 0.6                # sampling temperature of every replayed request (0 = greedy)
+    seed: int = 0                           # root seed: prompt token ids and the sampler
+
+    def engine_options(self) -> dict:
+        return dict(device=self.device, dtype=self.dtype, attention_backend=self.attention_backend,
+                    block_size=self.block_size, num_kvcache_blocks=self.num_kvcache_blocks,
+                    gpu_memory_utilization=self.gpu_memory_utilization, num_cpu_blocks=self.num_cpu_blocks,
+                    swap_space_gib=self.swap_space_gib, max_num_seqs=self.max_num_seqs,
+                    max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
+                    enable_chunked_prefill=self.enable_chunked_prefill,
+                    enable_prefix_caching=self.enable_prefix_caching, enforce_eager=self.enforce_eager,
+                    seed=self.seed)
+
+
+@dataclass
+class RunResult:
+    """One run's tables plus facts about it (JSON-able `info`)."""
+    requests: object                        # pandas DataFrame, engine.recorder.REQUEST_COLUMNS
+    steps: object                           # pandas DataFrame, engine.recorder.STEP_COLUMNS
+    info: dict = field(default_factory=dict)
+
+
+def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 0.6, rng_seed: int = 0,
+                   eos_token_id: int | None = None, record_token_times: bool = False) -> list[Sequence]:
+    """Fresh Sequences (same ids, prompts and lengths every call) from RequestSpecs or Sequences.
+
+    RequestSpec: prompt ids from experiments.workloads.prompt_token_ids(spec, vocab_size, rng_seed),
+    max_tokens = num_output_tokens, ignore_eos. A Sequence is copied (prompt, arrival, max_tokens,
+    priority) so the caller's object is never mutated by a run.
+    """
+    out = []
+    for r in requests:
+        if isinstance(r, RequestSpec):
+            rid, arrival, prio = r.request_id, r.arrival_time_s, r.priority
+            prompt, max_tokens = prompt_token_ids(r, vocab_size, rng_seed), int(r.num_output_tokens)
+        elif isinstance(r, Sequence):
+            rid, arrival, prio = r.request_id, r.arrival_time_s, r.priority
+            prompt, max_tokens = r.token_ids[:r.num_prompt_tokens], r.max_output_tokens
+        else:
+            raise TypeError(f"requests must be experiments.workloads.RequestSpec or engine.sequence.Sequence, "
+                            f"got {type(r).__name__}")
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True,
+                                seed=None)
+        out.append(Sequence(rid, prompt, params, arrival_time_s=arrival, priority=prio, eos_token_id=eos_token_id,
+                            record_token_times=record_token_times))
+    ids = [s.request_id for s in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("request ids must be unique within a workload")
+    out.sort(key=lambda s: s.arrival_time_s)
+    return out
+
+
+def scheduler_config(num_kvcache_blocks: int, num_cpu_blocks: int, cfg: EngineRunConfig,
+                     max_model_len: int) -> SchedulerConfig:
+    """The SchedulerConfig both backends of a validation use (identical by construction)."""
+    return SchedulerConfig(num_kvcache_blocks=num_kvcache_blocks, block_size=cfg.block_size,
+                           max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                           max_model_len=max_model_len, enable_chunked_prefill=cfg.enable_chunked_prefill,
+                           enable_prefix_caching=cfg.enable_prefix_caching, num_cpu_blocks=num_cpu_blocks)
+
+
+class EngineReplayer:
+    """Loads the model once; replays workloads in real time under any policy."""
+
+    def __init__(self, config: EngineRunConfig):
+        from engine.llm import LLM        # torch is imported only when the engine backend is chosen
+
+        self.config = config
+        self.llm = LLM(config.model_path, **config.engine_options())
+        self.runner = self.llm.runner
+        self.vocab_size = self.llm.vocab_size
+        self.max_model_len = self.runner.max_model_len
+        self.num_kvcache_blocks = self.runner.num_kvcache_blocks
+        self.num_cpu_blocks = self.runner.num_cpu_blocks
+        self._sync = _device_sync(self.runner)
+
+    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None):
+        kv = self.num_kvcache_blocks if num_kvcache_blocks is None else int(num_kvcache_blocks)
+        cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
+        if not 1 <= kv <= self.num_kvcache_blocks:
+            raise ValueError(f"num_kvcache_blocks={kv} must be in [1, {self.num_kvcache_blocks}] (the blocks the "
+                             f"runner allocated); load the engine with a larger EngineRunConfig.num_kvcache_blocks")
+        if not 0 <= cpu <= self.num_cpu_blocks:
+            raise ValueError(f"num_cpu_blocks={cpu} must be in [0, {self.num_cpu_blocks}] (the swap blocks the "
+                             f"runner allocated); load the engine with a larger EngineRunConfig.num_cpu_blocks")
+        return scheduler_config(kv, cpu, self.config, self.max_model_len)
+
+    def sequences(self, requests: Iterable) -> list[Sequence]:
+        return make_sequences(requests, self.vocab_size, temperature=self.config.temperature,
+                              rng_seed=self.config.seed)
+
+    def warmup(self, num_requests: int = 8, prompt_len: int = 512, output_len: int = 8) -> float:
+        """Runs a few throw-away requests (prefills of several lengths, then decodes) to trigger JIT
+        compilation and autotuning before anything is timed; returns the seconds it took."""
+        from engine.sequence import SamplingParams as SP
+        t0 = time.perf_counter()
+        sched = Scheduler(self.scheduler_config(num_cpu_blocks=0), policy=_make_policy("vllm"))
+        n = max(1, min(prompt_len, self.max_model_len - output_len - 1))
+        lengths = sorted({max(1, n >> k) for k in range(num_requests)})
+        for i, length in enumerate(lengths):
+            ids = [(7 * i + 3 * p) % self.vocab_size for p in range(length)]
+            sched.add(Sequence(f"warmup-{i}", ids, SP(temperature=self.config.temperature, max_tokens=output_len,
+                                                       ignore_eos=True)))
+        while sched.has_unfinished():
+            batch = sched.schedule(0.0)
+            if batch.is_empty:
+                break
+            sched.postprocess(batch, self.runner.execute(batch), 0.0)
+        self._sync()
+        return time.perf_counter() - t0
+
+    def replay(self, requests: Iterable, policy: str = "vllm", *, num_kvcache_blocks: int | None = None,
+               num_cpu_blocks: int | None = None, eviction: str | None = None, recorder: Recorder | None = None,
+               max_wall_s: float | None = None) -> RunResult:
+        """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring."""
+        seqs = self.sequences(requests)
+        sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks)
+        sched = Scheduler(sched_cfg, policy=_make_policy(policy),
+                          eviction=None if eviction is None else _make_eviction(eviction))
+        rec = recorder or Recorder()
+        info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
+                        max_wall_s=max_wall_s)
+        info.update(policy=policy, scheduler=asdict(sched_cfg), engine=asdict(self.config),
+                    runner_num_kvcache_blocks=self.num_kvcache_blocks, device=str(self.runner.device),
+                    dtype=str(self.runner.dtype), attention_backend=self.runner.attn_backend.name,
+                    num_cuda_graphs=len(getattr(self.runner, "graphs", {}) or {}))
+        return RunResult(rec.requests_frame(), rec.steps_frame(), info)
+
+
+def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorder, *, release=None,
+             clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None) -> dict:
+    """The real-time loop over `seqs` (sorted by arrival); returns facts about the run.
+
+    execute(batch) -> tokens and sync() are the executor (the model runner and a device
+    synchronize); clock and sleep are injectable so the loop can be tested on a fake clock.
+    """
+    pending = deque(sorted(seqs, key=lambda s: s.arrival_time_s))
+    bm = sched.block_manager
+    t0 = clock()
+    busy_s = idle_s = 0.0
+    last_end = None
+    host_gap_s = 0.0
+    num_rejected = 0
+    while pending or sched.has_unfinished():
+        now = clock() - t0
+        while pending and pending[0].arrival_time_s <= now:
+            seq = pending.popleft()
+            if not sched.add(seq):
+                num_rejected += 1
+                rec.on_finish(seq)
+        if max_wall_s is not None and now > max_wall_s:
+            raise TimeoutError(f"replay ran past max_wall_s={max_wall_s} s with {sched.num_unfinished} unfinished "
+                               f"and {len(pending)} pending requests; lower the load or raise max_wall_s")
+        if not sched.has_unfinished():
+            if pending:
+                wait = pending[0].arrival_time_s - (clock() - t0)
+                if wait > 0:
+                    sleep(wait)
+                    idle_s += wait
+                last_end = None
+            continue
+        start = clock() - t0
+        if last_end is not None:
+            host_gap_s += start - last_end
+        batch = sched.schedule(start)
+        if batch.is_empty:
+            # Work is queued but the policy runs nothing now: only an arrival can change that.
+            if not pending:
+                raise RuntimeError(f"replay stalled at t={start:.3f}s: {sched.num_unfinished} unfinished requests, "
+                                   f"nothing schedulable and no arrivals left")
+            wait = pending[0].arrival_time_s - (clock() - t0)
+            if wait > 0:
+                sleep(wait)
+                idle_s += wait
+            last_end = None
+            continue
+        tokens = execute(batch)
+        sync()                              # the step is over when the device is, not when the launch returns
+        end = clock() - t0
+        busy_s += end - start
+        rec.on_step(start, end - start, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+        done = sched.postprocess(batch, tokens, end)
+        for seq in done:
+            if release is not None:
+                release(seq.request_id)
+            rec.on_finish(seq)
+        last_end = end
+    wall = clock() - t0
+    return dict(wall_s=wall, busy_s=busy_s, idle_s=idle_s, host_gap_s=host_gap_s, num_requests=len(seqs),
+                num_rejected=num_rejected, num_steps=rec.num_steps)
+
+
+def run_engine(cfg, desc: str = "engine"):
+    """The Hydra entry point's engine backend (experiments/run.py): cfg is the composed servelab config.
+
+    Returns experiments.runner_sim.RunResult, like run_sim. One replica, no tensor parallelism.
+    """
+    from hydra.utils import to_absolute_path
+
+    from experiments.runner_sim import RunResult as TableResult
+    from experiments.runner_sim import build_workload, make_scheduler, offered_rate_rps
+
+    b = cfg.backend
+    if b.get("model_path") is None:
+        raise ValueError("backend.model_path is null: the engine backend needs a checkpoint directory, e.g. "
+                         "backend=engine backend.model_path=~/models/Qwen3-0.6B")
+    if int(cfg.num_replicas) != 1 or int(cfg.tensor_parallel_size) != 1:
+        raise ValueError(f"the engine backend runs one replica without tensor parallelism; got num_replicas="
+                         f"{cfg.num_replicas}, tensor_parallel_size={cfg.tensor_parallel_size}")
+    rcfg = EngineRunConfig(
+        model_path=to_absolute_path(str(b.model_path)), device=str(b.device), dtype=str(b.dtype),
+        attention_backend=str(b.attention_backend), block_size=int(cfg.block_size),
+        num_kvcache_blocks=cfg.num_kvcache_blocks, gpu_memory_utilization=float(cfg.gpu_memory_utilization),
+        num_cpu_blocks=cfg.num_cpu_blocks, swap_space_gib=float(cfg.swap_space_gib),
+        max_num_seqs=int(cfg.max_num_seqs), max_num_batched_tokens=int(cfg.max_num_batched_tokens),
+        max_model_len=int(cfg.max_model_len), enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
+        enable_prefix_caching=bool(cfg.enable_prefix_caching), enforce_eager=bool(b.enforce_eager),
+        temperature=float(b.get("temperature", 0.6)), seed=int(cfg.seed))
+    wl = build_workload(cfg)
+    rep = EngineReplayer(rcfg)
+    warm_s = rep.warmup()
+    sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks)
+    seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,
+                          record_token_times=bool(cfg.record_token_times))
+    rec = Recorder()
+    interrupted = False
+    info: dict = {}
+    try:
+        info = run_loop(sched, rep.runner.execute, rep._sync, seqs, rec, release=rep.runner.release)
+    except KeyboardInterrupt:          # keep what finished
+        interrupted = True
+    s = wl.stats
+    meta = {"backend": "engine", "model": Path(rcfg.model_path).name, "hardware": _device_label(rep.runner),
+            "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
+            "request_rate_rps": offered_rate_rps(cfg, wl), "num_workload_requests": len(wl),
+            "workload_source": s.source, "num_clipped": s.num_clipped, "warmup_s": warm_s,
+            "interrupted": interrupted, **info}
+    req = rec.requests_frame()
+    meta["num_unfinished"] = len(wl) - len(req)
+    token_times = rec.token_times_frame() if cfg.record_token_times else None
+    return TableResult(req, rec.steps_frame(), token_times, meta, complete=not interrupted)
+
+
+def _device_label(runner) -> str:
+    if getattr(runner, "is_cuda", False):
+        import torch
+        return torch.cuda.get_device_name(runner.device)
+    return "cpu"
+
+
+def _device_sync(runner):
+    if getattr(runner, "is_cuda", False):
+        import torch
+        device = runner.device
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _make_policy(name: str):
+    from policies.registry import make_scheduling_policy
+    return make_scheduling_policy(name)
+
+
+def _make_eviction(name: str):
+    from policies.registry import make_eviction_policy
+    return make_eviction_policy(name)

@@ -1,0 +1,234 @@
+"""Build a simulation from a composed config, run it, return its tables (torch-free).
+
+    result = run_sim(cfg)          # cfg: the composed servelab config (DictConfig)
+    result.requests, result.steps, result.meta
+
+Per replica: a fresh scheduling policy, eviction policy and Scheduler (policies
+keep per-run state, so nothing is shared between replicas or runs), one cost
+model, one Recorder. Requests come from `build_workload(cfg)`, which the engine
+runner shares. Ctrl-C during the simulation stops it and returns what finished
+(`result.complete` False, `meta["interrupted"]` True).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from engine.recorder import Recorder, concat_frames
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import SamplingParams, Sequence
+from experiments.workloads import Workload, prompt_token_ids
+from sim.specs.capacity import kv_heads_per_gpu, num_kv_blocks
+
+
+# -- a length distribution the synthetic workloads use by default ----------------------
+@dataclass(frozen=True)
+class LogNormal:
+    """Token counts exp(N(mu, sigma^2)) with mean `mean_tokens` (before rounding), clipped to [lo, hi].
+
+    ShareGPT-like defaults (conf/workload/*_len/sharegpt_like.yaml) use the means the
+    vLLM paper reports for ShareGPT: 161 prompt and 338 output tokens.
+    """
+    mean_tokens: float
+    sigma: float = 1.0
+    lo: int = 1
+    hi: int = 4096
+
+    def __post_init__(self):
+        if not self.mean_tokens >= 1:
+            raise ValueError(f"LogNormal.mean_tokens must be >= 1, got {self.mean_tokens}")
+        if not self.sigma > 0:
+            raise ValueError(f"LogNormal.sigma must be > 0, got {self.sigma}")
+        if not 1 <= self.lo <= self.hi:
+            raise ValueError(f"LogNormal needs 1 <= lo <= hi, got lo={self.lo}, hi={self.hi}")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        mu = np.log(self.mean_tokens) - self.sigma ** 2 / 2       # so that E[exp(N)] = mean_tokens
+        x = rng.lognormal(mu, self.sigma, size=n)
+        return np.clip(np.rint(x), self.lo, self.hi).astype(np.int64)
+
+
+@dataclass
+class RunResult:
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    token_times: pd.DataFrame | None = None
+    meta: dict = field(default_factory=dict)
+    complete: bool = True
+
+
+# -- workload -------------------------------------------------------------------------
+def _null_paths(node, prefix: str) -> list[str]:
+    """Dotted keys named `path` that are null anywhere under node."""
+    out = []
+    if isinstance(node, DictConfig):
+        for k in node:
+            v = node._get_node(k)
+            key = f"{prefix}.{k}"
+            if k == "path" and v._is_none():
+                out.append(key)
+            elif isinstance(v, (DictConfig, ListConfig)):
+                out += _null_paths(v, key)
+    return out
+
+
+def _absolute_paths(node) -> None:
+    """Make every `path` string absolute against the directory the command was started in."""
+    if isinstance(node, DictConfig):
+        for k in node:
+            v = node._get_node(k)
+            if k == "path" and not v._is_none() and isinstance(node[k], str):
+                node[k] = to_absolute_path(node[k])
+            elif isinstance(v, DictConfig):
+                _absolute_paths(v)
+
+
+def build_workload(cfg: DictConfig) -> Workload:
+    """The run's requests: cfg.workload instantiated with the root seed and max_model_len."""
+    missing = _null_paths(cfg.workload, "workload")
+    if missing:
+        raise ValueError(f"{missing[0]} is null: this workload reads a file; give it on the command line, e.g. "
+                         f"workload=azure {missing[0]}=../shared/traces/AzureLLMInferenceTrace_conv.csv")
+    wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
+    wcfg = OmegaConf.create(wcfg)
+    _absolute_paths(wcfg)
+    wl = instantiate(wcfg, seed=int(cfg.seed), max_model_len=int(cfg.max_model_len), _convert_="all")
+    if not isinstance(wl, Workload):
+        raise TypeError(f"workload._target_ {cfg.workload.get('_target_')!r} returned {type(wl).__name__}, "
+                        "expected an experiments.workloads.Workload")
+    return wl
+
+
+def offered_rate_rps(cfg: DictConfig, wl: Workload) -> float | None:
+    """The request rate a sweep varies: the arrival process's rate_rps, the trace's target_rate_rps,
+    or else the workload's measured mean rate (None for all-at-once)."""
+    w = cfg.workload
+    arrival = w.get("arrival")
+    if isinstance(arrival, DictConfig) and arrival.get("rate_rps") is not None:
+        return float(arrival.rate_rps)
+    if w.get("target_rate_rps") is not None:
+        return float(w.target_rate_rps)
+    rate = wl.mean_rate_rps
+    return float(rate) if np.isfinite(rate) else None
+
+
+def make_sequences(wl: Workload, vocab_size: int, seed: int, record_token_times: bool = False) -> list[Sequence]:
+    # Prompts are hashed token ids (distinct per request unless a trace lists shared prefix blocks).
+    return [Sequence(spec.request_id, prompt_token_ids(spec, vocab_size, seed),
+                     SamplingParams(max_tokens=spec.num_output_tokens, ignore_eos=True),
+                     arrival_time_s=spec.arrival_time_s, priority=spec.priority,
+                     record_token_times=record_token_times)
+            for spec in wl]
+
+
+# -- serving setup ----------------------------------------------------------------------
+def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
+    """(GPU KV blocks, CPU swap blocks) per replica."""
+    tp = int(cfg.tensor_parallel_size)
+    gpu = cfg.num_kvcache_blocks
+    if gpu is None:
+        gpu = num_kv_blocks(model, hardware, int(cfg.block_size), float(cfg.gpu_memory_utilization), tp,
+                            float(cfg.activation_reserve_gib))
+    cpu = cfg.num_cpu_blocks
+    if cpu is None:
+        block_bytes = int(cfg.block_size) * 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim \
+            * model.dtype_bytes
+        cpu = int(float(cfg.swap_space_gib) * 2 ** 30 // block_bytes)
+    return int(gpu), int(cpu)
+
+
+def make_cost_model(cfg: DictConfig, model, hardware):
+    factory = instantiate(cfg.backend.cost_model, _convert_="all")
+    supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": int(cfg.tensor_parallel_size),
+                "max_model_len": int(cfg.max_model_len)}
+    if not callable(factory) or not hasattr(factory, "func"):
+        return factory          # a fully built cost model (no _partial_)
+    params = inspect.signature(factory.func).parameters
+    return factory(**{k: v for k, v in supplied.items() if k in params and k not in factory.keywords})
+
+
+def make_scheduler(cfg: DictConfig, num_gpu_blocks: int, num_cpu_blocks: int) -> Scheduler:
+    sched_cfg = SchedulerConfig(
+        num_kvcache_blocks=num_gpu_blocks, block_size=int(cfg.block_size), max_num_seqs=int(cfg.max_num_seqs),
+        max_num_batched_tokens=int(cfg.max_num_batched_tokens), max_model_len=int(cfg.max_model_len),
+        enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
+        enable_prefix_caching=bool(cfg.enable_prefix_caching), num_cpu_blocks=num_cpu_blocks)
+    policy = instantiate(cfg.scheduler, _convert_="all")
+    eviction = instantiate(cfg.eviction, _convert_="all")
+    return Scheduler(sched_cfg, policy, eviction)
+
+
+class _ProgressRecorder(Recorder):
+    """A Recorder that also advances a progress bar when a request leaves the system."""
+
+    def __init__(self, replica: int, bar):
+        super().__init__(replica)
+        self._bar = bar
+
+    def on_finish(self, seq: Sequence) -> None:
+        super().on_finish(seq)
+        self._bar.update(1)
+
+
+# -- the run ------------------------------------------------------------------------------
+def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
+    from tqdm.auto import tqdm
+
+    from experiments.config import HardwareConfig, ModelConfig
+    from sim.replica import Replica
+    from sim.simulator import Simulator
+
+    model = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)).to_spec()
+    hardware = HardwareConfig(**OmegaConf.to_container(cfg.hardware, resolve=True)).to_spec()
+    if int(cfg.num_replicas) < 1:
+        raise ValueError(f"num_replicas must be >= 1, got {cfg.num_replicas}")
+    if cfg.max_model_len > model.max_model_len:
+        raise ValueError(f"max_model_len={cfg.max_model_len} exceeds {model.name}'s {model.max_model_len} positions; "
+                         f"set max_model_len <= {model.max_model_len}")
+    wl = build_workload(cfg)
+    gpu_blocks, cpu_blocks = kv_capacity(cfg, model, hardware)
+    cost_model = make_cost_model(cfg, model, hardware)
+    # Specs become Sequences on arrival (prompt ids from the root seed); token times need prebuilt ones.
+    requests = (make_sequences(wl, model.vocab_size, int(cfg.seed), True) if cfg.record_token_times else wl)
+
+    bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
+    recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
+    replicas = [Replica(make_scheduler(cfg, gpu_blocks, cpu_blocks), cost_model, rec, index=i)
+                for i, rec in enumerate(recorders)]
+    router = instantiate(cfg.router, _convert_="all")
+    sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
+                    keep_finished=False)
+
+    interrupted = False
+    num_steps = num_fast_steps = None
+    try:
+        res = sim.run(requests)
+        end_s, wall_s = res.end_time_s, res.wall_s
+        num_steps, num_fast_steps = res.num_steps, res.num_fast_steps
+    except KeyboardInterrupt:          # keep what finished
+        interrupted = True
+        end_s, wall_s = float(sim.env.now), float("nan")
+    finally:
+        bar.close()
+
+    req_df, steps_df = concat_frames(recorders)
+    token_times = None
+    if cfg.record_token_times:
+        token_times = pd.concat([r.token_times_frame() for r in recorders], ignore_index=True)
+    s = wl.stats
+    meta = {
+        "backend": "sim", "model": model.name, "hardware": hardware.name, "cost_model": repr(cost_model),
+        "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": gpu_blocks,
+        "num_cpu_blocks": cpu_blocks, "request_rate_rps": offered_rate_rps(cfg, wl),
+        "measured_rate_rps": float(wl.mean_rate_rps) if np.isfinite(wl.mean_rate_rps) else None,
+        "num_workload_requests": len(wl), "workload_source": s.source, "num_clipped": s.num_clipped,
+        "num_dropped_too_long": s.num_dropped_too_long, "sim_end_time_s": float(end_s),
+        "sim_wall_time_s": wall_s, "num_steps": num_steps, "num_fast_steps": num_fast_steps,
+        "interrupted": interrupted, "num_unfinished": len(wl) - len(req_df),
+    }
+    return RunResult(req_df, steps_df, token_times, meta, complete=not interrupted)

@@ -1,0 +1,401 @@
+"""Sim vs real: one workload and policy through the real engine and through the simulator, compared per request.
+
+    python -m experiments.validate --model CKPT --trace AzureLLMInferenceTrace_conv.csv --target-rate-rps 8 \
+        --max-requests 400 --policies fcfs,vllm,vllm_swap --num-kvcache-blocks 1024 --num-cpu-blocks 1024 \
+        --device cuda --profile profile.json --out-dir benchmarks/results --name azure_conv
+
+For each policy: the engine replays the workload in real time
+(experiments.runner_engine), then the simulator runs the same requests (same
+ids, prompts, lengths, arrival times) with the same SchedulerConfig under each
+cost model (`roofline`, and `calibrated` when --profile is given). Per-request
+rows are joined on request_id; the report (validation_<name>.json, written
+atomically) gives per policy and cost model: throughput error, median / p90 of
+|sim - real| / real for TTFT, TPOT and E2E, preemption and swap counts side by
+side, and the cost model's error on the real run's own steps (each real step
+priced from its shape: a check that does not depend on the two schedules
+staying in step). validation_<name>.png overlays latency CDFs and output
+throughput over time (one row per policy). docs/validation.md explains how to
+read it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from experiments.metrics import summary
+from experiments.profile import set_threads, write_atomic
+from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
+from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
+
+POLICIES = ("fcfs", "vllm", "vllm_swap")
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+FORMAT = "servelab.validation/v1"
+# A nominal CPU for roofline pricing of CPU smoke runs (the roofline is a GPU model; on a CPU it is only a lower bound).
+CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=20.0, memory_gib=16.0,
+                   host_link_gbps=20.0, interconnect_gbps=20.0,
+                   source="nominal CPU rates for smoke runs (0.1 TFLOP/s, 20 GB/s); not a measurement")
+
+
+# -- the simulator side -------------------------------------------------------------------
+def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
+             rng_seed: int = 0) -> RunResult:
+    """The same requests under the same SchedulerConfig and policy, priced by `cost_model`."""
+    from engine.recorder import Recorder
+    from engine.scheduler import Scheduler
+    from policies.registry import make_scheduling_policy
+    from sim.replica import Replica
+    from sim.simulator import Simulator
+
+    seqs = make_sequences(requests, vocab_size, temperature=temperature, rng_seed=rng_seed)
+    rec = Recorder()
+    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_scheduling_policy(policy)), cost_model, rec),
+                    vocab_size=vocab_size, prompt_seed=rng_seed)
+    res = sim.run(seqs)
+    return RunResult(rec.requests_frame(), rec.steps_frame(),
+                     dict(sim_end_s=float(res.end_time_s), sim_wall_s=float(res.wall_s), num_steps=int(res.num_steps),
+                          num_fast_steps=int(res.num_fast_steps)))
+
+
+def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int):
+    from engine.models import load_hf_config
+    from sim.cost_model.roofline import RooflineCostModel
+    from sim.specs.hardware import HardwareSpec
+    from sim.specs.models import ModelSpec
+
+    spec = ModelSpec.from_hf_config(load_hf_config(model_path), name=Path(model_path).name,
+                                    max_model_len=max_model_len)
+    if hardware is None:
+        hardware = "H200" if device.startswith("cuda") else "cpu-nominal"
+    hw = HardwareSpec(**CPU_NOMINAL) if hardware.lower() == "cpu-nominal" else hardware
+    return RooflineCostModel(spec, hw, max_model_len=max_model_len)
+
+
+# -- comparison -------------------------------------------------------------------------------
+def _rel_stats(sim: np.ndarray, real: np.ndarray) -> dict:
+    ok = np.isfinite(sim) & np.isfinite(real) & (real > 0)
+    if not ok.any():
+        return {"median_rel_err": None, "p90_rel_err": None, "mean_signed_rel_err": None, "num_requests": 0}
+    e = relative_errors(sim[ok], real[ok])
+    return {"median_rel_err": float(np.median(e)), "p90_rel_err": float(np.percentile(e, 90)),
+            "mean_signed_rel_err": float(np.mean((sim[ok] - real[ok]) / real[ok])), "num_requests": int(ok.sum())}
+
+
+def _rel(sim: float, real: float):
+    return (sim - real) / real if real and np.isfinite(real) and np.isfinite(sim) else None
+
+
+SUMMARY_KEYS = ("num_requests", "num_finished", "num_rejected", "makespan_s", "request_throughput_rps",
+                "output_throughput_tps", "total_throughput_tps", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99",
+                "tpot_s_p50", "tpot_s_p90", "tpot_s_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_preemptions",
+                "num_preempted_requests", "num_swaps", "prefix_cache_hit_rate", "num_steps", "mean_batch_size",
+                "kv_usage_mean", "kv_usage_max", "busy_time_s")
+
+
+def run_summary(run: RunResult) -> dict:
+    s = summary(run.requests, run.steps)
+    return {k: s.get(k) for k in SUMMARY_KEYS}
+
+
+def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
+    """Errors of one simulated run against the real one (see the module docstring)."""
+    r, s = real.requests, sim.requests
+    ids_r, ids_s = list(r["request_id"]), list(s["request_id"])
+    joined = r.merge(s, on="request_id", suffixes=("_real", "_sim"), how="inner")
+    one_to_one = (len(ids_r) == len(set(ids_r)) == len(ids_s) == len(set(ids_s)) == len(joined)
+                  and set(ids_r) == set(ids_s))
+    both = joined[(joined["status_real"] == "finished") & (joined["status_sim"] == "finished")]
+    sr, ss = run_summary(real), run_summary(sim)
+    out = {
+        "join": {"num_real": len(ids_r), "num_sim": len(ids_s), "num_joined": int(len(joined)),
+                 "num_finished_both": int(len(both)), "one_to_one": bool(one_to_one)},
+        "throughput": {"output_tps_real": sr["output_throughput_tps"], "output_tps_sim": ss["output_throughput_tps"],
+                       "rel_err": _rel(ss["output_throughput_tps"], sr["output_throughput_tps"]),
+                       "request_rps_real": sr["request_throughput_rps"], "request_rps_sim": ss["request_throughput_rps"],
+                       "makespan_s_real": sr["makespan_s"], "makespan_s_sim": ss["makespan_s"],
+                       "makespan_rel_err": _rel(ss["makespan_s"], sr["makespan_s"])},
+        "preemptions": {"real": sr["num_preemptions"], "sim": ss["num_preemptions"],
+                        "real_preempted_requests": sr["num_preempted_requests"],
+                        "sim_preempted_requests": ss["num_preempted_requests"],
+                        "real_swaps": sr["num_swaps"], "sim_swaps": ss["num_swaps"]},
+        "steps": {"real": sr["num_steps"], "sim": ss["num_steps"], "mean_batch_size_real": sr["mean_batch_size"],
+                  "mean_batch_size_sim": ss["mean_batch_size"], "busy_s_real": sr["busy_time_s"],
+                  "busy_s_sim": ss["busy_time_s"]},
+        "summary_sim": ss,
+    }
+    for m in LATENCIES:
+        out[m] = _rel_stats(both[f"{m}_sim"].to_numpy(dtype=float), both[f"{m}_real"].to_numpy(dtype=float))
+    out["step_time"] = None
+    if cost_model is not None and hasattr(cost_model, "predict_table") and len(real.steps):
+        st = real.steps.assign(block_size=getattr(cost_model, "block_size", 16))
+        pred, true = cost_model.predict_table(st), st["duration_s"].to_numpy()
+        out["step_time"] = {"median_rel_err": float(np.median(relative_errors(pred, true))),
+                            "p90_rel_err": float(np.percentile(relative_errors(pred, true), 90)),
+                            "sum_pred_over_real": float(pred.sum() / true.sum()), "num_steps": int(len(true))}
+    return out
+
+
+# -- plots --------------------------------------------------------------------------------------
+def _token_times(req) -> np.ndarray:
+    """Output token times: the first at first_token_time_s, the rest spread evenly up to finish_time_s."""
+    fin = req[req["status"] == "finished"]
+    t1, t2 = fin["first_token_time_s"].to_numpy(), fin["finish_time_s"].to_numpy()
+    n = fin["num_output_tokens"].to_numpy().astype(np.int64)
+    rest = np.maximum(n - 1, 0)
+    idx = np.repeat(np.arange(len(n)), rest)
+    k = np.arange(rest.sum()) - np.repeat(np.cumsum(rest) - rest, rest) + 1       # 1..n-1 within each request
+    later = t1[idx] + (t2[idx] - t1[idx]) * k / np.maximum(rest[idx], 1)
+    return np.concatenate([t1, later])
+
+
+def overlay_plot(runs_by_policy: dict[str, dict[str, RunResult]], path, title: str = "") -> Path:
+    """One row per policy: TTFT, TPOT, E2E CDFs and output tokens/s over time, real vs each simulation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = len(runs_by_policy)
+    fig, axes = plt.subplots(rows, 4, figsize=(18, 3.6 * rows), squeeze=False)
+    for i, (policy, runs) in enumerate(runs_by_policy.items()):
+        end = max((float(np.nanmax(r.requests["finish_time_s"])) for r in runs.values() if len(r.requests)),
+                  default=1.0)
+        bins = np.linspace(0.0, end if end > 0 else 1.0, 61)
+        for j, (label, run) in enumerate(runs.items()):
+            style = dict(color="black", lw=1.8) if label == "real" else dict(color=f"C{j}", lw=1.2, ls="--")
+            fin = run.requests[run.requests["status"] == "finished"]
+            for c, m in enumerate(LATENCIES):
+                v = np.sort(fin[m].to_numpy(dtype=float))
+                v = v[np.isfinite(v)]
+                if len(v):
+                    axes[i, c].step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label, **style)
+            hist, _ = np.histogram(_token_times(run.requests), bins=bins)
+            axes[i, 3].plot(0.5 * (bins[1:] + bins[:-1]), hist / np.diff(bins), label=label, **style)
+        for c, m in enumerate(LATENCIES):
+            axes[i, c].set_xlabel(f"{m[:-2].upper()} (s)")
+            axes[i, c].set_ylabel("fraction of requests")
+            axes[i, c].set_title(f"{policy}: {m[:-2].upper()} CDF", fontsize=10)
+        axes[i, 3].set_xlabel("time (s)")
+        axes[i, 3].set_ylabel("output tokens/s")
+        axes[i, 3].set_title(f"{policy}: throughput over time", fontsize=10)
+        for ax in axes[i]:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+# -- the command ------------------------------------------------------------------------------
+def _clean(x):
+    """JSON-safe: NaN / inf -> None, numpy scalars -> Python."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _length_range(text: str, flag: str) -> tuple[int, int]:
+    try:
+        lo, _, hi = text.partition(":")
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"{flag} must be LO:HI (tokens, both included) or N, got {text!r}") from None
+    return lo, hi
+
+
+def build_workload(args):
+    from experiments.workloads import (AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace,
+                                       synthetic_workload)
+    opts = dict(max_requests=args.max_requests, max_model_len=args.max_model_len, seed=args.seed)
+    if args.target_rate_rps is not None:
+        opts["target_rate_rps"] = args.target_rate_rps
+    if args.time_scale is not None:
+        opts["time_scale"] = args.time_scale
+    if args.trace:
+        return read_trace(args.trace, format=args.trace_format, **opts)
+    arrivals = {"poisson": lambda: Poisson(args.rate_rps), "gamma": lambda: Gamma(args.rate_rps, args.cv),
+                "constant": lambda: Constant(args.rate_rps), "all_at_once": AllAtOnce}
+    if args.arrival not in arrivals:
+        raise ValueError(f"--arrival must be one of {sorted(arrivals)}, got {args.arrival!r}")
+    if args.arrival != "all_at_once" and args.rate_rps is None:
+        raise ValueError(f"--arrival {args.arrival} needs --rate-rps")
+    lo_p, hi_p = _length_range(args.prompt_len, "--prompt-len")
+    lo_o, hi_o = _length_range(args.output_len, "--output-len")
+    if args.arrival == "all_at_once":
+        opts.pop("target_rate_rps", None)
+        opts.pop("time_scale", None)
+    return synthetic_workload(args.num_requests, arrivals[args.arrival](), Uniform(lo_p, hi_p), Uniform(lo_o, hi_o),
+                              **opts)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="checkpoint directory")
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--name", default="run", help="report name: validation_<name>.json / .png")
+    w = ap.add_argument_group("workload: a trace (--trace) or synthetic (default)")
+    w.add_argument("--trace", default=None, help="trace file (Azure / Vidur CSV, Mooncake JSONL)")
+    w.add_argument("--trace-format", default="auto")
+    w.add_argument("--num-requests", type=int, default=32, help="synthetic: number of requests")
+    w.add_argument("--arrival", default="poisson", help="synthetic: poisson | gamma | constant | all_at_once")
+    w.add_argument("--rate-rps", type=float, default=None, help="synthetic: arrival rate")
+    w.add_argument("--cv", type=float, default=1.0, help="synthetic gamma arrivals: coefficient of variation")
+    w.add_argument("--prompt-len", default="100:1024", help="synthetic: LO:HI tokens, uniform")
+    w.add_argument("--output-len", default="100:1024", help="synthetic: LO:HI tokens, uniform")
+    w.add_argument("--target-rate-rps", type=float, default=None, help="rescale arrivals to this mean rate")
+    w.add_argument("--time-scale", type=float, default=None, help="multiply inter-arrival gaps")
+    w.add_argument("--max-requests", type=int, default=None)
+    w.add_argument("--seed", type=int, default=0)
+    e = ap.add_argument_group("engine and scheduler (the same for both backends)")
+    e.add_argument("--policies", default="vllm", help=f"comma-separated, of {POLICIES}")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
+    e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
+                   "when vllm_swap runs, else 0)")
+    e.add_argument("--max-model-len", type=int, default=4096)
+    e.add_argument("--max-num-seqs", type=int, default=256)
+    e.add_argument("--max-num-batched-tokens", type=int, default=16384)
+    e.add_argument("--enable-chunked-prefill", action="store_true")
+    e.add_argument("--no-prefix-caching", action="store_true")
+    e.add_argument("--enforce-eager", action="store_true")
+    e.add_argument("--attention-backend", default="auto")
+    e.add_argument("--temperature", type=float, default=0.6)
+    e.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on cpu)")
+    e.add_argument("--max-wall-s", type=float, default=None, help="abort a replay that runs longer (seconds)")
+    c = ap.add_argument_group("simulator cost models")
+    c.add_argument("--profile", default=None, help="calibrated cost model JSON (experiments.calibrate)")
+    c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
+    c.add_argument("--no-roofline", action="store_true")
+    ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        raise ValueError(f"--policies must be a comma-separated list of {POLICIES}, got {args.policies!r}")
+    set_threads(args.threads, args.device)
+    out_dir = Path(args.out_dir)
+    workload = build_workload(args)
+    specs = workload.specs()
+    cpu_blocks = args.num_cpu_blocks
+    if cpu_blocks is None:
+        cpu_blocks = (args.num_kvcache_blocks or 4096) if "vllm_swap" in policies else 0
+    cfg = EngineRunConfig(model_path=str(args.model), device=args.device, attention_backend=args.attention_backend,
+                          num_kvcache_blocks=args.num_kvcache_blocks, num_cpu_blocks=cpu_blocks,
+                          max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
+                          enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
+                          temperature=args.temperature, seed=args.seed)
+    t0 = time.perf_counter()
+    rep = EngineReplayer(cfg)
+    load_s = time.perf_counter() - t0
+    warm_s = rep.warmup()
+    print(f"engine ready: load {load_s:.1f} s, warm-up {warm_s:.1f} s, {rep.num_kvcache_blocks} KV blocks, "
+          f"{rep.num_cpu_blocks} swap blocks; workload {workload.stats.source}: {len(specs)} requests over "
+          f"{workload.duration_s:.1f} s", flush=True)
+    cost_models = {}
+    if not args.no_roofline:
+        cost_models["roofline"] = roofline_model(args.model, args.hardware, str(rep.runner.device), rep.max_model_len)
+    if args.profile:
+        cost_models["calibrated"] = CalibratedCostModel.load(args.profile)
+
+    report = {
+        "format": FORMAT, "name": args.name,
+        "command": "python -m experiments.validate " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": _device_name(rep.runner), "engine": asdict(cfg), "engine_load_s": load_s, "warmup_s": warm_s,
+        "workload": {"source": workload.stats.source, "summary": workload.stats.summary(), "num_requests": len(specs),
+                     "duration_s": workload.duration_s, "mean_rate_rps": workload.mean_rate_rps,
+                     "prompt_tokens_mean": float(np.mean(workload.num_prompt_tokens)),
+                     "output_tokens_mean": float(np.mean(workload.num_output_tokens))},
+        "cost_models": {k: (v.to_dict() if hasattr(v, "to_dict") else repr(v)) for k, v in cost_models.items()},
+        "policies": {},
+    }
+    runs_by_policy = {}
+    for policy in policies:
+        entry = report["policies"][policy] = {}
+        try:
+            real = rep.replay(specs, policy, num_cpu_blocks=cpu_blocks if policy == "vllm_swap" else 0,
+                              max_wall_s=args.max_wall_s)
+        except Exception as exc:        # one failing policy must not lose the others' results
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"[{policy}] real run failed: {entry['error']}", flush=True)
+            continue
+        entry["real"] = {"summary": run_summary(real), "info": real.info}
+        runs = {"real": real}
+        sched_cfg = rep.scheduler_config(num_cpu_blocks=cpu_blocks if policy == "vllm_swap" else 0)
+        entry["sims"] = {}
+        for name, cm in cost_models.items():
+            try:
+                sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
+                               rng_seed=cfg.seed)
+            except Exception as exc:
+                entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            runs[name] = sim
+            entry["sims"][name] = compare(real, sim, cm)
+            entry["sims"][name]["info"] = sim.info
+            if args.save_tables:
+                for kind in ("requests", "steps"):
+                    write_atomic(out_dir / f"validation_{args.name}_{policy}_{name}_{kind}.csv",
+                                 getattr(sim, kind).to_csv(index=False))
+        if args.save_tables:
+            for kind in ("requests", "steps"):
+                write_atomic(out_dir / f"validation_{args.name}_{policy}_real_{kind}.csv",
+                             getattr(real, kind).to_csv(index=False))
+        runs_by_policy[policy] = runs
+        print(_one_line(policy, entry), flush=True)
+    if runs_by_policy:
+        png = overlay_plot(runs_by_policy, out_dir / f"validation_{args.name}.png",
+                           title=f"{args.name}: real vs simulated ({report['device']})")
+        report["plot"] = png.name
+    path = write_atomic(out_dir / f"validation_{args.name}.json", json.dumps(_clean(report), indent=2) + "\n")
+    print(f"wrote {path}", flush=True)
+    return 0
+
+
+def _one_line(policy: str, entry: dict) -> str:
+    r = entry["real"]["summary"]
+    parts = [f"[{policy}] real: {r['output_throughput_tps']:.0f} out tok/s, {r['num_preemptions']} preemptions"]
+    for name, e in entry["sims"].items():
+        if "error" in e:
+            parts.append(f"{name}: {e['error']}")
+            continue
+        med = e["e2e_s"]["median_rel_err"]
+        tp = e["throughput"]["rel_err"]
+        parts.append(f"{name}: throughput err {_pct(tp)}, median |E2E| err {_pct(med)}, "
+                     f"{e['preemptions']['sim']} preemptions")
+    return "; ".join(parts)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def _device_name(runner) -> str:
+    from experiments.profile import device_name
+    return device_name(runner)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Arrivals: light request specs in, Sequences out, one request at a time.
+
+A run's requests are RequestSpecs (experiments.workloads.spec: a few numbers per
+request) or prebuilt engine Sequences. Specs become Sequences only when the
+request arrives, with prompt ids from `prompt_token_ids`, so a million-request
+run holds only the requests in flight.
+
+The simulator "samples" one dummy token per request, `dummy_token_id(request_id)`,
+for every output position (step-by-step and fast path alike). It is negative, so
+it never equals a prompt token or an eos id, and it differs between requests, so
+the outputs of unrelated requests never look like a shared prefix to the cache.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Iterable, Iterator
+
+from engine.sequence import SamplingParams, Sequence
+
+
+def dummy_token_id(request_id) -> int:
+    """-1 - id for non-negative int ids; a crc32 of the id's text (below -2**40) otherwise."""
+    if type(request_id) is int and request_id >= 0:
+        return -1 - request_id
+    return -(1 << 40) - zlib.crc32(str(request_id).encode())
+
+
+def token_of(seq: Sequence) -> int:
+    return dummy_token_id(seq.request_id)
+
+
+def check_sequence(seq: Sequence) -> None:
+    if seq.arrival_time_s < 0:
+        raise ValueError(f"request {seq.request_id!r}: arrival_time_s must be >= 0, got {seq.arrival_time_s}")
+    if seq.eos_token_id is not None and not seq.sampling_params.ignore_eos:
+        raise ValueError(f"request {seq.request_id!r}: the simulator runs every request to max_tokens, so an "
+                         f"eos_token_id ({seq.eos_token_id}) would never be honoured; set "
+                         "SamplingParams(ignore_eos=True) or eos_token_id=None")
+
+
+class Arrivals:
+    """The run's requests in arrival order (stable for equal times), materialized on demand.
+
+    requests: an experiments.workloads Workload (already sorted; iterated lazily),
+    or any iterable of RequestSpec and/or Sequence (listed and sorted here).
+    """
+
+    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0):
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        self.vocab_size = int(vocab_size)
+        self.prompt_seed = int(prompt_seed)
+        self.all_sequences = False          # True when every request came prebuilt
+        from experiments.workloads.spec import Workload
+        if isinstance(requests, Workload):
+            self._items: Iterable = requests
+            self.num_requests = len(requests)
+        else:
+            items = list(requests)
+            for x in items:
+                if not hasattr(x, "arrival_time_s") or not hasattr(x, "request_id"):
+                    raise TypeError(f"requests must be RequestSpec or Sequence objects, got {type(x).__name__}")
+            items.sort(key=_arrival)
+            self._items = items
+            self.num_requests = len(items)
+            self.all_sequences = all(isinstance(x, Sequence) for x in items)
+
+    def __iter__(self) -> Iterator:
+        return iter(self._items)
+
+    def materialize(self, item) -> Sequence:
+        if isinstance(item, Sequence):
+            check_sequence(item)
+            return item
+        from experiments.workloads.spec import prompt_token_ids
+        if item.arrival_time_s < 0:
+            raise ValueError(f"request {item.request_id!r}: arrival_time_s must be >= 0, got {item.arrival_time_s}")
+        if item.num_output_tokens < 1:
+            raise ValueError(f"request {item.request_id!r}: num_output_tokens must be >= 1, "
+                             f"got {item.num_output_tokens}")
+        return Sequence(item.request_id, prompt_token_ids(item, self.vocab_size, self.prompt_seed),
+                        SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
+                        arrival_time_s=item.arrival_time_s, priority=item.priority)
+
+
+def _arrival(x) -> float:
+    return x.arrival_time_s

@@ -1,0 +1,26 @@
+"""Routers for multi-replica simulation: one file per policy, each a Router subclass.
+
+    from sim.router import get_router
+    router = get_router("prefix_affinity")
+"""
+from sim.router.base import ReplicaView, Router
+from sim.router.least_outstanding_tokens import LeastOutstandingTokensRouter
+from sim.router.prefix_affinity import PrefixAffinityRouter
+from sim.router.round_robin import RoundRobinRouter
+
+ROUTERS: dict[str, type[Router]] = {
+    "round_robin": RoundRobinRouter,
+    "least_outstanding_tokens": LeastOutstandingTokensRouter,
+    "prefix_affinity": PrefixAffinityRouter,
+}
+
+
+def get_router(name: str, **kwargs) -> Router:
+    cls = ROUTERS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown router {name!r}; known routers: {sorted(ROUTERS)}")
+    return cls(**kwargs)
+
+
+__all__ = ["ROUTERS", "LeastOutstandingTokensRouter", "PrefixAffinityRouter", "ReplicaView", "RoundRobinRouter",
+           "Router", "get_router"]
