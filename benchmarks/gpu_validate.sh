@@ -37,7 +37,12 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_validate.XXXXXX")"
 LOG="$OUT_DIR/gpu_validate.log"
 : > "$LOG"
 export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"
+# The GPU image lacks simpy (and hydra); install the carried wheels (shared/gpu-wheels/README.md) when needed.
+if ! "$PY" -c "import simpy" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" .gpuwheels/* 2>&1 | tail -3
+  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
 if [ -z "$TRACE" ]; then
   for cand in shared/traces/AzureLLMInferenceTrace_conv.csv ../shared/traces/AzureLLMInferenceTrace_conv.csv \
@@ -95,7 +100,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 cfg = Qwen3Config(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                   head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
                   rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960, bos_token_id=151643,
-                  eos_token_id=151645, torch_dtype='bfloat16')
+                  eos_token_id=151645, dtype='bfloat16')
 torch.manual_seed(0)
 with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
     model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)

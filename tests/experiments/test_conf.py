@@ -23,9 +23,14 @@ def options(group):
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-def make_cfg(overrides=(), hydra_cfg=False):
+@pytest.fixture(autouse=True, scope="module")
+def hydra_conf():
     with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
+        yield
+
+
+def make_cfg(overrides=(), hydra_cfg=False):
+    return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
 
 
 def test_groups_have_the_expected_options():
