@@ -28,6 +28,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
+    compile_layers: bool | None = None           # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
     seed: int = 0                                # generator of unseeded sampled requests
 
     def __post_init__(self):

@@ -10,12 +10,14 @@ blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter 
 from __future__ import annotations
 
 import warnings
+from itertools import chain
 
 import numpy as np
 import torch
 
 from engine.batch import Batch
 from engine.config import EngineConfig
+from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.layers.sampler import Sampler, SamplingTensors
@@ -65,6 +67,11 @@ class ModelRunner:
         if self.is_cuda:
             torch.cuda.set_device(self.device)
         self.attn_backend = get_attention_backend(config.attention_backend, self.device)
+        compile_layers = config.compile_layers
+        if compile_layers is None:
+            compile_layers = self.is_cuda and not config.enforce_eager
+        if compile_layers:
+            fused.enable_compile()
         self.model = build_model(config.model, self.device, self.dtype, self.attn_backend, hf_config)
         mc = self.model.config
         self.max_model_len = config.resolve_max_model_len(mc.max_position_embeddings)
@@ -176,9 +183,12 @@ class ModelRunner:
         else:
             self.graphs[graph_bs].replay()
             hidden = self.graph_vars["outputs"][:S]
-        last = (torch.from_numpy(np.cumsum(batch.num_new_tokens)[sample_rows] - 1)
-                .to(self.device, non_blocking=True))
-        logits = self.model.compute_logits(hidden[last])                      # [num_sampled, V]
+        if P == 0 and len(sample_rows) == S:
+            logits = self.model.compute_logits(hidden[:S])                    # decode: every row samples
+        else:
+            last = (torch.from_numpy(np.cumsum(batch.num_new_tokens)[sample_rows] - 1)
+                    .to(self.device, non_blocking=True))
+            logits = self.model.compute_logits(hidden[last])                  # [num_sampled, V]
         tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows])).tolist()
         out: list[int | None] = [None] * S
         for i, t in zip(sample_rows.tolist(), tokens):
@@ -213,8 +223,14 @@ class ModelRunner:
         nblocks = (ctx + bs - 1) // bs
         width = self.max_blocks_per_seq if graph_bs is not None else int(nblocks.max())
         tables = np.zeros((graph_bs or S, width), dtype=np.int32)            # [S, width], padded with 0
-        for i, seq in enumerate(seqs):
-            tables[i, :nblocks[i]] = seq.block_table[:nblocks[i]]
+        # One flat gather of every block table (row-major), scattered under a length mask: no
+        # per-sequence numpy call. A table never holds more blocks than its context needs.
+        flat = np.fromiter(chain.from_iterable(seq.block_table for seq in seqs), np.int32)
+        if flat.size == int(nblocks.sum()):
+            tables[:S][np.arange(width) < nblocks[:, None]] = flat
+        else:
+            for i, seq in enumerate(seqs):
+                tables[i, :nblocks[i]] = seq.block_table[:nblocks[i]]
         slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
         sample_rows = np.flatnonzero(ctx == np.fromiter((len(s.token_ids) for s in seqs), np.int64, S))
 

@@ -34,15 +34,19 @@ def get_runner(backend_name: str):
         from experiments.runner_sim import run_sim
         return run_sim
     if backend_name == "engine":
+        contract = ("run_engine(cfg, desc) -> experiments.runner_sim.RunResult, building the engine from "
+                    "cfg.backend (model_path, device, attention_backend, enforce_eager, dtype)")
         try:
-            from experiments.runner_engine import run_engine
+            import experiments.runner_engine as mod
         except ModuleNotFoundError as e:
             if e.name == "experiments.runner_engine":
-                raise NotImplementedError(
-                    "engine backend: experiments/runner_engine.py does not exist yet (it must define "
-                    "run_engine(cfg, desc) -> experiments.runner_sim.RunResult); use backend=sim meanwhile") from None
+                raise NotImplementedError(f"engine backend: experiments/runner_engine.py does not exist yet; it must "
+                                          f"define {contract}. Use backend=sim meanwhile") from None
             raise
-        return run_engine
+        if not hasattr(mod, "run_engine"):
+            raise NotImplementedError(f"engine backend: experiments/runner_engine.py does not define {contract} yet. "
+                                      "Use backend=sim meanwhile")
+        return mod.run_engine
     raise ValueError(f"backend.name must be 'sim' or 'engine', got {backend_name!r}")
 
 

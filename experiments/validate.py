@@ -163,7 +163,7 @@ def overlay_plot(runs_by_policy: dict[str, dict[str, RunResult]], path, title: s
     import matplotlib.pyplot as plt
 
     rows = len(runs_by_policy)
-    fig, axes = plt.subplots(rows, 4, figsize=(18, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 4, figsize=(18, 3.8 * rows), squeeze=False, constrained_layout=True)
     for i, (policy, runs) in enumerate(runs_by_policy.items()):
         end = max((float(np.nanmax(r.requests["finish_time_s"])) for r in runs.values() if len(r.requests)),
                   default=1.0)

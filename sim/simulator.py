@@ -282,7 +282,11 @@ class Simulator:
         n = len(running)
         s0 = sum([len(s.token_ids) for s in running])       # decode_context_sum of the first step
         durs = r.cost_model.decode_step_times_s(n, s0, k)    # [k] seconds
-        ends = np.cumsum(np.concatenate(((t,), durs)))[1:]   # [k] same additions as the step path
+        clock = np.empty(k + 1)                              # [k+1] t, then each step's end:
+        clock[0] = t                                         # the same additions as the step path
+        clock[1:] = durs
+        np.cumsum(clock, out=clock)
+        ends = clock[1:]
         if t_next != INF:
             if self._prerouted:      # steps must start before the replica's next arrival
                 k = 1 + int(np.searchsorted(ends[:k - 1], t_next, "left"))
@@ -297,12 +301,10 @@ class Simulator:
         used = sched.advance_decodes(k, ends, token_of)      # [k] blocks in use after each step's allocation
         rec = r.recorder
         if rec is not None:
-            starts = np.empty(k)
-            starts[0] = t
-            starts[1:] = ends[:-1]
             # allocation takes plain free blocks first, then evicts cached-free ones
-            rec.on_steps_bulk(starts, durs, n, s0 + n * np.arange(k, dtype=np.int64), used, bm.num_blocks - used,
-                              cached0 - np.maximum(0, used - used0 - free0))
+            evicted = used - used0 - free0
+            rec.on_steps_bulk(clock[:k], durs, n, s0 + n * np.arange(k, dtype=np.int64), used, bm.num_blocks - used,
+                              cached0 - np.maximum(0, evicted) if evicted[-1] > 0 else cached0)
         if self._track_load:
             r.outstanding_tokens -= k * n
         r.num_steps += k

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from engine.layers import fused
+
 
 class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back (as transformers does).
@@ -17,14 +19,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size))
 
-    def _norm(self, x: Tensor, dtype: torch.dtype) -> Tensor:
-        var = x.pow(2).mean(dim=-1, keepdim=True)
-        return self.weight * (x * torch.rsqrt(var + self.eps)).to(dtype)
-
     def forward(self, x: Tensor, residual: Tensor | None = None):
-        dtype = x.dtype
         if residual is None:
-            return self._norm(x.float(), dtype)
-        x = x.float() + residual.float()
-        residual = x.to(dtype)
-        return self._norm(x, dtype), residual
+            return fused.rms_norm(x, self.weight, self.eps)
+        return fused.add_rms_norm(x, residual, self.weight, self.eps)

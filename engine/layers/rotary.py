@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from engine.layers import fused
+
 
 def rope_inv_freq(head_dim: int, theta: float) -> Tensor:
     """[head_dim // 2] float32 inverse frequencies, bit-identical to transformers' default rope."""
@@ -28,13 +30,5 @@ class RotaryEmbedding(nn.Module):
         # Not persistent: derived from the config, never read from a checkpoint.
         self.register_buffer("cos_sin", torch.stack([emb.cos(), emb.sin()]), persistent=False)  # [2, P, D]
 
-    def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        xf = x.float()
-        x1, x2 = xf.chunk(2, dim=-1)
-        rotated = torch.cat([-x2, x1], dim=-1)
-        return (xf * cos + rotated * sin).to(x.dtype)
-
     def forward(self, positions: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        cos_sin = self.cos_sin[:, positions].unsqueeze(2)            # [2, T, 1, D]
-        cos, sin = cos_sin[0], cos_sin[1]
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        return fused.rope(q, k, self.cos_sin, positions)

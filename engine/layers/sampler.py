@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from engine.layers import fused
+
 
 @dataclass
 class SamplingTensors:
@@ -59,6 +61,12 @@ class Sampler:
         if params.all_greedy:
             return greedy
         temps = params.temperatures
+        if params.top_ks is None and params.top_ps is None:
+            noise = torch.empty_like(logits).exponential_(1.0, generator=self.generator)
+            for row, gen in enumerate(params.generators):
+                if gen is not None:
+                    noise[row].exponential_(1.0, generator=gen)
+            return fused.temperature_sample(logits, temps, noise)
         is_greedy = temps == 0
         scaled = logits / torch.where(is_greedy, 1.0, temps)[:, None]
         scaled = apply_top_k_top_p(scaled, params.top_ks, params.top_ps)

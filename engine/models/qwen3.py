@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from engine.layers import fused
 from engine.layers.activation import SiluAndMul
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.layers.linear import PackedLinear
@@ -85,10 +86,11 @@ class Qwen3Attention(nn.Module):
     def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata, kv_cache: tuple[Tensor, Tensor]) -> Tensor:
         T = x.shape[0]
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))                          # [T, Hq*D], [T, Hkv*D] x2
-        q = self.q_norm(q.reshape(T, self.num_heads, self.head_dim))              # [T, Hq, D]
-        k = self.k_norm(k.reshape(T, self.num_kv_heads, self.head_dim))           # [T, Hkv, D]
+        q, k = fused.qk_norm_rope(q.reshape(T, self.num_heads, self.head_dim),     # [T, Hq, D]
+                                  k.reshape(T, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
+                                  self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
+                                  self.rotary.cos_sin, positions)
         v = v.reshape(T, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
         o = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)   # [T, Hq, D]
         return self.o_proj(o.reshape(T, -1))
 

@@ -7,6 +7,8 @@ Step time in seconds is a sum of physically meaningful terms, every
 coefficient >= 0 (fitted by non-negative least squares on relative error):
 
     step                     per-step overhead of a forward pass (launches, host work), paid by every step with sequences
+    prefill_step             extra fixed cost of a step with prefill work (no CUDA graph: eager launches, prefill
+                             attention setup), paid once per step with >= 1 prefill entry
     num_seqs                 per scheduled sequence (metadata, per-sequence kernel work, decode's linear FLOPs)
     prefill_tokens           per prefill token (linear-layer FLOPs)
     prefill_attention_pairs  per causal query-key pair of prefill entries: sum_j n_j*c_j - n_j*(n_j-1)/2
@@ -42,7 +44,7 @@ from sim.cost_model import register_cost_model
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
 
 FORMAT = "servelab.calibrated_cost_model/v1"
-FEATURES = ("step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum", "lm_head_rows",
+FEATURES = ("step", "prefill_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum", "lm_head_rows",
             "swap_step", "swap_blocks", "tokens_over_knee")
 KNEE_CANDIDATES = (None, 32, 64, 128, 256, 512, 1024, 2048)
 
@@ -97,7 +99,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None)
     over = np.maximum(tokens - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(tokens)
     if block_size is not None and "block_size" in steps:
         swaps = swaps * col("block_size") / block_size
-    return np.column_stack([forward, p_seqs + d_seqs, p_tok, col("prefill_attention_pairs"),
+    return np.column_stack([forward, (p_seqs > 0).astype(np.float64), p_seqs + d_seqs, p_tok, col("prefill_attention_pairs"),
                             col("decode_context_sum"), col("num_prefill_samples") + d_seqs, swap_step, swaps, over])
 
 
@@ -141,7 +143,7 @@ class CalibratedCostModel(FittedCostModel):
         self.metadata = dict(metadata or {})
         self.fitted_range = dict(fitted_range or {})
         self.max_model_len = max_model_len
-        (self._step, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._swap_step, self._swap,
+        (self._step, self._prefill_step, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._swap_step, self._swap,
          self._knee_slope) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         if self.knee_tokens is None:
@@ -177,6 +179,8 @@ class CalibratedCostModel(FittedCostModel):
         samples = n_pre if num_prefill_samples is None else num_prefill_samples
         t = self._fixed(n_pre + num_decode_seqs, pre_tokens, pairs, samples + num_decode_seqs,
                         pre_tokens + num_decode_seqs)
+        if n_pre:
+            t += self._prefill_step
         return t + self._dctx * decode_context_sum + t_swap
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:

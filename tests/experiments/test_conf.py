@@ -186,4 +186,5 @@ def test_launchers_compose(launcher):
 
 def test_engine_backend_composes():
     cfg = make_cfg(["backend=engine", "backend.model_path=/models/qwen3"])
-    assert set(cfg.backend) == {"name", "model_path", "device", "attention_backend", "enforce_eager", "dtype"}
+    assert set(cfg.backend) == {"name", "model_path", "device", "attention_backend", "enforce_eager", "dtype",
+                               "temperature"}

@@ -1,0 +1,87 @@
+"""The elementwise parts of a decoder layer and of sampling, as plain tensor functions.
+
+Eagerly, each is a handful of small kernels (casts, reductions, multiplies); at decode batch
+sizes those launches and their memory round trips cost as much as the matmuls. On CUDA the
+model runner calls `enable_compile()`, which swaps each function for a torch.compile'd version
+that Inductor fuses into one kernel (the approach nano-vllm takes). Layers look the functions up
+on this module at call time, so the swap reaches every layer. Numerics are the same ops either way:
+float32 math, cast back to the activation dtype.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """x [..., H] -> weight * x / sqrt(mean(x^2) + eps), in float32, cast back to x.dtype."""
+    xf = x.float()
+    var = xf.pow(2).mean(dim=-1, keepdim=True)
+    return weight * (xf * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(rms_norm(x + residual), x + residual): the residual add fused into the norm."""
+    s = x.float() + residual.float()
+    var = s.pow(2).mean(dim=-1, keepdim=True)
+    return weight * (s * torch.rsqrt(var + eps)).to(x.dtype), s.to(x.dtype)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
+
+
+def qk_norm_rope(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float, cos_sin: Tensor,
+                 positions: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-head RMSNorm of q [T, Hq, D] and k [T, Hkv, D], then RoPE (rotate-half layout) at positions [T].
+
+    cos_sin: [2, max_positions, D] float32 table.
+    """
+    cs = cos_sin[:, positions].unsqueeze(2)                                  # [2, T, 1, D]
+    return _rotate(rms_norm(q, q_weight, eps), cs[0], cs[1]), _rotate(rms_norm(k, k_weight, eps), cs[0], cs[1])
+
+
+def rope(q: Tensor, k: Tensor, cos_sin: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    cs = cos_sin[:, positions].unsqueeze(2)
+    return _rotate(q, cs[0], cs[1]), _rotate(k, cs[0], cs[1])
+
+
+def silu_and_mul(x: Tensor) -> Tensor:
+    """x [..., 2I] laid out [gate | up] -> silu(gate) * up [..., I]."""
+    gate, up = x.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+def temperature_sample(logits: Tensor, temperatures: Tensor, noise: Tensor) -> Tensor:
+    """Exponential-race sampling: argmax(softmax(logits / T) / noise); greedy where T == 0.
+
+    logits [S, V] (any float dtype), temperatures [S] float32, noise [S, V] ~ Exp(1) -> [S] int64.
+    """
+    logits = logits.float()
+    greedy = temperatures == 0
+    probs = (logits / torch.where(greedy, 1.0, temperatures)[:, None]).softmax(dim=-1)
+    sampled = (probs / noise.clamp_min(1e-10)).argmax(dim=-1)
+    return torch.where(greedy, logits.argmax(dim=-1), sampled)
+
+
+_EAGER = dict(rms_norm=rms_norm, add_rms_norm=add_rms_norm, qk_norm_rope=qk_norm_rope, rope=rope,
+              silu_and_mul=silu_and_mul, temperature_sample=temperature_sample)
+compiled = False
+
+
+def enable_compile() -> None:
+    """Replace each function above by its torch.compile'd version (dynamic shapes: one compile per function)."""
+    global compiled
+    if compiled:
+        return
+    for name, fn in _EAGER.items():
+        globals()[name] = torch.compile(fn, dynamic=True)
+    compiled = True
+
+
+def disable_compile() -> None:
+    global compiled
+    globals().update(_EAGER)
+    compiled = False

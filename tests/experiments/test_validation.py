@@ -1,0 +1,98 @@
+"""Sim vs real on CPU: the real-time replay loop on a fake clock, then the whole loop with the tiny
+model (profile -> calibrate -> engine replay + calibrated simulation -> report), with loose bounds."""
+import json
+
+import pytest
+
+from engine.recorder import Recorder
+from engine.scheduler import Scheduler, SchedulerConfig
+from experiments.runner_engine import make_sequences, run_loop
+from experiments.workloads import Constant, Fixed, synthetic_workload
+
+
+class FakeClock:
+    """Wall clock that advances only when the loop sleeps or a step executes."""
+
+    def __init__(self):
+        self.t = 100.0
+        self.sleeps = []
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s
+
+
+def test_replay_loop_respects_arrivals_and_never_sleeps_with_work():
+    wl = synthetic_workload(6, Constant(2.0), Fixed(20), Fixed(3))          # arrivals 0, 0.5, ..., 2.5 s
+    seqs = make_sequences(wl, vocab_size=100)
+    clock = FakeClock()
+    step_s = 0.1
+    sched = Scheduler(SchedulerConfig(num_kvcache_blocks=64, max_model_len=256))
+    busy = {"steps": 0}
+
+    def execute(batch):
+        busy["steps"] += 1
+        assert all(s.arrival_time_s <= clock.t - 100.0 for s in batch.seqs)   # nothing runs before it arrives
+        clock.t += step_s
+        return [7] * len(batch.seqs)
+
+    rec = Recorder()
+    info = run_loop(sched, execute, lambda: None, seqs, rec, clock=clock, sleep=clock.sleep)
+    req = rec.requests_frame().sort_values("request_id")
+    assert list(req["request_id"]) == list(range(6)) and (req["status"] == "finished").all()
+    # each request: one prefill step then 2 decode steps, alone (the next arrives 0.5 s later)
+    assert list(req["first_token_time_s"] - req["arrival_time_s"]) == pytest.approx([step_s] * 6)
+    assert list(req["e2e_s"]) == pytest.approx([3 * step_s] * 6)
+    # idle between requests: 0.5 - 0.3 s each time, and only then
+    assert clock.sleeps == pytest.approx([0.2] * 5)
+    assert info["num_steps"] == busy["steps"] == 18
+    assert info["busy_s"] == pytest.approx(18 * step_s) and info["idle_s"] == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    from tests.engine.tiny_model import make_tiny_qwen3
+    path = tmp_path_factory.mktemp("tiny_validate")
+    make_tiny_qwen3(path)
+    threads = torch.get_num_threads()
+    yield path
+    torch.set_num_threads(threads)        # the commands below set 1 thread on cpu
+
+
+def test_cpu_validation_loop(tiny, tmp_path):
+    from experiments import calibrate, profile, validate
+
+    table = tmp_path / "table.csv"
+    assert profile.main(["--model", str(tiny), "--out", str(table), "--device", "cpu", "--grid", "small",
+                         "--max-model-len", "512", "--repeats", "3", "--warmup", "1"]) == 0
+    meta = json.loads((tmp_path / "table.csv.meta.json").read_text())
+    assert meta["grid"] == "small" and meta["num_rows"] > 30 and "experiments.profile" in meta["command"]
+    prof = tmp_path / "profile.json"
+    assert calibrate.main([str(table), "--out", str(prof), "--hardware", "cpu"]) == 0
+    fit = json.loads(prof.read_text())
+    assert fit["metadata"]["heldout"]["num_rows"] >= 5 and fit["metadata"]["hardware"] == "cpu"
+
+    out = tmp_path / "out"
+    assert validate.main(["--model", str(tiny), "--device", "cpu", "--out-dir", str(out), "--name", "ci",
+                          "--num-requests", "24", "--arrival", "poisson", "--rate-rps", "12", "--prompt-len", "8:64",
+                          "--output-len", "4:24", "--max-model-len", "512", "--policies", "vllm",
+                          "--num-kvcache-blocks", "12", "--profile", str(prof), "--max-wall-s", "60"]) == 0
+    report = json.loads((out / "validation_ci.json").read_text())
+    assert (out / "validation_ci.png").stat().st_size > 0
+    entry = report["policies"]["vllm"]
+    assert entry["real"]["summary"]["num_finished"] == 24
+    for name in ("roofline", "calibrated"):
+        e = entry["sims"][name]
+        assert e["join"] == {"num_real": 24, "num_sim": 24, "num_joined": 24, "num_finished_both": 24,
+                             "one_to_one": True}
+        for key in ("ttft_s", "tpot_s", "e2e_s"):
+            assert set(e[key]) == {"median_rel_err", "p90_rel_err", "mean_signed_rel_err", "num_requests"}
+        assert set(e["preemptions"]) >= {"real", "sim", "real_swaps", "sim_swaps"}
+        assert e["throughput"]["rel_err"] is not None
+    cal = entry["sims"]["calibrated"]
+    assert cal["e2e_s"]["median_rel_err"] < 1.0          # loose: a shared 2-core CPU is noisy
+    assert cal["step_time"]["num_steps"] == entry["real"]["summary"]["num_steps"]

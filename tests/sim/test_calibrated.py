@@ -1,0 +1,126 @@
+"""The calibrated cost model: NNLS optimality, exact recovery of known coefficients, the cost-model
+contract (decode fast path, empty steps, bad shapes), file round trip, and agreement between the
+table form (predict_table) and the per-batch form (step_time_s)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.recorder import Recorder
+from experiments.profile import Shape, build_batch
+from sim.cost_model import get_cost_model
+from sim.cost_model.base import CostModelError
+from sim.cost_model.calibrated import FEATURES, CalibratedCostModel, design_matrix, nnls
+
+COEF = dict(step=2e-3, prefill_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, prefill_attention_pairs=1e-9,
+            decode_context_sum=2e-8, lm_head_rows=4e-6, swap_step=5e-4, swap_blocks=1e-4, tokens_over_knee=2e-6)
+
+
+def test_nnls_satisfies_kkt_conditions():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        m, n = rng.integers(4, 25), rng.integers(1, 8)
+        a, b = rng.normal(size=(m, n)), rng.normal(size=m)
+        x = nnls(a, b)
+        g = a.T @ (a @ x - b)                       # gradient of 0.5 * ||a x - b||^2
+        assert (x >= 0).all()
+        assert np.all(g[x == 0] >= -1e-9)           # no descent direction into the feasible set
+        np.testing.assert_allclose(g[x > 0], 0.0, atol=1e-8)
+
+
+def test_nnls_clips_a_coefficient_plain_least_squares_makes_negative():
+    a = np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
+    b = np.array([3.0, 2.0, 1.0])                   # unconstrained fit: 4 - 1 * col1
+    np.testing.assert_allclose(np.linalg.lstsq(a, b, rcond=None)[0], [4.0, -1.0])
+    np.testing.assert_allclose(nnls(a, b), [2.0, 0.0])   # best non-negative: the mean, no slope
+
+
+def _shapes():
+    shapes = [Shape("prefill", ((n, c),)) for n in (8, 100, 700, 3000) for c in (0, 500)]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (50, 300) for k in (2, 5)]
+    shapes += [Shape("decode", (), (c,) * b) for b in (1, 3, 20, 90) for c in (10, 300, 2000)]
+    shapes += [Shape("mixed", ((n, 0),), (c,) * b) for n, c, b in ((64, 100, 4), (900, 40, 30))]
+    shapes += [Shape(k, swap_blocks=s) for k in ("swap_out", "swap_in") for s in (1, 7, 40)]
+    return shapes
+
+
+def _table(shapes, model):
+    rng = np.random.default_rng(1)
+    rec = Recorder()
+    batches = []
+    for i, sh in enumerate(shapes):
+        b = build_batch(sh, 16, 1000, 0.0, rng)
+        if sh.prefills and i % 3 == 0:      # an intermediate chunk: more tokens follow, nothing is sampled
+            b.seqs[0].token_ids.extend([1] * 10)
+        batches.append(b)
+        rec.on_step(0.0, model.step_time_s(b), b, 0, 0, 0)
+    return rec.steps_frame().assign(block_size=16), batches
+
+
+def test_fit_recovers_known_coefficients_exactly():
+    truth = CalibratedCostModel(coefficients=COEF, knee_tokens=256)
+    table, _ = _table(_shapes(), truth)
+    fitted = CalibratedCostModel.fit(table, knee_candidates=(None, 128, 256, 512))
+    assert fitted.knee_tokens == 256
+    np.testing.assert_allclose(fitted.predict_table(table), table["duration_s"], rtol=1e-7)
+    for f in FEATURES:
+        assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
+
+
+def test_hand_computed_step_time():
+    cm = CalibratedCostModel(coefficients=dict(step=1.0, prefill_step=10.0, num_seqs=100.0, prefill_tokens=1e3,
+                                               prefill_attention_pairs=1e4, decode_context_sum=1e5,
+                                               lm_head_rows=1e6, swap_step=1e7, swap_blocks=1e8,
+                                               tokens_over_knee=1e9), knee_tokens=5)
+    # prefill entries (n=3, c=3) and (n=2, c=6, not sampling); 2 decodes with contexts summing to 9; 1 swap block
+    # pairs: 3*3 - 3 + 2*6 - 1 = 17; tokens 5 + 2 = 7 -> 2 over the knee; lm rows 1 + 2 = 3
+    t = cm.step_time_from_shape([3, 2], [3, 6], 2, 9, num_swap_blocks=1, num_prefill_samples=1)
+    assert t == 1 + 10 + 100 * 4 + 1e3 * 5 + 1e4 * 17 + 1e5 * 9 + 1e6 * 3 + 1e7 + 1e8 + 1e9 * 2
+    assert cm.step_time_from_shape([], [], 0, 0) == 0.0
+    assert cm.step_time_from_shape([], [], 0, 0, num_swap_blocks=3) == 1e7 + 3e8
+    # a block size twice the fitted one copies twice the bytes per block
+    assert cm.step_time_from_shape([], [], 0, 0, num_swap_blocks=3, block_size=32) == 1e7 + 6e8
+
+
+def test_decode_fast_path_matches_step_by_step():
+    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=16)
+    for n, s0, k in ((1, 5, 7), (20, 400, 50), (3, 3, 1)):
+        ref = [cm.step_time_from_shape([], [], n, s0 + i * n) for i in range(k)]
+        np.testing.assert_allclose(cm.decode_step_times_s(n, s0, k), ref, rtol=1e-12)
+    assert len(cm.decode_step_times_s(4, 10, 0)) == 0
+
+
+def test_table_and_batch_forms_agree():
+    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=64)
+    table, batches = _table(_shapes(), cm)
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+
+
+def test_round_trip_and_registry(tmp_path):
+    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=128, metadata={"hardware": "H200"})
+    path = cm.save(tmp_path / "p.json")
+    data = json.loads(path.read_text())
+    assert data["format"] == "servelab.calibrated_cost_model/v1" and data["metadata"]["hardware"] == "H200"
+    for other in (CalibratedCostModel.load(path), CalibratedCostModel.from_dict(data),
+                  get_cost_model("calibrated", profile=str(path))):
+        assert other.coefficients == cm.coefficients and other.knee_tokens == 128
+        assert other.step_time_from_shape([100], [300], 5, 700) == cm.step_time_from_shape([100], [300], 5, 700)
+
+
+def test_bad_inputs_fail_clearly(tmp_path):
+    with pytest.raises(ValueError, match="coefficients must be finite and >= 0"):
+        CalibratedCostModel(coefficients={"step": -1.0})
+    with pytest.raises(ValueError, match="unknown coefficient"):
+        CalibratedCostModel(coefficients={"stepp": 1.0})
+    with pytest.raises(ValueError, match="needs profile="):
+        CalibratedCostModel()
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(CostModelError, match="not a calibrated cost model file"):
+        CalibratedCostModel(bad)
+    cm = CalibratedCostModel(coefficients=COEF)
+    with pytest.raises(CostModelError, match="smaller than its new tokens"):
+        cm.step_time_from_shape([10], [5], 0, 0)
+    with pytest.raises(ValueError, match="lacks column"):
+        design_matrix(pd.DataFrame({"duration_s": [1.0]}), None)
