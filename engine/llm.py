@@ -182,6 +182,7 @@ class LLM:
         tokens = {"prefill": 0, "decode": 0}
         seconds = {"prefill": 0.0, "decode": 0.0}
         wanted = {s.request_id for s in seqs}
+        shown_at = float("-inf")
         while len(results) < len(seqs):
             for out in self.step():
                 if out.request_id in wanted:    # requests queued with add_request finish silently here
@@ -194,8 +195,11 @@ class LLM:
                 tokens["prefill"] += s.num_prefill_tokens
                 tokens["decode"] += s.num_decode_seqs
                 seconds[kind] += s.duration_s
-                pbar.set_postfix(prefill=f"{tokens['prefill'] / max(seconds['prefill'], 1e-9):.0f}tok/s",
-                                 decode=f"{tokens['decode'] / max(seconds['decode'], 1e-9):.0f}tok/s", refresh=False)
+                if s.start_s - shown_at > 0.5:      # formatting every step would cost ~1 ms per step
+                    shown_at = s.start_s
+                    pbar.set_postfix(prefill=f"{tokens['prefill'] / max(seconds['prefill'], 1e-9):.0f}tok/s",
+                                     decode=f"{tokens['decode'] / max(seconds['decode'], 1e-9):.0f}tok/s",
+                                     refresh=False)
         if pbar is not None:
             pbar.close()
         return [results[s.request_id] for s in seqs]

@@ -225,7 +225,11 @@ class Simulator:
 
             if fast and sched.running:
                 t_next = (inbox[0].arrival_time_s if inbox else INF) if prerouted else self._next_arrival_s
-                if t_next - t > r.last_decode_s:
+                if r.horizon_spent:
+                    # The last fast call took its whole horizon (below max_fast): the next step finishes a
+                    # sequence or needs a block that is not free, so decode_horizon would say 0.
+                    r.horizon_spent = False
+                elif t_next - t > r.last_decode_s:
                     k = sched.decode_horizon(max_fast)
                     if k:
                         t_end = self._fast_forward(r, t, k, t_next)
@@ -295,6 +299,7 @@ class Simulator:
                 if k == 0:
                     r.last_decode_s = float(durs[0])
                     return None
+        r.horizon_spent = k == len(durs) and k < self.max_fast_steps
         ends = ends[:k]
         durs = durs[:k]
         free0, cached0, used0 = len(bm.free_ids), bm.num_cached_free_blocks, bm.num_used_blocks
