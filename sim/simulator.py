@@ -180,7 +180,7 @@ class Simulator:
         if self._track_load:
             r.outstanding_tokens -= seq.num_prompt_tokens + seq.max_output_tokens
 
-    def _wait_for_arrival(self, r: Replica, why: str):
+    def _wait_for_arrival(self, r: Replica):
         """Event for r's next arrival, or None when no more requests can reach r."""
         if self._prerouted:
             if not r.inbox:
@@ -215,7 +215,7 @@ class Simulator:
                 if not sched.add(seq):
                     self._reject(r, seq)
             if not (sched.running or sched.waiting or sched.swapped):
-                ev = self._wait_for_arrival(r, "idle")
+                ev = self._wait_for_arrival(r)
                 if ev is None:
                     return
                 yield ev
@@ -243,7 +243,7 @@ class Simulator:
             if not seqs and not batch.swap_in and not batch.swap_out:
                 # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
-                ev = self._wait_for_arrival(r, "stalled")
+                ev = self._wait_for_arrival(r)
                 if ev is None:
                     raise RuntimeError(f"replica {r.index} stalled at t={t:.6f}s: {sched.num_unfinished} "
                                        f"unfinished requests, nothing schedulable, no arrivals left")

@@ -27,6 +27,7 @@ def paged_attention_tile_loop(
     BLOCK_SIZE: tl.constexpr,      # KV page size in tokens
     BLOCK_N: tl.constexpr,         # keys per tile
     CAUSAL: tl.constexpr,          # mask key n > q_pos (only needed on the diagonal tiles)
+    DOT_PRECISION: tl.constexpr,   # "ieee" for float32 caches (tf32 would cost ~1e-3), "tf32" otherwise (unused)
 ):
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)                                   # [BLOCK_N]
@@ -35,7 +36,7 @@ def paged_attention_tile_loop(
         row_off = page * stride_cb + (offs_n % BLOCK_SIZE) * stride_cs + kv_head_off   # [BLOCK_N] int64
         kv_mask = nmask[:, None] & dmask[None, :]
         k = tl.load(k_cache_ptr + row_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        s = tl.dot(q, tl.trans(k)) * qk_scale                                  # [BLOCK_M, BLOCK_N] f32
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale                                  # [BLOCK_M, BLOCK_N] f32
         if CAUSAL:
             keep = nmask[None, :] & (offs_n[None, :] <= q_pos[:, None])
         else:
@@ -47,6 +48,6 @@ def paged_attention_tile_loop(
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_cache_ptr + row_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     return acc, m_i, l_i

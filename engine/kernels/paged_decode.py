@@ -43,6 +43,7 @@ def _decode_split_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -67,7 +68,7 @@ def _decode_split_kernel(
     acc, m_i, l_i = paged_attention_tile_loop(
         acc, m_i, l_i, q, q_pos, k_cache_ptr, v_cache_ptr, tables_ptr + b * stride_tb,
         kv_head * stride_ch, stride_cb, stride_cs, offs_d, dmask, start, end, qk_scale,
-        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=False)
+        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=False, DOT_PRECISION=DOT_PRECISION)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)      # empty split / empty context -> zeros, not NaN
     o = acc / l_safe[:, None]
@@ -177,7 +178,8 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SIZE=block_size, BLOCK_N=block_n,
-        SINGLE_SPLIT=single, num_warps=num_warps, num_stages=num_stages,
+        SINGLE_SPLIT=single, DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
+        num_warps=num_warps, num_stages=num_stages,
     )
     if not single:
         _decode_reduce_kernel[(B, num_q_heads)](

@@ -39,6 +39,7 @@ def _prefill_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr,         # rows = tokens x group heads
     BLOCK_N: tl.constexpr,         # keys per tile
+    DOT_PRECISION: tl.constexpr,
 ):
     TOK: tl.constexpr = BLOCK_M // GROUP
     seq = tl.program_id(0)
@@ -73,11 +74,11 @@ def _prefill_kernel(
     acc, m_i, l_i = paged_attention_tile_loop(
         acc, m_i, l_i, q, q_pos, k_cache_ptr, v_cache_ptr, table, kv_head * stride_ch,
         stride_cb, stride_cs, offs_d, dmask, 0, full_end, qk_scale,
-        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=False)
+        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=False, DOT_PRECISION=DOT_PRECISION)
     acc, m_i, l_i = paged_attention_tile_loop(
         acc, m_i, l_i, q, q_pos, k_cache_ptr, v_cache_ptr, table, kv_head * stride_ch,
         stride_cb, stride_cs, offs_d, dmask, full_end, causal_end, qk_scale,
-        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=True)
+        BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CAUSAL=True, DOT_PRECISION=DOT_PRECISION)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -118,6 +119,7 @@ def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seql
         out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
+        DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
         num_warps=num_warps, num_stages=num_stages,
     )
     return out
