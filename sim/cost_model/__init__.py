@@ -39,3 +39,8 @@ def get_cost_model(name: str, **kwargs) -> CostModel:
 
 __all__ = ["COST_MODELS", "STEP_TABLE_COLUMNS", "ConstantCostModel", "CostModel", "CostModelError",
            "FittedCostModel", "RooflineCostModel", "StepShape", "get_cost_model", "register_cost_model"]
+
+# Registered last: calibrated.py imports register_cost_model from this package.
+from sim.cost_model.calibrated import CalibratedCostModel  # noqa: E402
+
+__all__ += ["CalibratedCostModel"]
