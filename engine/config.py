@@ -8,6 +8,28 @@ from dataclasses import dataclass, fields
 
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+MAX_TENSOR_PARALLEL_SIZE = 8
+
+
+def tensor_parallel_problem(tp: int, num_attention_heads: int, num_key_value_heads: int,
+                            intermediate_size: int) -> str | None:
+    """Why the model cannot be split across tp ranks, or None when it can.
+
+    Query heads and the MLP's intermediate dim are split evenly. KV heads are split evenly when
+    tp <= num_key_value_heads; a larger tp must be a multiple of them, and each rank then holds a
+    replica of the one KV head its query heads use (vLLM's layout).
+    """
+    if num_attention_heads % tp:
+        return f"tensor_parallel_size={tp} must divide num_attention_heads={num_attention_heads}"
+    kv = num_key_value_heads
+    if tp <= kv and kv % tp:
+        return f"tensor_parallel_size={tp} must divide num_key_value_heads={kv}"
+    if tp > kv and tp % kv:
+        return (f"tensor_parallel_size={tp} exceeds num_key_value_heads={kv} and is not a multiple of it "
+                f"(KV heads are replicated only in whole copies)")
+    if intermediate_size % tp:
+        return f"tensor_parallel_size={tp} must divide intermediate_size={intermediate_size}"
+    return None
 
 
 @dataclass
@@ -30,6 +52,8 @@ class EngineConfig:
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
     compile_layers: bool | None = None           # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
     seed: int = 0                                # generator of unseeded sampled requests
+    tensor_parallel_size: int = 1                # GPUs (processes) one model is split across, 1..8, one host
+    distributed_timeout_s: float = 600.0         # tensor parallel only: a collective waiting longer raises
 
     def __post_init__(self):
         if not (self.device in DEVICES or self.device.startswith("cuda:")):
@@ -53,6 +77,24 @@ class EngineConfig:
                              f"{self.max_num_seqs} and {self.max_num_batched_tokens}")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1 or None, got {self.max_model_len}")
+        tp = self.tensor_parallel_size
+        if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TENSOR_PARALLEL_SIZE:
+            raise ValueError(f"tensor_parallel_size must be an int in 1..{MAX_TENSOR_PARALLEL_SIZE} (one process per "
+                             f"GPU of one host), got {tp!r}")
+        if not self.distributed_timeout_s > 0:
+            raise ValueError(f"distributed_timeout_s must be > 0 seconds, got {self.distributed_timeout_s}")
+
+    def check_tensor_parallel(self, hf_config: dict) -> None:
+        """ValueError naming the sizes this checkpoint (config.json dict) can be split into, if tp is not one."""
+        heads = hf_config.get("num_attention_heads")
+        inter = hf_config.get("intermediate_size")
+        if self.tensor_parallel_size == 1 or heads is None or inter is None:
+            return
+        kv = hf_config.get("num_key_value_heads") or heads
+        problem = tensor_parallel_problem(self.tensor_parallel_size, heads, kv, inter)
+        if problem:
+            ok = [t for t in range(1, MAX_TENSOR_PARALLEL_SIZE + 1) if tensor_parallel_problem(t, heads, kv, inter) is None]
+            raise ValueError(f"{problem}; set tensor_parallel_size to one of {ok} for this model")
 
     @classmethod
     def from_kwargs(cls, model: str, **kwargs) -> "EngineConfig":

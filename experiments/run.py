@@ -141,7 +141,12 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+# An absolute path: Hydra would read a relative one as the Python package `conf`, which only imports
+# when the command runs from the repository root.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),

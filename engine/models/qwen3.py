@@ -4,6 +4,11 @@ Per layer: RMSNorm -> attention (packed qkv, per-head RMSNorm on q and k, RoPE, 
 attention backend) -> residual -> RMSNorm -> SwiGLU MLP (packed gate/up) -> residual.
 Shapes: T = tokens this step (flat, all sequences), H = hidden_size, Hq/Hkv = query/KV heads,
 D = head_dim, I = intermediate_size, V = vocab_size.
+
+Tensor parallel (tp_size > 1, rank tp_rank): every rank holds Hq/tp query heads, its share of the
+KV heads (engine/layers/linear.py), I/tp of the MLP and V/tp rows of the embedding and head; the
+shapes above then hold per rank (Hq, Hkv, I local). The residual stream [T, H] is the same on all
+ranks: o_proj and down_proj all-reduce their partial sums, and the embedding all-reduces its rows.
 """
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ from torch import Tensor, nn
 from engine.layers import fused
 from engine.layers.activation import SiluAndMul
 from engine.layers.attention_metadata import AttentionMetadata
-from engine.layers.linear import PackedLinear
+from engine.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
+from engine.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 
@@ -68,15 +74,17 @@ class Qwen3Config:
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, cfg: Qwen3Config, attn_backend, rotary: RotaryEmbedding):
+    def __init__(self, cfg: Qwen3Config, attn_backend, rotary: RotaryEmbedding, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_attention_heads ({self.num_heads}) must be a multiple of "
-                             f"num_key_value_heads ({self.num_kv_heads})")
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = PackedLinear(cfg.hidden_size, [q_size, kv_size, kv_size], bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=cfg.attention_bias)
+        if cfg.num_attention_heads % cfg.num_key_value_heads:
+            raise ValueError(f"num_attention_heads ({cfg.num_attention_heads}) must be a multiple of "
+                             f"num_key_value_heads ({cfg.num_key_value_heads})")
+        self.head_dim = cfg.head_dim
+        self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
+                                          cfg.num_key_value_heads, cfg.attention_bias, tp_rank, tp_size)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads   # this rank's
+        self.o_proj = RowParallelLinear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, cfg.attention_bias,
+                                        tp_rank, tp_size)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.rotary = rotary            # shared by all layers: one cos/sin table
@@ -96,10 +104,11 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    def __init__(self, cfg: Qwen3Config):
+    def __init__(self, cfg: Qwen3Config, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
-        self.gate_up_proj = PackedLinear(cfg.hidden_size, [cfg.intermediate_size] * 2)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, False,
+                                                       tp_rank, tp_size)
+        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, False, tp_rank, tp_size)
         self.act = SiluAndMul()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -107,10 +116,10 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3DecoderLayer(nn.Module):
-    def __init__(self, cfg: Qwen3Config, attn_backend, rotary: RotaryEmbedding):
+    def __init__(self, cfg: Qwen3Config, attn_backend, rotary: RotaryEmbedding, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
-        self.self_attn = Qwen3Attention(cfg, attn_backend, rotary)
-        self.mlp = Qwen3MLP(cfg)
+        self.self_attn = Qwen3Attention(cfg, attn_backend, rotary, tp_rank, tp_size)
+        self.mlp = Qwen3MLP(cfg, tp_rank, tp_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -126,11 +135,12 @@ class Qwen3DecoderLayer(nn.Module):
 
 
 class Qwen3Model(nn.Module):
-    def __init__(self, cfg: Qwen3Config, attn_backend):
+    def __init__(self, cfg: Qwen3Config, attn_backend, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp_rank, tp_size)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
-        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg, attn_backend, rotary) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg, attn_backend, rotary, tp_rank, tp_size)
+                                    for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, input_ids, positions, meta, kv_caches):
@@ -143,7 +153,8 @@ class Qwen3Model(nn.Module):
 
 class Qwen3ForCausalLM(nn.Module):
     """forward(input_ids [T], positions [T], meta, kv_caches) -> hidden [T, H];
-    compute_logits(hidden [S, H]) -> [S, V]. kv_caches: one (k_cache, v_cache) pair per layer."""
+    compute_logits(hidden [S, H]) -> [S, V] (None on tensor-parallel ranks > 0).
+    kv_caches: one (k_cache, v_cache) pair per layer, each [num_blocks, block_size, num_kv_heads_per_rank, D]."""
 
     # checkpoint projection -> (packed module, shard index); see engine/loader.py
     packed_modules = {
@@ -152,11 +163,13 @@ class Qwen3ForCausalLM(nn.Module):
     }
     config_class = Qwen3Config
 
-    def __init__(self, cfg: Qwen3Config, attn_backend):
+    def __init__(self, cfg: Qwen3Config, attn_backend, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
         self.config = cfg
-        self.model = Qwen3Model(cfg, attn_backend)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.model = Qwen3Model(cfg, attn_backend, tp_rank, tp_size)
+        self.num_kv_heads_per_rank = self.model.layers[0].self_attn.num_kv_heads if cfg.num_hidden_layers else 0
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp_rank, tp_size)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -164,5 +177,5 @@ class Qwen3ForCausalLM(nn.Module):
                 kv_caches: list[tuple[Tensor, Tensor]]) -> Tensor:
         return self.model(input_ids, positions, meta, kv_caches)
 
-    def compute_logits(self, hidden: Tensor) -> Tensor:
+    def compute_logits(self, hidden: Tensor) -> Tensor | None:
         return self.lm_head(hidden)

@@ -20,9 +20,13 @@ Large Language Models"). Rule:
   policy picks which; default newest).
 - Starvation bound: a waiting, preempted or swapped request that has not been
   served for `starvation_s` seconds (since arrival or its last step) is promoted
-  to level 0 with a fresh quantum. None disables promotion.
+  to level 0, with the quantum of the level it left (so that under memory
+  pressure a promotion buys real progress rather than a recompute followed by
+  an immediate demotion and preemption). None disables promotion.
 Helps short requests behind long ones without knowing lengths; pays with
-preemptions (recompute or swap) of demoted long requests.
+preemptions of demoted long requests. FastServe keeps preempted KV in host memory
+(preemption_mode="swap", the Hydra default); by recompute, each preemption costs a
+re-prefill, and under memory pressure the policy can thrash.
 """
 from __future__ import annotations
 
@@ -38,8 +42,13 @@ class MLFQPolicy(SchedulingPolicy):
     fast_forward_ok = False
 
     def __init__(self, victim: VictimPolicy | None = None, base_quantum: float = 4.0, num_levels: int = 8,
-                 prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT, starvation_s: float | None = 10.0):
+                 prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT, starvation_s: float | None = 10.0,
+                 preemption_mode: str = "recompute"):
         super().__init__(victim)
+        if preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"mlfq: preemption_mode must be 'recompute' or 'swap' (FastServe swaps), "
+                             f"got {preemption_mode!r}")
+        self.preemption_mode = preemption_mode
         self.base_quantum = check_positive(self.name, "base_quantum", base_quantum)
         self.num_levels = check_positive(self.name, "num_levels", num_levels, integer=True)
         self.prompt_token_weight = check_weight(self.name, "prompt_token_weight", prompt_token_weight)
@@ -99,10 +108,13 @@ class MLFQPolicy(SchedulingPolicy):
         for queue in (view.waiting, view.swapped):
             for seq in queue:
                 rid = seq.request_id
-                if now - self._last_served_s.get(rid, seq.arrival_time_s) >= self.starvation_s \
-                        and self.level(seq) != 0:
+                level = self.level(seq)
+                if now - self._last_served_s.get(rid, seq.arrival_time_s) >= self.starvation_s and level != 0:
+                    # Promoted with the quantum of the level it left, as credit: a request re-admitted
+                    # (often after a recompute) keeps the top rank until it has done that much work,
+                    # instead of being demoted and preempted again after level 0's tiny quantum.
                     self._level[rid] = 0
-                    self._charge[rid] = 0.0
+                    self._charge[rid] = self.quantum(0) - self.quantum(level)
                     self._last_served_s[rid] = now
 
     def on_finish(self, seq) -> None:
@@ -113,4 +125,4 @@ class MLFQPolicy(SchedulingPolicy):
     def __repr__(self) -> str:
         return (f"MLFQPolicy(victim={self.victim.name}, base_quantum={self.base_quantum:g}, "
                 f"num_levels={self.num_levels}, prompt_token_weight={self.prompt_token_weight:g}, "
-                f"starvation_s={self.starvation_s})")
+                f"starvation_s={self.starvation_s}, preemption_mode={self.preemption_mode!r})")

@@ -1,0 +1,201 @@
+"""Tensor parallelism across the GPUs of one host: process group, collectives, worker processes.
+
+One process per rank. Rank 0 is the LLM process: it runs the scheduler, prepares each step's
+inputs on the host and sends them to ranks 1..tp-1 (the workers), then every rank runs the same
+forward pass on its weight shards. The collectives inside the forward pass (all-reduce after each
+row-parallel layer and the embedding, gather of the LM head's logits to rank 0) go through
+torch.distributed: NCCL on CUDA, gloo on CPU. Only rank 0 samples.
+
+Step inputs travel over one multiprocessing pipe per worker, not over a collective: a worker
+waits for the next step as long as the engine is idle, and a collective would hit the process
+group's timeout during an idle spell, while a pipe read waits indefinitely and ends with EOFError
+as soon as rank 0 is gone, so a worker never outlives its engine. The inputs are small host
+arrays (token ids, positions, slots, block tables), pickled once per step.
+
+NVLink multicast (NCCL's NVLS, torch's symmetric-memory multicast, NVSHMEM's NVLS) is switched
+off in every rank's environment before any communicator exists.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from datetime import timedelta
+from multiprocessing.util import Finalize
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor
+
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_READY, _ERROR, _EXIT = "ready", "error", "exit"
+
+
+def disable_multicast() -> None:
+    os.environ.update(MULTICAST_OFF)
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+# -- collectives (called by layers only when tp_size > 1) -----------------------------------
+def all_reduce(x: Tensor) -> Tensor:
+    """In-place sum over ranks; returns x."""
+    dist.all_reduce(x)
+    return x
+
+
+def gather_to_first(x: Tensor, tp_rank: int, tp_size: int) -> list[Tensor] | None:
+    """Every rank's x (same shape) on rank 0, in rank order; None on the other ranks."""
+    parts = [torch.empty_like(x) for _ in range(tp_size)] if tp_rank == 0 else None
+    dist.gather(x, parts, dst=0)
+    return parts
+
+
+def all_reduce_min(value: int, device: torch.device) -> int:
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+# -- process group ----------------------------------------------------------------------------
+def join_group(store: dist.Store, rank: int, size: int, device: torch.device, timeout_s: float) -> None:
+    disable_multicast()
+    dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=timeout_s))
+
+
+def _destroy_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class Workers:
+    """Ranks 1..tp-1 as spawned processes, and rank 0's end of the process group.
+
+    start() spawns them and joins rank 0 to the group (a TCP store on a free local port);
+    send() hands every worker the same message; close() stops them (also run at interpreter exit
+    and when the owning runner is garbage collected, through a Finalize registered by the owner).
+    """
+
+    def __init__(self, procs, conns, store):
+        self.procs, self.conns, self.store = procs, conns, store
+        self.closed = False
+
+    @classmethod
+    def start(cls, config, hf_config: dict, device: torch.device) -> "Workers":
+        if dist.is_initialized():
+            raise RuntimeError("this process already has a torch.distributed process group (is another LLM with "
+                               "tensor_parallel_size > 1 still open?); call close() on it first")
+        size, timeout_s = config.tensor_parallel_size, config.distributed_timeout_s
+        disable_multicast()        # spawned workers inherit the environment
+        store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+        ctx = mp.get_context("spawn")
+        procs, conns = [], []
+        for rank in range(1, size):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, args=(rank, store.port, config, hf_config, child),
+                            name=f"tp-worker-{rank}")
+            p.start()
+            child.close()
+            procs.append(p)
+            conns.append(parent)
+        workers = cls(procs, conns, store)
+        try:
+            join_group(store, 0, size, device, timeout_s)
+        except BaseException:
+            workers.close()
+            raise
+        return workers
+
+    def send(self, msg) -> None:
+        for conn in self.conns:
+            conn.send(msg)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Returns once every worker has built its model; RuntimeError with a worker's traceback if one failed."""
+        for rank, (conn, proc) in enumerate(zip(self.conns, self.procs), start=1):
+            if not conn.poll(timeout_s):
+                raise RuntimeError(f"tensor-parallel rank {rank} did not start within distributed_timeout_s="
+                                   f"{timeout_s} s (alive: {proc.is_alive()})")
+            try:
+                kind, detail = conn.recv()
+            except EOFError:
+                raise RuntimeError(f"tensor-parallel rank {rank} exited during start-up "
+                                   f"(exit code {proc.exitcode})") from None
+            if kind != _READY:
+                raise RuntimeError(f"tensor-parallel rank {rank} failed:\n{detail}")
+
+    def failure(self) -> str | None:
+        """A worker's error report, if one has sent it (non-blocking)."""
+        for rank, conn in enumerate(self.conns, start=1):
+            try:
+                if conn.poll(0):
+                    kind, detail = conn.recv()
+                    if kind == _ERROR:
+                        return f"rank {rank}: {detail}"
+            except (EOFError, OSError):
+                return f"rank {rank} exited"
+        return None
+
+    def close(self, join_timeout_s: float = 10.0) -> None:
+        """Tells workers to exit, joins them (terminating stragglers), leaves the process group. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self.conns:
+            try:
+                conn.send((_EXIT,))
+            except (OSError, ValueError):      # the worker is gone already
+                pass
+        for p in self.procs:
+            p.join(join_timeout_s)
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        for conn in self.conns:
+            conn.close()
+        _destroy_group()
+
+
+def register_shutdown(owner, workers: Workers) -> Finalize:
+    """Runs workers.close() when `owner` is garbage collected or at interpreter exit, before
+    multiprocessing joins its children (exitpriority >= 0), whichever comes first; calling the
+    returned object closes now."""
+    return Finalize(owner, workers.close, exitpriority=10)
+
+
+def _worker_main(rank: int, port: int, config, hf_config: dict, conn) -> None:
+    """Body of a worker process: join the group, build this rank's runner, serve steps until told to exit."""
+    from engine.model_runner import ModelRunner      # here: a spawned process imports this module first
+
+    disable_multicast()
+    runner = None
+    try:
+        if not torch.cuda.is_available():       # CPU ranks share the cores instead of each taking all of them
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tensor_parallel_size))
+        store = dist.TCPStore("127.0.0.1", port, config.tensor_parallel_size, is_master=False,
+                              timeout=timedelta(seconds=config.distributed_timeout_s))
+        runner = ModelRunner(config, hf_config, rank=rank, store=store)     # joins the group
+        conn.send((_READY, None))
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:            # rank 0 is gone
+                break
+            if msg[0] == _EXIT:
+                break
+            runner.serve(*msg[1:])
+    except BaseException:
+        try:
+            conn.send((_ERROR, traceback.format_exc()))
+        except (OSError, ValueError):
+            pass
+    finally:
+        conn.close()
+        _destroy_group()
