@@ -8,6 +8,11 @@ Step API (what an online loop or the experiment runner drives; the clock is inje
     rid = llm.add_request(prompt, sampling_params, request_id=None, arrival_time_s=None)
     finished = llm.step()          # RequestOutputs of the requests that finished in this step
     llm.has_unfinished()
+
+With tensor_parallel_size > 1 the LLM holds worker processes: call llm.close() or use
+`with LLM(...) as llm:` (they are also stopped at interpreter exit). Worker processes are started
+with multiprocessing's spawn method, so a script creating an LLM needs the usual
+`if __name__ == "__main__":` guard.
 """
 from __future__ import annotations
 
@@ -130,6 +135,16 @@ class LLM:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def close(self) -> None:
+        """Stops tensor-parallel worker processes (a no-op with tensor_parallel_size=1). Idempotent."""
+        self.runner.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- stepping -------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:

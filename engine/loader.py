@@ -6,6 +6,10 @@ gate/up -> gate_up_proj; see the model's `packed_modules`) are written into thei
 packed weight. With tied embeddings the LM head is the embedding, so a checkpoint `lm_head.weight`
 is not needed (and ignored if present). Every model parameter must be filled exactly once; anything
 missing, unknown or mis-shaped raises a ValueError naming the tensor.
+
+Tensor parallel: a module with `checkpoint_shape(param, shard)` / `load(param, tensor, shard)`
+(engine/layers/linear.py, engine/layers/embed_head.py) is checked against the full checkpoint
+shape and copies only its rank's slice; every rank reads the whole checkpoint.
 """
 from __future__ import annotations
 
@@ -67,21 +71,22 @@ def load_weights(model: nn.Module, model_path: str | Path) -> None:
                 if target not in params:
                     unexpected.append(name)
                     continue
-                param = params[target]
+                module_name, pname = target.rsplit(".", 1)
+                module = modules[module_name]
                 tensor = f.get_tensor(name)
-                if shard is None:
-                    dest = param.data
-                else:
-                    start, stop = modules[target.rsplit(".", 1)[0]].shard_rows(shard)
-                    dest = param.data[start:stop]
-                if tensor.shape != dest.shape:
+                sharded = hasattr(module, "checkpoint_shape")
+                expected = module.checkpoint_shape(pname, shard) if sharded else tuple(params[target].shape)
+                if tuple(tensor.shape) != tuple(expected):
                     raise ValueError(f"checkpoint tensor {name!r} in {path.name} has shape {tuple(tensor.shape)} but "
-                                     f"the model expects {tuple(dest.shape)}; config.json does not match the weights "
+                                     f"the model expects {tuple(expected)}; config.json does not match the weights "
                                      f"(check hidden_size, head_dim, num_*_heads, intermediate_size, vocab_size)")
                 if (target, shard) in loaded:
                     raise ValueError(f"checkpoint tensor {name!r} appears twice (again in {path.name}); "
                                      f"the shards overlap, re-download the checkpoint")
-                dest.copy_(tensor)
+                if sharded:
+                    module.load(pname, tensor, shard)
+                else:
+                    params[target].data.copy_(tensor)
                 loaded.add((target, shard))
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} tensor(s) this {type(model).__name__} does not use, e.g. "
@@ -89,7 +94,7 @@ def load_weights(model: nn.Module, model_path: str | Path) -> None:
     missing = []
     for pname in params:
         module = modules[pname.rsplit(".", 1)[0]]
-        shards = range(len(module.output_sizes)) if hasattr(module, "output_sizes") else [None]
+        shards = range(len(module.full_sizes)) if getattr(module, "packed", False) else [None]
         missing += [(pname, s) for s in shards if (pname, s) not in loaded]
     if missing:
         names = [_checkpoint_name(model, p, s) for p, s in missing]
@@ -110,8 +115,9 @@ def _checkpoint_name(model: nn.Module, pname: str, shard: int | None) -> str:
 
 
 def build_model(model_path: str | Path, device: torch.device | str, dtype: torch.dtype, attn_backend,
-                hf_config: dict | None = None) -> nn.Module:
-    """Constructs the architecture named in config.json on `device` in `dtype` and loads its weights."""
+                hf_config: dict | None = None, tp_rank: int = 0, tp_size: int = 1) -> nn.Module:
+    """Constructs the architecture named in config.json on `device` in `dtype` (rank tp_rank's shards
+    of it when tp_size > 1) and loads its weights."""
     from engine.models import get_model_class, load_hf_config
 
     hf_config = hf_config if hf_config is not None else load_hf_config(model_path)
@@ -121,7 +127,7 @@ def build_model(model_path: str | Path, device: torch.device | str, dtype: torch
     torch.set_default_dtype(dtype)           # parameters are created directly in the serving dtype
     try:
         with torch.device(device):
-            model = cls(cfg, attn_backend)
+            model = cls(cfg, attn_backend, tp_rank=tp_rank, tp_size=tp_size)
     finally:
         torch.set_default_dtype(prev_dtype)
     load_weights(model, model_path)

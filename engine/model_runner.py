@@ -6,10 +6,19 @@
 KV cache: one tensor [2 (k|v), num_layers, num_blocks, block_size, num_kv_heads, head_dim]; layer l uses
 the contiguous views kv[0, l] and kv[1, l]. The swap space has the same layout with num_cpu_blocks
 blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter over dim 2.
+
+Tensor parallel (config.tensor_parallel_size = tp > 1): the runner of rank 0 (the LLM's) spawns
+ranks 1..tp-1 (engine/distributed.py), each with a runner of its own on GPU `device + rank` holding
+its weight shards and its share of the KV heads (num_kv_heads is then per rank). Every step, rank 0
+prepares the host inputs (StepInputs) once and sends them, with the swap lists, to the workers;
+all ranks then swap, run the forward pass and the LM head together, and rank 0 samples. All ranks
+hold the same block ids, so the scheduler's block tables are valid on each. With tp = 1 none of
+this runs: no process group, no messages, no extra copies.
 """
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
@@ -28,15 +37,21 @@ GIB = 1 << 30
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, rank: int = 0, tp_size: int = 1) -> torch.device:
+    """The device of tensor-parallel rank `rank`: GPU index + rank on CUDA, the CPU otherwise."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device={name!r} was requested but CUDA is not available (torch {torch.__version__}, "
                            f"built with CUDA {torch.version.cuda}); install a CUDA build of torch or use device='cpu'")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cuda":
+        base = torch.cuda.current_device() if device.index is None else device.index
+        count = torch.cuda.device_count()
+        if base + tp_size > count:
+            raise ValueError(f"tensor_parallel_size={tp_size} from GPU {base} needs GPUs {base}..{base + tp_size - 1} "
+                             f"but this host has {count}; lower tensor_parallel_size or start at a lower device")
+        device = torch.device("cuda", base + rank)
     return device
 
 
@@ -57,34 +72,75 @@ def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
     return sizes if sizes[-1] == top else sizes + [top]
 
 
+@dataclass
+class StepInputs:
+    """Host inputs of one forward pass, built once by rank 0 and identical on every rank.
+    S = scheduled sequences (prefills first), T = tokens this step."""
+    input_ids: np.ndarray          # [T] int64
+    positions: np.ndarray          # [T] int64
+    slots: np.ndarray              # [T] int64 KV slot of each token
+    context_lens: np.ndarray       # [S] int64 tokens in the KV cache after this step
+    cu_seqlens_q: np.ndarray       # [S + 1] int64 token offsets of the entries
+    block_tables: np.ndarray       # [graph_bs or S, width] int32, padded with 0
+    num_prefill_seqs: int
+    graph_bs: int | None           # captured decode graph to replay, None = eager
+    sample_rows: np.ndarray        # [num_sampled] entries of this step that sample a token
+
+
 class ModelRunner:
-    def __init__(self, config: EngineConfig, hf_config: dict | None = None):
+    def __init__(self, config: EngineConfig, hf_config: dict | None = None, rank: int = 0, store=None):
+        """rank > 0: a tensor-parallel worker (built by engine.distributed with the group's `store`)."""
         self.config = config
         hf_config = hf_config if hf_config is not None else load_hf_config(config.model)
-        self.device = resolve_device(config.device)
+        self.rank, self.tp_size = rank, config.tensor_parallel_size
+        self.workers = None
+        if self.tp_size > 1:
+            config.check_tensor_parallel(hf_config)
+        self.device = resolve_device(config.device, rank, self.tp_size)
         self.dtype = resolve_dtype(config.dtype, hf_config, self.device)
         self.is_cuda = self.device.type == "cuda"
         if self.is_cuda:
             torch.cuda.set_device(self.device)
+        if self.tp_size > 1:
+            from engine import distributed
+            if rank == 0:
+                self.workers = distributed.Workers.start(config, hf_config, self.device)
+                self._shutdown = distributed.register_shutdown(self, self.workers)
+            else:
+                distributed.join_group(store, rank, self.tp_size, self.device, config.distributed_timeout_s)
+        try:
+            self._build(config, hf_config)
+            if self.workers is not None:
+                self.workers.wait_ready(config.distributed_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, config: EngineConfig, hf_config: dict) -> None:
         self.attn_backend = get_attention_backend(config.attention_backend, self.device)
         compile_layers = config.compile_layers
         if compile_layers is None:
             compile_layers = self.is_cuda and not config.enforce_eager
         if compile_layers:
             fused.enable_compile()
-        self.model = build_model(config.model, self.device, self.dtype, self.attn_backend, hf_config)
+        self.model = build_model(config.model, self.device, self.dtype, self.attn_backend, hf_config,
+                                 tp_rank=self.rank, tp_size=self.tp_size)
         mc = self.model.config
+        kv_heads = self.model.num_kv_heads_per_rank
         self.max_model_len = config.resolve_max_model_len(mc.max_position_embeddings)
         self.block_size = config.block_size
         self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
         # bytes of one block across all layers, K and V
-        self.block_bytes = (2 * mc.num_hidden_layers * self.block_size * mc.num_key_value_heads * mc.head_dim
+        self.block_bytes = (2 * mc.num_hidden_layers * self.block_size * kv_heads * mc.head_dim
                             * torch.empty((), dtype=self.dtype).element_size())
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self.generators: dict[object, torch.Generator] = {}    # request_id -> generator of seeded requests
 
         self.num_kvcache_blocks = config.num_kvcache_blocks or self._derive_num_blocks()
-        shape = (mc.num_hidden_layers, self.block_size, mc.num_key_value_heads, mc.head_dim)
+        if self.tp_size > 1:        # every rank must hold the same block ids: the smallest cache wins
+            from engine.distributed import all_reduce_min
+            self.num_kvcache_blocks = all_reduce_min(self.num_kvcache_blocks, self.device)
+        shape = (mc.num_hidden_layers, self.block_size, kv_heads, mc.head_dim)
         self.kv_cache = torch.zeros(2, shape[0], self.num_kvcache_blocks, *shape[1:], dtype=self.dtype,
                                     device=self.device)
         self.kv_caches = [(self.kv_cache[0, l], self.kv_cache[1, l]) for l in range(mc.num_hidden_layers)]
@@ -128,7 +184,7 @@ class ModelRunner:
         """A forward + sampling of num_seqs prompts of seq_len tokens that writes nothing into any cache."""
         mc = self.model.config
         T = num_seqs * seq_len
-        cache = torch.zeros(1, self.block_size, mc.num_key_value_heads, mc.head_dim, dtype=self.dtype,
+        cache = torch.zeros(1, self.block_size, self.model.num_kv_heads_per_rank, mc.head_dim, dtype=self.dtype,
                             device=self.device)
         cu = torch.arange(0, T + 1, seq_len, dtype=torch.int32, device=self.device)
         empty = torch.zeros(0, dtype=torch.int32, device=self.device)
@@ -143,8 +199,9 @@ class ModelRunner:
         hidden = self.model(ids, pos, meta, [(cache, cache)] * mc.num_hidden_layers)
         rows = min(max(num_seqs, self.config.max_num_seqs), T)
         logits = self.model.compute_logits(hidden[:rows])
-        temps = torch.ones(rows, device=self.device)
-        self.sampler(logits, SamplingTensors(temps, None, None, [None] * rows, all_greedy=False))
+        if logits is not None:          # None on tensor-parallel ranks > 0: only rank 0 samples
+            temps = torch.ones(rows, device=self.device)
+            self.sampler(logits, SamplingTensors(temps, None, None, [None] * rows, all_greedy=False))
 
     # -- swapping ---------------------------------------------------------------------
     def swap(self, swap_out: list[tuple[int, int]], swap_in: list[tuple[int, int]]) -> None:
@@ -187,41 +244,70 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, batch: Batch) -> list[int | None]:
         """Runs one scheduled batch; returns one sampled token per entry (None for intermediate prefill chunks)."""
-        if batch.swap_out or batch.swap_in:
-            self.swap(batch.swap_out, batch.swap_in)
-        if not batch.seqs:
-            return []
-        S, P = len(batch.seqs), batch.num_prefill_seqs
-        graph_bs = self._graph_size(S) if P == 0 else None
-        input_ids, positions, meta, sample_rows = self._prepare(batch, graph_bs)
-        if graph_bs is None:
-            hidden = self.model(input_ids, positions, meta, self.kv_caches)
-        else:
-            self.graphs[graph_bs].replay()
-            hidden = self.graph_vars["outputs"][:S]
-        if P == 0 and len(sample_rows) == S:
-            logits = self.model.compute_logits(hidden[:S])                    # decode: every row samples
-        else:
-            last = (torch.from_numpy(np.cumsum(batch.num_new_tokens)[sample_rows] - 1)
-                    .to(self.device, non_blocking=True))
-            logits = self.model.compute_logits(hidden[last])                  # [num_sampled, V]
+        S = len(batch.seqs)
+        step = self._prepare(batch, self._graph_size(S) if batch.num_prefill_seqs == 0 else None) if S else None
+        if self.workers is not None:
+            self.workers.send(("step", batch.swap_out, batch.swap_in, step))
+        try:
+            if batch.swap_out or batch.swap_in:
+                self.swap(batch.swap_out, batch.swap_in)
+            if step is None:
+                return []
+            logits = self._logits(step)                                       # [num_sampled, V]
+        except Exception as exc:
+            failure = self.workers.failure() if self.workers is not None else None
+            if failure:
+                raise RuntimeError(f"a tensor-parallel worker failed: {failure}") from exc
+            raise
+        sample_rows = step.sample_rows
         tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows])).tolist()
         out: list[int | None] = [None] * S
         for i, t in zip(sample_rows.tolist(), tokens):
             out[i] = t
         return out
 
+    @torch.inference_mode()
+    def serve(self, swap_out, swap_in, step: StepInputs | None) -> None:
+        """A tensor-parallel worker's share of one step (rank 0 sent the inputs; it also samples)."""
+        if swap_out or swap_in:
+            self.swap(swap_out, swap_in)
+        if step is not None:
+            self._logits(step)
+
+    def _logits(self, step: StepInputs):
+        """Forward pass and LM head of the sampling rows: [num_sampled, V] on rank 0, None on other ranks."""
+        S = len(step.context_lens)
+        if step.graph_bs is None:
+            input_ids, positions, meta = self._to_device(step)
+            hidden = self.model(input_ids, positions, meta, self.kv_caches)
+        else:
+            self._fill_graph_inputs(step)
+            self.graphs[step.graph_bs].replay()
+            hidden = self.graph_vars["outputs"][:S]
+        if step.num_prefill_seqs == 0 and len(step.sample_rows) == S:
+            return self.model.compute_logits(hidden[:S])                      # decode: every row samples
+        last = torch.from_numpy(step.cu_seqlens_q[1:][step.sample_rows] - 1).to(self.device, non_blocking=True)
+        return self.model.compute_logits(hidden[last])
+
     def release(self, request_id) -> None:
         """Forgets a finished request's sampling generator."""
         self.generators.pop(request_id, None)
+
+    def close(self) -> None:
+        """Stops the tensor-parallel workers and leaves the process group (nothing to do with tp = 1). Idempotent."""
+        shutdown = getattr(self, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        elif self.workers is not None:
+            self.workers.close()
 
     def _graph_size(self, num_seqs: int) -> int | None:
         if not self.graphs:
             return None
         return next((b for b in self.graph_sizes if b >= num_seqs), None)
 
-    def _prepare(self, batch: Batch, graph_bs: int | None):
-        """Flat input ids / positions [T] and AttentionMetadata on the device; rows of batch.seqs that sample."""
+    def _prepare(self, batch: Batch, graph_bs: int | None) -> StepInputs:
+        """The step's flat host inputs from the scheduled batch (token ids, positions, slots, block tables)."""
         seqs, bs = batch.seqs, self.block_size
         S, P = len(seqs), batch.num_prefill_seqs
         n = np.asarray(batch.num_new_tokens, dtype=np.int64)                 # [S]
@@ -249,20 +335,29 @@ class ModelRunner:
                 tables[i, :nblocks[i]] = seq.block_table[:nblocks[i]]
         slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
         sample_rows = np.flatnonzero(ctx == np.fromiter((len(s.token_ids) for s in seqs), np.int64, S))
+        return StepInputs(input_ids, positions, slots, ctx, cu_q, tables, P, graph_bs, sample_rows)
 
-        dev = self.device
-        if graph_bs is not None:
-            # Fill pinned host mirrors of the graph's input buffers (padding rows: token 0 at
-            # position 0, slot -1 = not stored, context 0), then one async copy per buffer.
-            h, g = self.graph_host, self.graph_vars
-            h["input_ids"][:S], h["input_ids"][S:graph_bs] = input_ids, 0
-            h["positions"][:S], h["positions"][S:graph_bs] = positions, 0
-            h["slot_mapping"][:S], h["slot_mapping"][S:graph_bs] = slots, -1
-            h["context_lens"][:S], h["context_lens"][S:graph_bs] = ctx, 0
-            h["block_tables"][:graph_bs] = tables
-            for name, arr in h.items():
-                g[name][:graph_bs].copy_(self.graph_host_t[name][:graph_bs], non_blocking=True)
-            return None, None, None, sample_rows
+    def _fill_graph_inputs(self, step: StepInputs) -> None:
+        """Fills pinned host mirrors of the graph's input buffers (padding rows: token 0 at position 0,
+        slot -1 = not stored, context 0), then one async copy per buffer.
+
+        Reusing the mirrors is safe: rank 0 read the previous step's tokens, which needed the previous
+        step's LM-head gather, which every worker's stream issues after its copies from the mirrors."""
+        S, graph_bs = len(step.context_lens), step.graph_bs
+        h, g = self.graph_host, self.graph_vars
+        h["input_ids"][:S], h["input_ids"][S:graph_bs] = step.input_ids, 0
+        h["positions"][:S], h["positions"][S:graph_bs] = step.positions, 0
+        h["slot_mapping"][:S], h["slot_mapping"][S:graph_bs] = step.slots, -1
+        h["context_lens"][:S], h["context_lens"][S:graph_bs] = step.context_lens, 0
+        h["block_tables"][:graph_bs] = step.block_tables
+        for name in h:
+            g[name][:graph_bs].copy_(self.graph_host_t[name][:graph_bs], non_blocking=True)
+
+    def _to_device(self, step: StepInputs):
+        """Flat input ids / positions [T] and AttentionMetadata on the device, for an eager forward."""
+        dev, P = self.device, step.num_prefill_seqs
+        n = np.diff(step.cu_seqlens_q)
+        ctx, cu_q, tables = step.context_lens, step.cu_seqlens_q, step.block_tables
 
         def to_dev(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(a).to(dev, non_blocking=True)
@@ -270,13 +365,13 @@ class ModelRunner:
         cu_k = np.zeros(P + 1, dtype=np.int32)
         np.cumsum(ctx[:P], out=cu_k[1:])
         meta = AttentionMetadata(
-            num_prefill_seqs=P, num_prefill_tokens=int(cu_q[P]), slot_mapping=to_dev(slots),
+            num_prefill_seqs=P, num_prefill_tokens=int(cu_q[P]), slot_mapping=to_dev(step.slots),
             cu_seqlens_q=to_dev(cu_q[:P + 1].astype(np.int32)) if P else to_dev(np.zeros(0, np.int32)),
             cu_seqlens_k=to_dev(cu_k) if P else to_dev(np.zeros(0, np.int32)),
             max_seqlen_q=int(n[:P].max()) if P else 0, max_seqlen_k=int(ctx[:P].max()) if P else 0,
             prefill_block_tables=to_dev(tables[:P]),
             decode_context_lens=to_dev(ctx[P:].astype(np.int32)), decode_block_tables=to_dev(tables[P:]))
-        return to_dev(input_ids), to_dev(positions), meta, sample_rows
+        return to_dev(step.input_ids), to_dev(step.positions), meta
 
     def _sampling_tensors(self, seqs) -> SamplingTensors:
         params = [s.sampling_params for s in seqs]

@@ -36,7 +36,7 @@ def make_cfg(overrides=(), hydra_cfg=False):
 def test_groups_have_the_expected_options():
     assert set(options("model")) >= {"qwen3_0p6b", "qwen3_8b", "llama3_8b"}
     assert options("hardware") == ["a100_80gb", "h100_sxm", "h200", "l40s"]
-    assert options("backend") == ["engine", "sim"] and options("backend/cost_model") == ["constant", "roofline"]
+    assert options("backend") == ["engine", "sim"] and options("backend/cost_model") == ["calibrated", "constant", "roofline"]
     assert set(options("workload")) >= {"poisson", "gamma", "all_at_once", "azure", "azure_conv", "mooncake",
                                         "sharegpt"}
     assert options("hydra/launcher") == ["local", "slurm"]
@@ -90,7 +90,9 @@ def test_schema_rejects_misspelt_key_in_a_user_model_file(tmp_path):
 
 @pytest.mark.parametrize("cost_model", options("backend/cost_model"))
 def test_cost_model_options_build(cost_model):
-    cfg = make_cfg([f"backend/cost_model={cost_model}", "model=qwen3_0p6b"])
+    extra = ([f"backend.cost_model.profile={ROOT / 'benchmarks/results/profile_h200_qwen3_0p6b.json'}"]
+             if cost_model == "calibrated" else [])
+    cfg = make_cfg([f"backend/cost_model={cost_model}", "model=qwen3_0p6b", *extra])
     model, hw = get_model_spec("qwen3_0p6b"), get_hardware_spec("h200")
     cm = make_cost_model(cfg, model, hw)
     assert type(cm).__name__.lower().startswith(cost_model)
