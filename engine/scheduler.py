@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-
-import numpy as np
+from itertools import accumulate, repeat
 
 from engine.batch import Batch
 from engine.block_manager import BlockManager
@@ -393,9 +392,14 @@ class Scheduler:
         no request arrives meanwhile. 0 means: take the step-by-step path.
 
         Such steps admit nobody (queues empty, or the waiting head blocked in a way
-        that pure decoding cannot lift), preempt nobody (the blocks they need are free)
-        and finish nobody (each sequence has output left beyond the horizon).
+        that pure decoding cannot lift) and preempt nobody (the blocks they need are
+        free). Sequences finish at most in the last of them: the step in which a
+        sequence emits its last token is still a pure decode step of the same running
+        set; only the step after it differs. Afterwards `horizon_blocked` says whether
+        the free blocks (rather than max_steps or a finishing sequence) set the horizon,
+        in which case the step after it cannot be fast-forwarded either.
         """
+        self.horizon_blocked = False
         running = self.running
         if (max_steps < 1 or not running or self.swapped or not self.policy.fast_forward_ok
                 or len(running) > self.token_budget):
@@ -404,37 +408,40 @@ class Scheduler:
             return 0
         horizon = max_steps
         for seq in running:
-            if len(seq.token_ids) - seq.num_computed_tokens != 1 or len(seq.token_ids) == seq.num_prompt_tokens:
+            n = len(seq.token_ids)
+            if n - seq.num_computed_tokens != 1 or n == seq.num_prompt_tokens:
                 return 0    # not in plain decode
             if seq.eos_token_id is not None and not seq.sampling_params.ignore_eos:
                 return 0    # an EOS could end it at any step
-            left = seq.max_output_tokens - (len(seq.token_ids) - seq.num_prompt_tokens) - 1
+            left = seq.max_output_tokens - n + seq.num_prompt_tokens     # tokens still to emit
             if left < horizon:
                 horizon = left
-                if horizon < 1:
-                    return 0
+        if horizon < 1:
+            return 0
         free = self.block_manager.num_free_blocks
-        if self._blocks_for_decodes(horizon) <= free:
+        slack = self._decode_slack()
+        if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon
+        self.horizon_blocked = True
         lo, hi = 0, horizon          # need(lo) <= free < need(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self._blocks_for_decodes(mid) <= free:
+            if self._blocks_for_decodes(mid, slack) <= free:
                 lo = mid
             else:
                 hi = mid
         return lo
 
-    def _decode_arrays(self):
-        computed = np.fromiter((s.num_computed_tokens for s in self.running), np.int64, len(self.running))
-        capacity = np.fromiter((len(s.block_table) for s in self.running), np.int64, len(self.running))
-        return computed, capacity * self.block_manager.block_size
-
-    def _blocks_for_decodes(self, k, arrays=None) -> int:
-        """New blocks the running set needs for k more decode steps."""
-        computed, capacity = arrays if arrays is not None else self._decode_arrays()
+    def _decode_slack(self) -> list[int]:
+        """Per running sequence, token slots left in its allocated blocks (KV capacity - computed)."""
         bs = self.block_manager.block_size
-        return int(np.maximum(0, -(-(computed + k - capacity) // bs)).sum())
+        return [len(s.block_table) * bs - s.num_computed_tokens for s in self.running]
+
+    def _blocks_for_decodes(self, k: int, slack: list[int]) -> int:
+        """New blocks the running set needs for k more decode steps (step j writes slot slack_i + j)."""
+        bs1 = self.block_manager.block_size - 1
+        bs = bs1 + 1
+        return sum([(k - s + bs1) // bs for s in slack if s < k])
 
     def _head_admissible(self) -> bool:
         """Whether the first waiting sequence could be admitted right now (non-chunked rules)."""
@@ -450,30 +457,75 @@ class Scheduler:
         revived = sum(1 for b in hits if bm.ref_counts[b] == 0)
         return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
 
-    def advance_decodes(self, k: int, step_end_times_s, token_of) -> np.ndarray:
-        """Apply k pure decode steps at once (k from decode_horizon).
+    def advance_decodes(self, k: int, step_end_times_s, token_of, finished: list | None = None,
+                        start_time_s: float | None = None) -> list[int]:
+        """Apply k pure decode steps at once (k from decode_horizon, or fewer).
 
         step_end_times_s: the k step end times (seconds); token_of(seq) -> the token id
-        each step appends to seq. Returns the KV blocks in use after each step's
-        allocation (length k), what step-by-step scheduling would have recorded.
+        each step appends to seq. Sequences that emit their last token in step k finish
+        as postprocess would finish them (status, finish time, blocks freed,
+        policy.on_finish), in the order that step would have served them; they are
+        appended to `finished` when a list is given. start_time_s: when the first step
+        starts (the view's clock if the policy orders the running set; optional).
+        Returns the KV blocks in use after each step's allocation (length k), what
+        step-by-step scheduling would have recorded.
         """
         bm = self.block_manager
-        arrays = self._decode_arrays()
-        used0 = bm.num_used_blocks
-        used = np.array([used0 + self._blocks_for_decodes(j, arrays) for j in range(1, k + 1)], dtype=np.int64)
-        last = float(step_end_times_s[-1])
         bs = bm.block_size
-        for seq in self.running:
-            seq.token_ids.extend([token_of(seq)] * k)
+        running = self.running
+        # Sequence i takes a new block in steps slack_i + 1, slack_i + 1 + bs, ... (1-based).
+        inc = [0] * (k + 1)
+        for s in self._decode_slack():
+            for j in range(s + 1, k + 1, bs):
+                inc[j] += 1
+        inc[0] = bm.num_used_blocks
+        used = list(accumulate(inc))
+        del used[0]
+        done = [s for s in running if s.max_output_tokens - len(s.token_ids) + s.num_prompt_tokens == k]
+        policy = self.policy
+        if done and (getattr(policy, "ranked", False)
+                     or type(policy).order_running is not SchedulingPolicy.order_running):
+            # The finishing step serves (and finishes) in the policy's order, taken on the state
+            # after k - 1 steps: apply those first.
+            if k > 1:
+                self._advance_all(running, k - 1, step_end_times_s[:k - 1], token_of)
+            self.view.now_s = (step_end_times_s[k - 2] if k > 1 else
+                               start_time_s if start_time_s is not None else self.view.now_s)
+            order = policy.order_running(running, self.view)
+            self._advance_all(running, 1, step_end_times_s[k - 1:], token_of)
+            done_ids = set(map(id, done))
+            done = [s for s in order if id(s) in done_ids]
+        else:
+            self._advance_all(running, k, step_end_times_s, token_of)
+        if done:
+            last = float(step_end_times_s[-1])
+            for seq in done:
+                seq.finish_reason = "length"
+                seq.set_status(SequenceStatus.FINISHED)
+                seq.finish_time_s = last
+                bm.free(seq)
+                policy.on_finish(seq)
+            self.running = [s for s in running if s.status is RUNNING]
+            if finished is not None:
+                finished.extend(done)
+        self.num_steps += k
+        return used
+
+    def _advance_all(self, running, k: int, step_end_times_s, token_of) -> None:
+        """k decode tokens for every running sequence: tokens, blocks, computed counts, times."""
+        bm = self.block_manager
+        bs = bm.block_size
+        caching = bm.enable_prefix_caching
+        last = float(step_end_times_s[-1])
+        for seq in running:
+            seq.token_ids.extend(repeat(token_of(seq), k))
             bm.allocate(seq, k)
             seq.num_computed_tokens += k
-            if bm.enable_prefix_caching and seq.num_computed_tokens // bs > seq.num_registered_blocks:
+            if caching and seq.num_computed_tokens // bs > seq.num_registered_blocks:
                 bm.register_computed_blocks(seq)
             seq.last_token_time_s = last
             if seq.token_times_s is not None:
                 seq.token_times_s.extend(float(t) for t in step_end_times_s)
-        self.num_steps += k
-        return used
 
     # -- after the executor ran --------------------------------------------------------
     def postprocess(self, batch: Batch, token_ids, now_s: float) -> list[Sequence]:

@@ -19,7 +19,8 @@ What a policy returns, per call:
   order_running(running, view) -> the running sequences in service order; when
       the token budget runs out, the tail waits a step.
   key(seq, view) -> a sortable rank, lower = more important. Preemptive
-      policies compare waiting and running sequences with it.
+      policies compare waiting and running sequences with it; with
+      `ranked = True` the default orders above sort by it.
   admits(seq, view) -> bool: an extra admission gate (fcfs reserves the whole
       footprint; most policies return True).
   on_step(batch, view) -> None: bookkeeping after each scheduled batch.
@@ -59,6 +60,7 @@ class SchedulingPolicy:
     chunked_prefill: bool | None = None
     token_budget: int | None = None
     fast_forward_ok = False
+    ranked = False          # True: waiting and running are served in key order (the default orders below)
 
     def __init__(self, victim: VictimPolicy | None = None):
         self.victim = victim if victim is not None else NewestVictim()
@@ -67,10 +69,10 @@ class SchedulingPolicy:
         return (seq.arrival_time_s, seq.admit_order)
 
     def order_waiting(self, waiting, view):
-        return waiting
+        return sorted(waiting, key=lambda s: self.key(s, view)) if self.ranked else waiting
 
     def order_running(self, running, view):
-        return running
+        return sorted(running, key=lambda s: self.key(s, view)) if self.ranked else running
 
     def admits(self, seq, view) -> bool:
         return True

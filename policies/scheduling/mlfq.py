@@ -37,6 +37,7 @@ from policies.victim.base import VictimPolicy
 
 class MLFQPolicy(SchedulingPolicy):
     name = "mlfq"
+    ranked = True
     preemptive = True
     # on_step charges service every step, so the scheduler must not batch decode steps.
     fast_forward_ok = False
@@ -76,12 +77,6 @@ class MLFQPolicy(SchedulingPolicy):
 
     def key(self, seq, view):
         return (self.level(seq), *arrival_rank(seq))
-
-    def order_waiting(self, waiting, view):
-        return sorted(waiting, key=lambda s: self.key(s, view))
-
-    def order_running(self, running, view):
-        return sorted(running, key=lambda s: self.key(s, view))
 
     def on_step(self, batch, view) -> None:
         now = view.now_s

@@ -20,6 +20,7 @@ from policies.victim.lowest_priority import LowestPriorityVictim
 
 class PriorityPolicy(SchedulingPolicy):
     name = "priority"
+    ranked = True
     preemptive = True
     # Static keys; the scheduler fast-forwards a preemptive policy only with an empty queue.
     fast_forward_ok = True
@@ -29,9 +30,3 @@ class PriorityPolicy(SchedulingPolicy):
 
     def key(self, seq, view):
         return (seq.priority, *arrival_rank(seq))
-
-    def order_waiting(self, waiting, view):
-        return sorted(waiting, key=lambda s: self.key(s, view))
-
-    def order_running(self, running, view):
-        return sorted(running, key=lambda s: self.key(s, view))

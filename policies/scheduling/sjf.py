@@ -21,6 +21,7 @@ from policies.victim.base import VictimPolicy
 
 class SJFPolicy(SchedulingPolicy):
     name = "sjf"
+    ranked = True
     # Keys are static and nothing is kept per step: pure decode steps may be batched.
     fast_forward_ok = True
 
@@ -35,12 +36,6 @@ class SJFPolicy(SchedulingPolicy):
 
     def key(self, seq, view):
         return (self.job_cost(seq), *arrival_rank(seq))
-
-    def order_waiting(self, waiting, view):
-        return sorted(waiting, key=lambda s: self.key(s, view))
-
-    def order_running(self, running, view):
-        return sorted(running, key=lambda s: self.key(s, view))
 
     def on_finish(self, seq) -> None:
         self.predictor.forget(seq.request_id)

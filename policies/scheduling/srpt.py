@@ -24,6 +24,7 @@ from policies.victim.base import VictimPolicy
 
 class SRPTPolicy(SchedulingPolicy):
     name = "srpt"
+    ranked = True
     preemptive = True
     # With an empty waiting queue (the only case the scheduler fast-forwards for a preemptive
     # policy) every running sequence is served each step, so key changes cannot matter.
@@ -42,12 +43,6 @@ class SRPTPolicy(SchedulingPolicy):
 
     def key(self, seq, view):
         return (self.remaining_cost(seq), *arrival_rank(seq))
-
-    def order_waiting(self, waiting, view):
-        return sorted(waiting, key=lambda s: self.key(s, view))
-
-    def order_running(self, running, view):
-        return sorted(running, key=lambda s: self.key(s, view))
 
     def on_finish(self, seq) -> None:
         self.predictor.forget(seq.request_id)
