@@ -55,8 +55,11 @@ def main():
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--num-blocks", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--configs", default="all", choices=["all", "vllm"],
+                    help="all four (policy, chunked, prefix) settings, or only vllm without chunking")
     args = ap.parse_args()
-    for policy, chunked, prefix in [("vllm", False, True), ("vllm", True, True), ("vllm", False, False), ("fcfs", False, True)]:
+    settings = [("vllm", False, True), ("vllm", True, True), ("vllm", False, False), ("fcfs", False, True)]
+    for policy, chunked, prefix in settings if args.configs == "all" else settings[:1]:
         r = run(args.requests, policy, chunked, prefix, args.num_blocks, args.seed)
         print(f"{r['policy']:5s} chunked={r['chunked']!s:5s} prefix={r['prefix_caching']!s:5s} "
               f"{r['requests']} requests, {r['steps']} steps in {r['wall_s']:.1f} s: "
