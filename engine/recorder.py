@@ -6,6 +6,13 @@ sequence. Rows go into typed columns (array.array, 8 bytes per value; no dict
 per row), because this runs in the simulator's hot loop. `requests_frame()` and
 `steps_frame()` build the pandas tables; docs/metrics.md defines every column.
 Torch-free.
+
+Step storage: seven columns are kept for every step (times, decode shape, block
+counts); the prefill / preemption / swap columns only for the steps where one of
+them is non-zero (with the step index), since most steps of a loaded server are
+pure decodes. batch_size and num_batched_tokens are derived when the table is
+built. `record_steps="none"` keeps no step rows at all (a million-request
+simulation then holds only the request table); the step count is still kept.
 """
 from __future__ import annotations
 
@@ -28,20 +35,50 @@ STEP_COLUMNS = (
     # step shape, for fitting cost models (sim.cost_model.base.STEP_TABLE_COLUMNS):
     "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "decode_context_sum", "num_swap_blocks",
 )
-# Step columns stored as int64 ('q'); the two times are float64 ('d').
-_STEP_INT = tuple(c for c in STEP_COLUMNS if c not in ("step", "replica", "start_time_s", "duration_s"))
+RECORD_STEPS = ("all", "none")
+# int64 ('q') columns stored for every step (the two times are float64 'd'):
+_STEP_DENSE = ("num_decode_seqs", "decode_context_sum", "kv_blocks_used", "kv_blocks_free", "kv_blocks_cached")
+# int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
+_STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
+                "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks")
 _REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s")
 _REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_preemptions", "num_swaps",
             "num_cached_tokens", "priority")
 _NAN = float("nan")
 
 
+def _extend(col: array, x, k: int, name: str) -> None:
+    """Append k values to col: x is a scalar (repeated) or a length-k sequence / numpy array."""
+    if isinstance(x, np.ndarray):
+        if x.ndim:
+            if x.shape != (k,):
+                raise ValueError(f"on_steps_bulk: {name} has shape {x.shape}, expected ({k},) or a scalar")
+            col.frombytes(np.ascontiguousarray(x, dtype=np.float64 if col.typecode == "d" else np.int64).tobytes())
+            return
+        x = x.item()
+    elif hasattr(x, "__len__"):
+        if len(x) != k:
+            raise ValueError(f"on_steps_bulk: {name} has {len(x)} values, expected {k} (one per step) or a scalar")
+        col.extend(x)
+        return
+    col.extend(array(col.typecode, (float(x) if col.typecode == "d" else int(x),)) * k)
+
+
 class Recorder:
-    def __init__(self, replica: int = 0):
+    """record_steps: "all" (one row per step) or "none" (no per-step rows; steps_frame() raises)."""
+
+    def __init__(self, replica: int = 0, record_steps: str = "all"):
+        if record_steps not in RECORD_STEPS:
+            raise ValueError(f"Recorder.record_steps must be one of {RECORD_STEPS}, got {record_steps!r}")
         self.replica = int(replica)
+        self.record_steps = record_steps
+        self._keep_steps = record_steps == "all"
+        self._num_steps = 0
         self._step_start = array("d")
         self._step_dur = array("d")
-        self._step_int = {c: array("q") for c in _STEP_INT}
+        self._step_dense = {c: array("q") for c in _STEP_DENSE}
+        self._sparse_rows = array("q")           # step index of each sparse row
+        self._step_sparse = {c: array("q") for c in _STEP_SPARSE}
         self._req_ids: list = []
         self._req_status: list[str] = []
         self._req_reason: list = []
@@ -51,7 +88,7 @@ class Recorder:
 
     @property
     def num_steps(self) -> int:
-        return len(self._step_start)
+        return self._num_steps
 
     @property
     def num_requests(self) -> int:
@@ -66,25 +103,24 @@ class Recorder:
         compares each entry's context with its token count as scheduled. Block
         counts: used by live sequences, allocatable (free + cached-free), cached-free.
         """
+        row = self._num_steps
+        self._num_steps = row + 1
+        if not self._keep_steps:
+            return
         self._step_start.append(start_s)
         self._step_dur.append(duration_s)
-        c = self._step_int
+        d = self._step_dense
         npf = batch.num_prefill_seqs
         nseq = len(batch.seqs)
-        new = batch.num_new_tokens
-        prefill_tokens = sum(new[:npf]) if npf else 0
-        c["num_prefill_tokens"].append(prefill_tokens)
-        c["num_prefill_seqs"].append(npf)
-        c["num_decode_seqs"].append(nseq - npf)
-        c["batch_size"].append(nseq)
-        c["num_batched_tokens"].append(prefill_tokens + nseq - npf)    # a decode entry computes one token
-        c["kv_blocks_used"].append(num_used_blocks)
-        c["kv_blocks_free"].append(num_free_blocks)
-        c["kv_blocks_cached"].append(num_cached_blocks)
-        c["num_preempted"].append(len(batch.preempted))
-        c["num_swapped_out"].append(len(batch.swapped_out))
-        c["num_swapped_in"].append(len(batch.swapped_in))
         ctx = batch.context_lens
+        d["num_decode_seqs"].append(nseq - npf)
+        d["decode_context_sum"].append(sum(ctx[npf:]) if nseq > npf else 0)
+        d["kv_blocks_used"].append(num_used_blocks)
+        d["kv_blocks_free"].append(num_free_blocks)
+        d["kv_blocks_cached"].append(num_cached_blocks)
+        if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out):
+            return      # a pure decode step: every sparse column is 0
+        new = batch.num_new_tokens
         pctx = pairs = samples = 0
         if npf:
             seqs = batch.seqs
@@ -93,43 +129,41 @@ class Recorder:
                 pctx += cj
                 pairs += nj * cj - nj * (nj - 1) // 2     # causal: the query at position q sees q + 1 keys
                 samples += cj == len(seqs[j].token_ids)
+        self._sparse_rows.append(row)
+        c = self._step_sparse
+        c["num_prefill_tokens"].append(sum(new[:npf]) if npf else 0)
+        c["num_prefill_seqs"].append(npf)
+        c["num_preempted"].append(len(batch.preempted))
+        c["num_swapped_out"].append(len(batch.swapped_out))
+        c["num_swapped_in"].append(len(batch.swapped_in))
         c["prefill_context_sum"].append(pctx)
         c["prefill_attention_pairs"].append(pairs)
         c["num_prefill_samples"].append(samples)
-        c["decode_context_sum"].append(sum(ctx[npf:]) if nseq > npf else 0)
         c["num_swap_blocks"].append(len(batch.swap_in) + len(batch.swap_out))
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached) -> None:
         """k pure-decode steps at once (no prefill, preemption or swap in any of them).
 
-        start_s, duration_s: [k] arrays; the other arguments are [k] arrays or
-        scalars (broadcast). batch_size = num_batched_tokens = num_decode_seqs;
-        decode_context_sum is the keys attended per step, summed over sequences
-        (including that step's token).
+        start_s: [k] start times; the other arguments are [k] sequences (lists,
+        ranges, numpy arrays) or scalars (repeated). batch_size = num_batched_tokens
+        = num_decode_seqs; decode_context_sum is the keys attended per step, summed
+        over sequences (including that step's token).
         """
-        start = np.asarray(start_s, dtype=np.float64).ravel()
-        k = len(start)
+        k = len(start_s)
         if k == 0:
             return
-
-        def col(x):
-            return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.int64), (k,)))
-
-        dur = np.broadcast_to(np.asarray(duration_s, dtype=np.float64), (k,))
-        self._step_start.frombytes(start.tobytes())
-        self._step_dur.frombytes(np.ascontiguousarray(dur).tobytes())
-        zeros = np.zeros(k, dtype=np.int64).tobytes()
-        dec = col(num_decode_seqs).tobytes()
-        c = self._step_int
-        for name in ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
-                     "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks"):
-            c[name].frombytes(zeros)
-        for name in ("num_decode_seqs", "batch_size", "num_batched_tokens"):
-            c[name].frombytes(dec)
-        for name, x in (("decode_context_sum", decode_context_sum), ("kv_blocks_used", kv_blocks_used),
-                        ("kv_blocks_free", kv_blocks_free), ("kv_blocks_cached", kv_blocks_cached)):
-            c[name].frombytes(col(x).tobytes())
+        self._num_steps += k
+        if not self._keep_steps:
+            return
+        _extend(self._step_start, start_s, k, "start_s")
+        _extend(self._step_dur, duration_s, k, "duration_s")
+        d = self._step_dense
+        _extend(d["num_decode_seqs"], num_decode_seqs, k, "num_decode_seqs")
+        _extend(d["decode_context_sum"], decode_context_sum, k, "decode_context_sum")
+        _extend(d["kv_blocks_used"], kv_blocks_used, k, "kv_blocks_used")
+        _extend(d["kv_blocks_free"], kv_blocks_free, k, "kv_blocks_free")
+        _extend(d["kv_blocks_cached"], kv_blocks_cached, k, "kv_blocks_cached")
 
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
@@ -186,12 +220,24 @@ class Recorder:
 
     def steps_frame(self):
         import pandas as pd
-        n = len(self._step_start)
+        if not self._keep_steps:
+            raise ValueError(f"replica {self.replica}: this Recorder kept no step rows (record_steps='none'); "
+                             "build it with record_steps='all' for the per-step table")
+        n = self._num_steps
+        d = {c: np.frombuffer(self._step_dense[c], dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+             for c in _STEP_DENSE}
+        rows = np.frombuffer(self._sparse_rows, dtype=np.int64) if len(self._sparse_rows) else np.zeros(0, np.int64)
+        sp = {}
+        for c in _STEP_SPARSE:
+            col = np.zeros(n, dtype=np.int64)
+            if len(rows):
+                col[rows] = np.frombuffer(self._step_sparse[c], dtype=np.int64)
+            sp[c] = col
         cols = {"step": np.arange(n, dtype=np.int64), "replica": np.full(n, self.replica, dtype=np.int64),
                 "start_time_s": np.frombuffer(self._step_start, dtype=np.float64).copy() if n else np.zeros(0),
-                "duration_s": np.frombuffer(self._step_dur, dtype=np.float64).copy() if n else np.zeros(0)}
-        for c in _STEP_INT:
-            cols[c] = np.frombuffer(self._step_int[c], dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+                "duration_s": np.frombuffer(self._step_dur, dtype=np.float64).copy() if n else np.zeros(0),
+                "batch_size": sp["num_prefill_seqs"] + d["num_decode_seqs"],
+                "num_batched_tokens": sp["num_prefill_tokens"] + d["num_decode_seqs"], **d, **sp}
         return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
 
     def token_times_frame(self):

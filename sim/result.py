@@ -26,13 +26,14 @@ class SimResult:
     @cached_property
     def requests(self):
         """Per-request table of all replicas (docs/metrics.md), in finishing order per replica."""
-        from engine.recorder import concat_frames
-        return concat_frames(self._recorders())[0]
+        import pandas as pd
+        return pd.concat([r.requests_frame() for r in self._recorders()], ignore_index=True)
 
     @cached_property
     def steps(self):
-        from engine.recorder import concat_frames
-        return concat_frames(self._recorders())[1]
+        """Per-step table of all replicas (raises if the recorders kept no step rows)."""
+        import pandas as pd
+        return pd.concat([r.steps_frame() for r in self._recorders()], ignore_index=True)
 
     def _recorders(self):
         recs = [r.recorder for r in self.replicas]

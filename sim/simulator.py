@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
 from heapq import heappush
+from itertools import accumulate
 
-import numpy as np
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
 from engine.recorder import Recorder
-from sim.arrivals import Arrivals, dummy_token_id, token_of
+from sim.arrivals import Arrivals, dummy_token_id
 from sim.replica import Replica
 from sim.result import SimResult
 from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
@@ -226,8 +227,8 @@ class Simulator:
             if fast and sched.running:
                 t_next = (inbox[0].arrival_time_s if inbox else INF) if prerouted else self._next_arrival_s
                 if r.horizon_spent:
-                    # The last fast call took its whole horizon (below max_fast): the next step finishes a
-                    # sequence or needs a block that is not free, so decode_horizon would say 0.
+                    # The last fast call took a horizon that free blocks cut short: the next step needs a
+                    # block that is not free, so decode_horizon would say 0.
                     r.horizon_spent = False
                 elif t_next - t > r.last_decode_s:
                     k = sched.decode_horizon(max_fast)
@@ -278,46 +279,60 @@ class Simulator:
                     self.finished.extend(done)
 
     def _fast_forward(self, r: Replica, t: float, k: int, t_next: float) -> float | None:
-        """Apply up to k pure-decode steps starting at t; returns the end time, or None if the next
-        arrival leaves none to take."""
+        """Apply up to k pure-decode steps starting at t (sequences may finish in the last one);
+        returns the end time, or None if the next arrival leaves none to take."""
         sched = r.scheduler
         bm = sched.block_manager
         running = sched.running
         n = len(running)
-        s0 = sum([len(s.token_ids) for s in running])       # decode_context_sum of the first step
-        durs = r.cost_model.decode_step_times_s(n, s0, k)    # [k] seconds
-        clock = np.empty(k + 1)                              # [k+1] t, then each step's end:
-        clock[0] = t                                         # the same additions as the step path
-        clock[1:] = durs
-        np.cumsum(clock, out=clock)
-        ends = clock[1:]
+        s0 = sum([len(s.token_ids) for s in running])           # decode_context_sum of the first step
+        durs = r.cost_model.decode_step_times_list(n, s0, k)      # [k] seconds
+        clock = list(accumulate(durs, initial=t))                 # [k+1] t, then each step's end: the same
+        horizon = k                                               # additions as the step-by-step path
         if t_next != INF:
             if self._prerouted:      # steps must start before the replica's next arrival
-                k = 1 + int(np.searchsorted(ends[:k - 1], t_next, "left"))
+                k = bisect_left(clock, t_next, 1, k)
             else:                    # steps must end before any arrival (routing reads the state)
-                k = int(np.searchsorted(ends, t_next, "left"))
+                k = bisect_left(clock, t_next, 1, k + 1) - 1
                 if k == 0:
-                    r.last_decode_s = float(durs[0])
+                    r.last_decode_s = durs[0]
                     return None
-        r.horizon_spent = k == len(durs) and k < self.max_fast_steps
-        ends = ends[:k]
-        durs = durs[:k]
+        # A horizon cut short by free blocks, taken whole: the next step needs a block that is not free.
+        r.horizon_spent = k == horizon and sched.horizon_blocked
+        if k < horizon:
+            del durs[k:]
+        ends = clock[1:k + 1]
         free0, cached0, used0 = len(bm.free_ids), bm.num_cached_free_blocks, bm.num_used_blocks
-        used = sched.advance_decodes(k, ends, token_of)      # [k] blocks in use after each step's allocation
+        done = []
+        used = sched.advance_decodes(k, ends, self._token_of, done, t)   # [k] blocks in use after allocation
         rec = r.recorder
         if rec is not None:
-            # allocation takes plain free blocks first, then evicts cached-free ones
-            evicted = used - used0 - free0
-            rec.on_steps_bulk(clock[:k], durs, n, s0 + n * np.arange(k, dtype=np.int64), used, bm.num_blocks - used,
-                              cached0 - np.maximum(0, evicted) if evicted[-1] > 0 else cached0)
+            total = bm.num_blocks
+            if used[-1] - used0 > free0:      # allocation takes plain free blocks first, then evicts cached-free
+                cached = [cached0 - max(0, u - used0 - free0) for u in used]
+            else:
+                cached = cached0
+            rec.on_steps_bulk(clock[:k], durs, n, range(s0, s0 + n * k, n), used, [total - u for u in used],
+                              cached)
         if self._track_load:
             r.outstanding_tokens -= k * n
         r.num_steps += k
         r.num_fast_steps += k
         r.num_fast_calls += 1
-        r.busy_s += float(durs.sum())
-        r.last_decode_s = float(durs[-1])
-        return float(ends[-1])
+        r.busy_s = sum(durs, r.busy_s)
+        r.last_decode_s = durs[-1]
+        if done:
+            self.num_finished += len(done)
+            if rec is not None:
+                for seq in done:
+                    rec.on_finish(seq)
+            if self._keep:
+                self.finished.extend(done)
+        return ends[-1]
+
+    def _token_of(self, seq) -> int:
+        rid = seq.request_id
+        return -1 - rid if self._int_ids else dummy_token_id(rid)
 
     @staticmethod
     def _emitted_load(batch) -> int:

@@ -99,6 +99,10 @@ class CostModel(ABC):
         return np.array([self.step_time_from_shape((), (), num_seqs, start_context_sum + i * num_seqs, 0)
                          for i in range(int(k))], dtype=np.float64)
 
+    def decode_step_times_list(self, num_seqs: int, start_context_sum: int, k: int) -> list[float]:
+        """decode_step_times_s as a list of floats (what the simulator's fast path consumes)."""
+        return self.decode_step_times_s(num_seqs, start_context_sum, k).tolist()
+
     # -- what the simulator calls ----------------------------------------------------------
     def step_time_s(self, batch) -> float:
         """Seconds to execute an engine.batch.Batch (swaps first, then the forward pass)."""

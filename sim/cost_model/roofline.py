@@ -146,3 +146,20 @@ class RooflineCostModel(CostModel):
         attn = np.maximum(ctx * self.s_attn_per_pair, (ctx + num_seqs) * self.s_kv_per_token)
         # Same operation order as step_time_from_shape, so the two agree to the last bit.
         return self._fixed_part(num_seqs, num_seqs, num_seqs) + attn
+
+    def decode_step_times_list(self, num_seqs: int, start_context_sum: int, k: int) -> list[float]:
+        # Plain Python for the short horizons of the simulator's fast path (numpy's per-call cost
+        # dominates below a few hundred steps). The same operations on the same float64 values as
+        # decode_step_times_s and step_time_from_shape: int -> float conversions are exact below 2**53.
+        if k > 256 or type(self).decode_step_times_s is not RooflineCostModel.decode_step_times_s:
+            return super().decode_step_times_list(num_seqs, start_context_sum, k)
+        n, s0 = num_seqs, start_context_sum
+        if k <= 0 or n <= 0:
+            return self.decode_step_times_s(n, s0, k).tolist()      # validation and the trivial cases
+        last = s0 + (k - 1) * n
+        if s0 < n or (self.max_model_len is not None and last > n * self.max_model_len):
+            self.check_shape((), (), n, s0, 0, None)
+            self.check_shape((), (), n, last, 0, None)
+        fixed = self._fixed_part(n, n, n)
+        a, b = self.s_attn_per_pair, self.s_kv_per_token
+        return [fixed + max(c * a, (c + n) * b) for c in range(s0, last + 1, n)]
