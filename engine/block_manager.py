@@ -186,11 +186,24 @@ class BlockManager:
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         """Extend seq's block table to hold num_computed + num_new_tokens tokens."""
-        need = self.blocks_needed(seq, num_new_tokens)
+        table = seq.block_table
+        need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(table)
+        if need <= 0:
+            return
+        free_ids = self.free_ids
+        if need <= len(free_ids):
+            # The common case, inlined: plain free blocks suffice, nothing to evict (same as _take_block).
+            rc = self.ref_counts
+            take = free_ids.popleft
+            for _ in range(need):
+                block_id = take()
+                rc[block_id] = 1
+                table.append(block_id)
+            self.num_used_blocks += need
+            return
         if need > self.num_free_blocks:
             raise RuntimeError(f"request {seq.request_id!r}: needs {need} KV blocks, {self.num_free_blocks} free "
                                "(the scheduler must check can_allocate first)")
-        table = seq.block_table
         for _ in range(need):
             table.append(self._take_block())
 
@@ -206,8 +219,19 @@ class BlockManager:
 
     def free(self, seq: Sequence) -> None:
         """Drop seq's hold on its blocks (tail first, so eviction takes tails first)."""
+        # _release inlined (one call per block dominated freeing a long sequence)
+        rc, hashes, free_ids, evict = self.ref_counts, self.block_hash, self.free_ids, self.eviction
+        released = 0
         for block_id in reversed(seq.block_table):
-            self._release(block_id)
+            r = rc[block_id] - 1
+            rc[block_id] = r
+            if r == 0:
+                released += 1
+                if hashes[block_id] != -1:
+                    evict.add(block_id)
+                else:
+                    free_ids.append(block_id)
+        self.num_used_blocks -= released
         seq.block_table = []
         seq.num_registered_blocks = 0
 

@@ -93,7 +93,8 @@ class EngineConfig:
         kv = hf_config.get("num_key_value_heads") or heads
         problem = tensor_parallel_problem(self.tensor_parallel_size, heads, kv, inter)
         if problem:
-            ok = [t for t in range(1, MAX_TENSOR_PARALLEL_SIZE + 1) if tensor_parallel_problem(t, heads, kv, inter) is None]
+            ok = [t for t in range(1, MAX_TENSOR_PARALLEL_SIZE + 1)
+                  if tensor_parallel_problem(t, heads, kv, inter) is None]
             raise ValueError(f"{problem}; set tensor_parallel_size to one of {ok} for this model")
 
     @classmethod

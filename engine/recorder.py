@@ -165,6 +165,25 @@ class Recorder:
         _extend(d["kv_blocks_free"], kv_blocks_free, k, "kv_blocks_free")
         _extend(d["kv_blocks_cached"], kv_blocks_cached, k, "kv_blocks_cached")
 
+    def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
+                        kv_blocks_used: list, num_blocks: int, kv_blocks_cached) -> None:
+        """on_steps_bulk for the simulator's fast path, without argument checks: k = len(start_s)
+        pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
+        keys; kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or [k] list."""
+        k = len(start_s)
+        self._num_steps += k
+        if not self._keep_steps or k == 0:
+            return
+        self._step_start.extend(start_s)
+        self._step_dur.extend(duration_s)
+        d = self._step_dense
+        d["num_decode_seqs"].extend(array("q", (num_seqs,)) * k)
+        d["decode_context_sum"].extend(range(first_context_sum, first_context_sum + k * num_seqs, num_seqs))
+        d["kv_blocks_used"].extend(kv_blocks_used)
+        d["kv_blocks_free"].extend([num_blocks - u for u in kv_blocks_used])
+        d["kv_blocks_cached"].extend(array("q", (kv_blocks_cached,)) * k if type(kv_blocks_cached) is int
+                                     else kv_blocks_cached)
+
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
         status = seq.status

@@ -397,7 +397,9 @@ class Scheduler:
         sequence emits its last token is still a pure decode step of the same running
         set; only the step after it differs. Afterwards `horizon_blocked` says whether
         the free blocks (rather than max_steps or a finishing sequence) set the horizon,
-        in which case the step after it cannot be fast-forwarded either.
+        in which case the step after it cannot be fast-forwarded either; when the result
+        is > 0, `horizon_context_sum` is the first step's decode context sum (tokens of
+        the running set).
         """
         self.horizon_blocked = False
         running = self.running
@@ -407,19 +409,25 @@ class Scheduler:
         if self.waiting and (self.chunked or self.policy.preemptive or self._head_admissible()):
             return 0
         horizon = max_steps
+        bs = self.block_manager.block_size
+        slack = []                   # token slots left in each sequence's allocated blocks
+        context = 0
         for seq in running:
             n = len(seq.token_ids)
-            if n - seq.num_computed_tokens != 1 or n == seq.num_prompt_tokens:
+            computed = seq.num_computed_tokens
+            if n - computed != 1 or n == seq.num_prompt_tokens:
                 return 0    # not in plain decode
             if seq.eos_token_id is not None and not seq.sampling_params.ignore_eos:
                 return 0    # an EOS could end it at any step
             left = seq.max_output_tokens - n + seq.num_prompt_tokens     # tokens still to emit
             if left < horizon:
                 horizon = left
+            slack.append(len(seq.block_table) * bs - computed)
+            context += n
         if horizon < 1:
             return 0
+        self.horizon_context_sum = context
         free = self.block_manager.num_free_blocks
-        slack = self._decode_slack()
         if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon
         self.horizon_blocked = True

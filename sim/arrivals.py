@@ -3,7 +3,9 @@
 A run's requests are RequestSpecs (experiments.workloads.spec: a few numbers per
 request) or prebuilt engine Sequences. Specs become Sequences only when the
 request arrives, with prompt ids from `prompt_token_ids`, so a million-request
-run holds only the requests in flight.
+run holds only the requests in flight. Prompt ids matter only to the prefix
+cache; when no replica caches prefixes the simulator asks for all-zero prompts
+(`hashed_prompts=False`), which cost a list allocation instead of a hash per token.
 
 The simulator "samples" one dummy token per request, `dummy_token_id(request_id)`,
 for every output position (step-by-step and fast path alike). It is negative, so
@@ -45,11 +47,12 @@ class Arrivals:
     or any iterable of RequestSpec and/or Sequence (listed and sorted here).
     """
 
-    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0):
+    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0, hashed_prompts: bool = True):
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
         self.vocab_size = int(vocab_size)
         self.prompt_seed = int(prompt_seed)
+        self.hashed_prompts = bool(hashed_prompts)   # False: every prompt token is 0 (see Simulator.prompt_ids)
         self.all_sequences = False          # True when every request came prebuilt
         from experiments.workloads.spec import Workload
         if isinstance(requests, Workload):
@@ -78,7 +81,11 @@ class Arrivals:
         if item.num_output_tokens < 1:
             raise ValueError(f"request {item.request_id!r}: num_output_tokens must be >= 1, "
                              f"got {item.num_output_tokens}")
-        return Sequence(item.request_id, prompt_token_ids(item, self.vocab_size, self.prompt_seed),
+        n = item.num_prompt_tokens
+        if n < 1:
+            raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
+        prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed) if self.hashed_prompts else [0] * n
+        return Sequence(item.request_id, prompt,
                         SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
                         arrival_time_s=item.arrival_time_s, priority=item.priority)
 

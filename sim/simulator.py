@@ -46,13 +46,14 @@ from itertools import accumulate
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
-from engine.recorder import Recorder
+from engine.recorder import RECORD_STEPS, Recorder
 from sim.arrivals import Arrivals, dummy_token_id
 from sim.replica import Replica
 from sim.result import SimResult
 from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
 
 INF = math.inf
+PROMPT_IDS = ("auto", "hashed", "zeros")
 
 
 class _At(Event):
@@ -78,11 +79,18 @@ class Simulator:
     vocab_size, prompt_seed: for prompt ids of RequestSpecs (experiments.workloads.prompt_token_ids).
     keep_finished: keep finished/rejected Sequences in .finished/.rejected (default: only when
     every request came as a prebuilt Sequence; a million-request run should not).
+    prompt_ids: how RequestSpecs get prompt token ids: "hashed" (experiments.workloads.prompt_token_ids),
+    "zeros" (every prompt token 0), or "auto" (default: hashed if any replica caches prefixes, else
+    zeros; without a prefix cache nothing in the scheduler, block manager, routers or cost model reads
+    token values, so the tables are the same either way).
+    record_steps: per-step rows of the recorders the Simulator creates: "all" or "none"
+    (engine.recorder.Recorder; "none" keeps only the request table, for very long runs).
     """
 
     def __init__(self, replicas: Replica | list[Replica], router: Router | str | None = None, *,
                  fast_path: bool = True, record: bool = True, vocab_size: int = 151936, prompt_seed: int = 0,
-                 max_fast_steps: int = 1 << 16, keep_finished: bool | None = None):
+                 max_fast_steps: int = 1 << 16, keep_finished: bool | None = None, prompt_ids: str = "auto",
+                 record_steps: str = "all"):
         self.replicas = [replicas] if isinstance(replicas, Replica) else list(replicas)
         if not self.replicas:
             raise ValueError("Simulator needs at least one Replica")
@@ -96,10 +104,18 @@ class Simulator:
             raise TypeError(f"router must be a sim.router.Router or a router name, got {type(router).__name__}")
         if max_fast_steps < 1:
             raise ValueError(f"max_fast_steps must be >= 1, got {max_fast_steps}")
+        if record_steps not in RECORD_STEPS:
+            raise ValueError(f"record_steps must be one of {RECORD_STEPS}, got {record_steps!r}")
+        if prompt_ids not in PROMPT_IDS:
+            raise ValueError(f"prompt_ids must be one of {PROMPT_IDS}, got {prompt_ids!r}")
+        if prompt_ids == "auto":
+            prompt_ids = ("hashed" if any(r.scheduler.block_manager.enable_prefix_caching for r in self.replicas)
+                          else "zeros")
+        self.prompt_ids = prompt_ids
         for i, r in enumerate(self.replicas):
             r.index = i
             if record and r.recorder is None:
-                r.recorder = Recorder(replica=i)
+                r.recorder = Recorder(replica=i, record_steps=record_steps)
         self.router = router
         self.views = [ReplicaView(r) for r in self.replicas]
         self.fast_path = fast_path
@@ -283,23 +299,34 @@ class Simulator:
         returns the end time, or None if the next arrival leaves none to take."""
         sched = r.scheduler
         bm = sched.block_manager
-        running = sched.running
-        n = len(running)
-        s0 = sum([len(s.token_ids) for s in running])           # decode_context_sum of the first step
-        durs = r.cost_model.decode_step_times_list(n, s0, k)      # [k] seconds
-        clock = list(accumulate(durs, initial=t))                 # [k+1] t, then each step's end: the same
-        horizon = k                                               # additions as the step-by-step path
-        if t_next != INF:
+        cm = r.cost_model
+        n = len(sched.running)
+        s0 = sched.horizon_context_sum                            # decode_context_sum of the first step
+        horizon = k
+        if t_next != INF and r.last_decode_s > 0:
+            # Price only the steps the next arrival can leave (an estimate; extended below if short).
+            m = min(k, int((t_next - t) / r.last_decode_s) + 2)
+        else:
+            m = k
+        durs = cm.decode_step_times_list(n, s0, m)                # [m] seconds
+        clock = list(accumulate(durs, initial=t))                 # [m+1] t, then each step's end: the same
+        if t_next != INF:                                         # additions as the step-by-step path
+            while m < k and clock[m] < t_next:
+                more = cm.decode_step_times_list(n, s0 + m * n, min(k, 2 * m) - m)
+                durs += more
+                clock += accumulate(more, initial=clock[m])
+                del clock[m + 1]          # the initial value, already in clock
+                m = len(durs)
             if self._prerouted:      # steps must start before the replica's next arrival
-                k = bisect_left(clock, t_next, 1, k)
+                k = bisect_left(clock, t_next, 1, m)
             else:                    # steps must end before any arrival (routing reads the state)
-                k = bisect_left(clock, t_next, 1, k + 1) - 1
+                k = bisect_left(clock, t_next, 1, m + 1) - 1
                 if k == 0:
                     r.last_decode_s = durs[0]
                     return None
         # A horizon cut short by free blocks, taken whole: the next step needs a block that is not free.
         r.horizon_spent = k == horizon and sched.horizon_blocked
-        if k < horizon:
+        if k < len(durs):
             del durs[k:]
         ends = clock[1:k + 1]
         free0, cached0, used0 = len(bm.free_ids), bm.num_cached_free_blocks, bm.num_used_blocks
@@ -312,8 +339,7 @@ class Simulator:
                 cached = [cached0 - max(0, u - used0 - free0) for u in used]
             else:
                 cached = cached0
-            rec.on_steps_bulk(clock[:k], durs, n, range(s0, s0 + n * k, n), used, [total - u for u in used],
-                              cached)
+            rec.on_decode_steps(clock[:k], durs, n, s0, used, total, cached)
         if self._track_load:
             r.outstanding_tokens -= k * n
         r.num_steps += k
@@ -354,7 +380,7 @@ class Simulator:
             raise RuntimeError("a Simulator runs once; build a new one (with fresh schedulers) for another run")
         self._started = True
         wall0 = time.perf_counter()
-        self._arrivals = Arrivals(requests, self.vocab_size, self.prompt_seed)
+        self._arrivals = Arrivals(requests, self.vocab_size, self.prompt_seed, self.prompt_ids == "hashed")
         self._keep = self._arrivals.all_sequences if self.keep_finished is None else self.keep_finished
         self._src = iter(self._arrivals)
         self.router.reset(self.views)

@@ -86,6 +86,7 @@ class RooflineCostModel(CostModel):
         else:
             self.s_allreduce_per_token = 0.0
             self.s_allreduce_fixed = 0.0
+        self._decode_fixed: dict[int, float] = {}     # num_seqs -> _fixed_part of a pure decode step
 
     def __repr__(self) -> str:
         return (f"RooflineCostModel({self.model.name}, {self.hardware.name}, tp={self.tensor_parallel_size}, "
@@ -160,6 +161,15 @@ class RooflineCostModel(CostModel):
         if s0 < n or (self.max_model_len is not None and last > n * self.max_model_len):
             self.check_shape((), (), n, s0, 0, None)
             self.check_shape((), (), n, last, 0, None)
-        fixed = self._fixed_part(n, n, n)
+        fixed = self._decode_fixed.get(n)
+        if fixed is None:
+            fixed = self._decode_fixed[n] = self._fixed_part(n, n, n)
         a, b = self.s_attn_per_pair, self.s_kv_per_token
-        return [fixed + max(c * a, (c + n) * b) for c in range(s0, last + 1, n)]
+        if a <= b:
+            # bytes bound at every context: c * a <= c * b <= (c + n) * b (rounding is monotonic)
+            return [fixed + c * b for c in range(s0 + n, last + n + 1, n)]
+        out = []
+        for c in range(s0, last + 1, n):
+            x, y = c * a, (c + n) * b
+            out.append(fixed + (x if x >= y else y))
+        return out

@@ -180,8 +180,8 @@ def test_long_decode_run_and_late_arrival_timeline(fast):
         (6.75, "finish", 0),
     ]
     # fast: A's four decodes starting before B's arrival (the last one straddles 3.2) in one call,
-    # then [4,5] (B has one more step after it); the two finishing steps go through schedule()
-    assert res.num_fast_steps == (5 if fast else 0)
+    # then [4,5] and [5,6] (B finishes in the horizon's last step), then [6,6.75] (A finishes)
+    assert res.num_fast_steps == (7 if fast else 0)
 
 
 def test_fast_path_skips_schedule_calls():
@@ -189,9 +189,9 @@ def test_fast_path_skips_schedule_calls():
                                               max_num_batched_tokens=4096))
     seq = req(0, 10, 5, arrival=100.0)
     res = Simulator(Replica(sched, ConstantCostModel(step_s=1.0))).run([seq])
-    # prefill by schedule(); decodes ending at 102..104 in one fast call; the finishing step by schedule()
+    # prefill by schedule(); the four decodes ending at 102..105, the last one finishing it, in one fast call
     assert (seq.first_token_time_s, seq.finish_time_s) == (101.0, 105.0)
-    assert sched.calls == 2 and res.num_fast_steps == 3 and res.num_steps == 5
+    assert sched.calls == 1 and res.num_fast_steps == 4 and res.num_steps == 5
 
 
 # -- request specs, determinism, rejection ------------------------------------------------------------
