@@ -24,6 +24,7 @@ executor must copy; the allocator only does the bookkeeping.
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 import numpy as np
 import xxhash
@@ -40,6 +41,55 @@ def hash_block(token_ids, parent_hash: int) -> int:
         h.update(parent_hash.to_bytes(8, "little"))
     h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
     return h.intdigest()
+
+
+class FreeBlockQueue:
+    """FIFO of plain free block ids: a deque's popleft/append/extend/len/iter, plus take(n), the n
+    oldest ids as one list slice (a long prompt takes dozens of blocks at once)."""
+
+    __slots__ = ("_ids", "_head")
+
+    def __init__(self, ids=()):
+        self._ids = list(ids)
+        self._head = 0              # _ids[_head:] is the queue, oldest first
+
+    def __len__(self) -> int:
+        return len(self._ids) - self._head
+
+    def __bool__(self) -> bool:
+        return len(self._ids) > self._head
+
+    def __iter__(self):
+        return islice(self._ids, self._head, None)
+
+    def __repr__(self) -> str:
+        return f"FreeBlockQueue({list(self)})"
+
+    def append(self, block_id: int) -> None:
+        self._ids.append(block_id)
+
+    def extend(self, block_ids) -> None:
+        self._ids.extend(block_ids)
+
+    def popleft(self) -> int:
+        h = self._head
+        if h >= len(self._ids):
+            raise IndexError("popleft from an empty FreeBlockQueue")
+        self._head = h + 1
+        return self._ids[h]
+
+    def take(self, n: int) -> list[int]:
+        """Remove and return the n oldest ids (n <= len)."""
+        ids, h = self._ids, self._head
+        e = h + n
+        if e > len(ids):
+            raise IndexError(f"take({n}) from a FreeBlockQueue of {len(ids) - h}")
+        out = ids[h:e]
+        if e >= 1024 and 2 * e >= len(ids):
+            del ids[:e]             # drop the consumed prefix once it is half the list (amortized O(1))
+            e = 0
+        self._head = e
+        return out
 
 
 class BlockManager:
@@ -61,8 +111,10 @@ class BlockManager:
         self.block_hash = [-1] * num_blocks              # -1: not registered in the prefix cache
         self.block_tokens: list[tuple | None] = [None] * num_blocks   # token ids of a hashed block (hit check)
         self.hash_to_block: dict[int, int] = {}
-        self.free_ids: deque[int] = deque(range(num_blocks))
+        self.free_ids = FreeBlockQueue(range(num_blocks))
         self.num_used_blocks = 0
+        # True while no block is shared or hashed (prefix caching off): free() then needs no per-block checks.
+        self._plain = not self.enable_prefix_caching
 
         self.num_cpu_blocks = num_cpu_blocks
         self.cpu_free_ids: deque[int] = deque(range(num_cpu_blocks))
@@ -127,6 +179,8 @@ class BlockManager:
     def allocate_cached_prefix(self, seq: Sequence, hit_blocks: list[int]) -> int:
         """Give seq the blocks from find_cached_prefix; returns the tokens they cover."""
         assert not seq.block_table, "prefix hits apply to a sequence without blocks"
+        if hit_blocks:
+            self._plain = False
         for block_id in hit_blocks:
             if self.ref_counts[block_id] == 0:
                 self.eviction.remove(block_id)
@@ -194,11 +248,10 @@ class BlockManager:
         if need <= len(free_ids):
             # The common case, inlined: plain free blocks suffice, nothing to evict (same as _take_block).
             rc = self.ref_counts
-            take = free_ids.popleft
-            for _ in range(need):
-                block_id = take()
+            new = free_ids.take(need)
+            for block_id in new:
                 rc[block_id] = 1
-                table.append(block_id)
+            table += new
             self.num_used_blocks += need
             return
         if need > self.num_free_blocks:
@@ -219,10 +272,21 @@ class BlockManager:
 
     def free(self, seq: Sequence) -> None:
         """Drop seq's hold on its blocks (tail first, so eviction takes tails first)."""
+        table = seq.block_table
+        if self._plain:
+            # Every block held once and unhashed: each goes back to the plain free list (as _release).
+            rc = self.ref_counts
+            for block_id in table:
+                rc[block_id] = 0
+            self.free_ids.extend(reversed(table))
+            self.num_used_blocks -= len(table)
+            seq.block_table = []
+            seq.num_registered_blocks = 0
+            return
         # _release inlined (one call per block dominated freeing a long sequence)
         rc, hashes, free_ids, evict = self.ref_counts, self.block_hash, self.free_ids, self.eviction
         released = 0
-        for block_id in reversed(seq.block_table):
+        for block_id in reversed(table):
             r = rc[block_id] - 1
             rc[block_id] = r
             if r == 0:

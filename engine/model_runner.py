@@ -18,13 +18,12 @@ this runs: no process group, no messages, no extra copies.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 import torch
 
 from engine.batch import Batch
+from engine.step_inputs import StepInputs, build_step_inputs
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
@@ -70,21 +69,6 @@ def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
     top = min(max_num_seqs, 512)
     sizes = [b for b in (1, 2, 4, 8) if b <= top] + list(range(16, top + 1, 16))
     return sizes if sizes[-1] == top else sizes + [top]
-
-
-@dataclass
-class StepInputs:
-    """Host inputs of one forward pass, built once by rank 0 and identical on every rank.
-    S = scheduled sequences (prefills first), T = tokens this step."""
-    input_ids: np.ndarray          # [T] int64
-    positions: np.ndarray          # [T] int64
-    slots: np.ndarray              # [T] int64 KV slot of each token
-    context_lens: np.ndarray       # [S] int64 tokens in the KV cache after this step
-    cu_seqlens_q: np.ndarray       # [S + 1] int64 token offsets of the entries
-    block_tables: np.ndarray       # [graph_bs or S, width] int32, padded with 0
-    num_prefill_seqs: int
-    graph_bs: int | None           # captured decode graph to replay, None = eager
-    sample_rows: np.ndarray        # [num_sampled] entries of this step that sample a token
 
 
 class ModelRunner:
@@ -307,35 +291,7 @@ class ModelRunner:
         return next((b for b in self.graph_sizes if b >= num_seqs), None)
 
     def _prepare(self, batch: Batch, graph_bs: int | None) -> StepInputs:
-        """The step's flat host inputs from the scheduled batch (token ids, positions, slots, block tables)."""
-        seqs, bs = batch.seqs, self.block_size
-        S, P = len(seqs), batch.num_prefill_seqs
-        n = np.asarray(batch.num_new_tokens, dtype=np.int64)                 # [S]
-        ctx = np.asarray(batch.context_lens, dtype=np.int64)                 # [S]
-        cu_q = np.zeros(S + 1, dtype=np.int64)
-        np.cumsum(n, out=cu_q[1:])
-        T = int(cu_q[-1])
-        row = np.repeat(np.arange(S), n)                                     # [T] entry of each token
-        positions = np.arange(T, dtype=np.int64) + np.repeat(ctx - n - cu_q[:-1], n)
-        ids: list[int] = []
-        for i in range(P):
-            ids.extend(seqs[i].token_ids[ctx[i] - n[i]: ctx[i]])
-        ids.extend(seqs[i].token_ids[ctx[i] - 1] for i in range(P, S))
-        input_ids = np.asarray(ids, dtype=np.int64)
-        nblocks = (ctx + bs - 1) // bs
-        width = self.max_blocks_per_seq if graph_bs is not None else int(nblocks.max())
-        tables = np.zeros((graph_bs or S, width), dtype=np.int32)            # [S, width], padded with 0
-        # One flat gather of every block table (row-major), scattered under a length mask: no
-        # per-sequence numpy call. A table never holds more blocks than its context needs.
-        flat = np.fromiter(chain.from_iterable(seq.block_table for seq in seqs), np.int32)
-        if flat.size == int(nblocks.sum()):
-            tables[:S][np.arange(width) < nblocks[:, None]] = flat
-        else:
-            for i, seq in enumerate(seqs):
-                tables[i, :nblocks[i]] = seq.block_table[:nblocks[i]]
-        slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
-        sample_rows = np.flatnonzero(ctx == np.fromiter((len(s.token_ids) for s in seqs), np.int64, S))
-        return StepInputs(input_ids, positions, slots, ctx, cu_q, tables, P, graph_bs, sample_rows)
+        return build_step_inputs(batch, self.block_size, self.max_blocks_per_seq, graph_bs)
 
     def _fill_graph_inputs(self, step: StepInputs) -> None:
         """Fills pinned host mirrors of the graph's input buffers (padding rows: token 0 at position 0,

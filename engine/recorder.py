@@ -7,11 +7,13 @@ per row), because this runs in the simulator's hot loop. `requests_frame()` and
 `steps_frame()` build the pandas tables; docs/metrics.md defines every column.
 Torch-free.
 
-Step storage: seven columns are kept for every step (times, decode shape, block
-counts); the prefill / preemption / swap columns only for the steps where one of
-them is non-zero (with the step index), since most steps of a loaded server are
-pure decodes. batch_size and num_batched_tokens are derived when the table is
-built. `record_steps="none"` keeps no step rows at all (a million-request
+Step storage: start time, duration and kv_blocks_used are kept per step; the
+decode shape and the other block counts per run of consecutive steps that share
+them (one run per on_step, one per fast-path call: num_decode_seqs, the first
+step's decode_context_sum, growing by num_decode_seqs a step, used + free, and
+cached); the prefill / preemption / swap columns only for the steps where one of
+them is non-zero. batch_size and num_batched_tokens are derived when the table
+is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
 """
 from __future__ import annotations
@@ -36,8 +38,8 @@ STEP_COLUMNS = (
     "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "decode_context_sum", "num_swap_blocks",
 )
 RECORD_STEPS = ("all", "none")
-# int64 ('q') columns stored for every step (the two times are float64 'd'):
-_STEP_DENSE = ("num_decode_seqs", "decode_context_sum", "kv_blocks_used", "kv_blocks_free", "kv_blocks_cached")
+# int64 ('q') columns of each run of steps (see the module docstring):
+_RUN = ("len", "num_decode_seqs", "decode_context_sum", "kv_blocks_total", "kv_blocks_cached")
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
                 "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks")
@@ -47,21 +49,15 @@ _REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_
 _NAN = float("nan")
 
 
-def _extend(col: array, x, k: int, name: str) -> None:
-    """Append k values to col: x is a scalar (repeated) or a length-k sequence / numpy array."""
-    if isinstance(x, np.ndarray):
-        if x.ndim:
-            if x.shape != (k,):
-                raise ValueError(f"on_steps_bulk: {name} has shape {x.shape}, expected ({k},) or a scalar")
-            col.frombytes(np.ascontiguousarray(x, dtype=np.float64 if col.typecode == "d" else np.int64).tobytes())
-            return
+def _per_step(x, k: int, name: str) -> list:
+    """A length-k list from a scalar (repeated) or a length-k sequence / numpy array."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
         x = x.item()
-    elif hasattr(x, "__len__"):
+    if isinstance(x, np.ndarray) or hasattr(x, "__len__"):
         if len(x) != k:
             raise ValueError(f"on_steps_bulk: {name} has {len(x)} values, expected {k} (one per step) or a scalar")
-        col.extend(x)
-        return
-    col.extend(array(col.typecode, (float(x) if col.typecode == "d" else int(x),)) * k)
+        return x.tolist() if isinstance(x, np.ndarray) else list(x)
+    return [x] * k
 
 
 class Recorder:
@@ -76,7 +72,8 @@ class Recorder:
         self._num_steps = 0
         self._step_start = array("d")
         self._step_dur = array("d")
-        self._step_dense = {c: array("q") for c in _STEP_DENSE}
+        self._step_used = array("q")
+        self._run = {c: array("q") for c in _RUN}
         self._sparse_rows = array("q")           # step index of each sparse row
         self._step_sparse = {c: array("q") for c in _STEP_SPARSE}
         self._req_ids: list = []
@@ -109,15 +106,12 @@ class Recorder:
             return
         self._step_start.append(start_s)
         self._step_dur.append(duration_s)
-        d = self._step_dense
+        self._step_used.append(num_used_blocks)
         npf = batch.num_prefill_seqs
         nseq = len(batch.seqs)
         ctx = batch.context_lens
-        d["num_decode_seqs"].append(nseq - npf)
-        d["decode_context_sum"].append(sum(ctx[npf:]) if nseq > npf else 0)
-        d["kv_blocks_used"].append(num_used_blocks)
-        d["kv_blocks_free"].append(num_free_blocks)
-        d["kv_blocks_cached"].append(num_cached_blocks)
+        self._add_run(1, nseq - npf, sum(ctx[npf:]) if nseq > npf else 0, num_used_blocks + num_free_blocks,
+                      num_cached_blocks)
         if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out):
             return      # a pure decode step: every sparse column is 0
         new = batch.num_new_tokens
@@ -156,33 +150,48 @@ class Recorder:
         self._num_steps += k
         if not self._keep_steps:
             return
-        _extend(self._step_start, start_s, k, "start_s")
-        _extend(self._step_dur, duration_s, k, "duration_s")
-        d = self._step_dense
-        _extend(d["num_decode_seqs"], num_decode_seqs, k, "num_decode_seqs")
-        _extend(d["decode_context_sum"], decode_context_sum, k, "decode_context_sum")
-        _extend(d["kv_blocks_used"], kv_blocks_used, k, "kv_blocks_used")
-        _extend(d["kv_blocks_free"], kv_blocks_free, k, "kv_blocks_free")
-        _extend(d["kv_blocks_cached"], kv_blocks_cached, k, "kv_blocks_cached")
+        start = _per_step(start_s, k, "start_s")
+        dur = _per_step(duration_s, k, "duration_s")
+        cols = [_per_step(x, k, name) for x, name in (
+            (num_decode_seqs, "num_decode_seqs"), (decode_context_sum, "decode_context_sum"),
+            (kv_blocks_used, "kv_blocks_used"), (kv_blocks_free, "kv_blocks_free"),
+            (kv_blocks_cached, "kv_blocks_cached"))]
+        self._num_steps -= k
+        for i in range(k):      # one run per step: any values are allowed here
+            n, ctx, used, free, cached = (int(c[i]) for c in cols)
+            self._num_steps += 1
+            self._step_start.append(float(start[i]))
+            self._step_dur.append(float(dur[i]))
+            self._step_used.append(used)
+            self._add_run(1, n, ctx, used + free, cached)
 
     def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
                         kv_blocks_used: list, num_blocks: int, kv_blocks_cached) -> None:
-        """on_steps_bulk for the simulator's fast path, without argument checks: k = len(start_s)
+        """on_steps_bulk for the simulator's fast path (no argument checks): k = len(start_s)
         pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
-        keys; kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or [k] list."""
+        keys; kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or a [k] list."""
         k = len(start_s)
         self._num_steps += k
         if not self._keep_steps or k == 0:
             return
+        if type(kv_blocks_cached) is not int:      # varies within the run: one run per step
+            self._num_steps -= k
+            self.on_steps_bulk(start_s, duration_s, num_seqs,
+                               range(first_context_sum, first_context_sum + k * num_seqs, num_seqs),
+                               kv_blocks_used, [num_blocks - u for u in kv_blocks_used], kv_blocks_cached)
+            return
         self._step_start.extend(start_s)
         self._step_dur.extend(duration_s)
-        d = self._step_dense
-        d["num_decode_seqs"].extend(array("q", (num_seqs,)) * k)
-        d["decode_context_sum"].extend(range(first_context_sum, first_context_sum + k * num_seqs, num_seqs))
-        d["kv_blocks_used"].extend(kv_blocks_used)
-        d["kv_blocks_free"].extend([num_blocks - u for u in kv_blocks_used])
-        d["kv_blocks_cached"].extend(array("q", (kv_blocks_cached,)) * k if type(kv_blocks_cached) is int
-                                     else kv_blocks_cached)
+        self._step_used.extend(kv_blocks_used)
+        self._add_run(k, num_seqs, first_context_sum, num_blocks, kv_blocks_cached)
+
+    def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, total: int, cached: int) -> None:
+        r = self._run
+        r["len"].append(k)
+        r["num_decode_seqs"].append(num_decode_seqs)
+        r["decode_context_sum"].append(decode_context_sum)
+        r["kv_blocks_total"].append(total)
+        r["kv_blocks_cached"].append(cached)
 
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
@@ -243,8 +252,16 @@ class Recorder:
             raise ValueError(f"replica {self.replica}: this Recorder kept no step rows (record_steps='none'); "
                              "build it with record_steps='all' for the per-step table")
         n = self._num_steps
-        d = {c: np.frombuffer(self._step_dense[c], dtype=np.int64).copy() if n else np.zeros(0, np.int64)
-             for c in _STEP_DENSE}
+        run = {c: np.frombuffer(self._run[c], dtype=np.int64) if n else np.zeros(0, np.int64) for c in _RUN}
+        lens = run["len"]
+        first = np.cumsum(lens) - lens                                   # first step of each run
+        offset = np.arange(n, dtype=np.int64) - np.repeat(first, lens)   # step index within its run
+        used = np.frombuffer(self._step_used, dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+        ndec = np.repeat(run["num_decode_seqs"], lens)
+        d = {"num_decode_seqs": ndec,
+             "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
+             "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["kv_blocks_total"], lens) - used,
+             "kv_blocks_cached": np.repeat(run["kv_blocks_cached"], lens)}
         rows = np.frombuffer(self._sparse_rows, dtype=np.int64) if len(self._sparse_rows) else np.zeros(0, np.int64)
         sp = {}
         for c in _STEP_SPARSE:

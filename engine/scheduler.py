@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import accumulate
 
 from engine.batch import Batch
 from engine.block_manager import BlockManager
@@ -481,15 +481,19 @@ class Scheduler:
         bm = self.block_manager
         bs = bm.block_size
         running = self.running
-        # Sequence i takes a new block in steps slack_i + 1, slack_i + 1 + bs, ... (1-based).
-        inc = [0] * (k + 1)
-        for s in self._decode_slack():
-            for j in range(s + 1, k + 1, bs):
-                inc[j] += 1
+        inc = [0] * (k + 1)          # inc[j]: blocks taken in step j (1-based)
+        done = []
+        for seq in running:
+            # the sequence takes a new block in steps slack + 1, slack + 1 + bs, ...
+            slack = len(seq.block_table) * bs - seq.num_computed_tokens
+            if slack < k:
+                for j in range(slack + 1, k + 1, bs):
+                    inc[j] += 1
+            if seq.max_output_tokens - len(seq.token_ids) + seq.num_prompt_tokens == k:
+                done.append(seq)
         inc[0] = bm.num_used_blocks
         used = list(accumulate(inc))
         del used[0]
-        done = [s for s in running if s.max_output_tokens - len(s.token_ids) + s.num_prompt_tokens == k]
         policy = self.policy
         if done and (getattr(policy, "ranked", False)
                      or type(policy).order_running is not SchedulingPolicy.order_running):
@@ -526,8 +530,9 @@ class Scheduler:
         caching = bm.enable_prefix_caching
         last = float(step_end_times_s[-1])
         for seq in running:
-            seq.token_ids.extend(repeat(token_of(seq), k))
-            bm.allocate(seq, k)
+            seq.token_ids += [token_of(seq)] * k
+            if len(seq.block_table) * bs < seq.num_computed_tokens + k:
+                bm.allocate(seq, k)
             seq.num_computed_tokens += k
             if caching and seq.num_computed_tokens // bs > seq.num_registered_blocks:
                 bm.register_computed_blocks(seq)

@@ -5,7 +5,6 @@ slot_mapping[t] (a negative slot, CUDA-graph padding, is skipped by masking the 
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
