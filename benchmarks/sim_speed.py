@@ -66,8 +66,9 @@ def build_replicas(n: int, policy: str, model: str, max_model_len: int, batched_
     return reps, blocks
 
 
-def report(name: str, res, t_start: float, t_sim0: float, extra: str = "") -> None:
+def report(name: str, res, t_start: float, t_sim0: float, extra: str = "", record_steps: str = "all") -> None:
     wall_total = time.perf_counter() - t_start
+    cpu_total = time.process_time()
     sim_wall = res.wall_s
     t = time.perf_counter()
     res.fraction_of_physical_limit          # builds the tables and the roofline bound (not in wall_total)
@@ -75,7 +76,8 @@ def report(name: str, res, t_start: float, t_sim0: float, extra: str = "") -> No
     rps = res.num_requests / sim_wall
     print(f"[{name}] {res.summary()}")
     print(f"[{name}] wall: {wall_total:.2f} s total from process start ({t_sim0 - t_start:.2f} s start-up, "
-          f"imports and workload; {sim_wall:.2f} s simulating)")
+          f"imports and workload; {sim_wall:.2f} s simulating); process CPU {cpu_total:.2f} s; "
+          f"per-step rows: {record_steps}")
     print(f"[{name}] {rps:,.0f} requests/s, {res.num_steps / sim_wall:,.0f} steps/s, "
           f"{100 * res.fast_step_fraction:.1f}% of steps by the fast path, "
           f"{res.num_requests / wall_total:,.0f} requests/s including start-up")
@@ -89,10 +91,10 @@ def run_azure(args) -> None:
     wl = read_azure_trace(AZURE_CONV, max_model_len=16384)
     reps, blocks = build_replicas(1, args.policy, "Qwen3-8B", 16384, 16384, args.prefix_caching, args.overhead_s,
                                   args.max_num_seqs)
-    sim = Simulator(reps, fast_path=not args.no_fast_path)
+    sim = Simulator(reps, fast_path=not args.no_fast_path, record_steps=args.record_steps)
     t0 = time.perf_counter()
     res = profiled(args, lambda: sim.run(wl))
-    report("azure", res, T_PROCESS, t0, extra=f"; {blocks} KV blocks")
+    report("azure", res, T_PROCESS, t0, extra=f"; {blocks} KV blocks", record_steps=args.record_steps)
     bound_line(res)
 
 
@@ -107,13 +109,18 @@ def run_poisson(args) -> None:
                             max_model_len=4096)
     reps, _ = build_replicas(args.replicas, args.policy, "Qwen3-8B", 4096, 8192, args.prefix_caching,
                              args.overhead_s, args.max_num_seqs)
-    sim = Simulator(reps, args.router, fast_path=not args.no_fast_path)
+    sim = Simulator(reps, args.router, fast_path=not args.no_fast_path, record_steps=args.record_steps)
     t0 = time.perf_counter()
     res = profiled(args, lambda: sim.run(wl))
     report(f"poisson x{args.replicas}", res, T_PROCESS, t0,
-           extra=f"; at this rate 1M requests take {1e6 * res.wall_s / args.requests:.0f} s")
-    b = res.steps.groupby("replica")["batch_size"].mean()
-    print(f"[poisson x{args.replicas}] mean batch per replica {b.round(1).tolist()}, simulated "
+           extra=f"; at this rate 1M requests take {1e6 * res.wall_s / args.requests:.0f} s",
+           record_steps=args.record_steps)
+    req = res.requests
+    # mean running batch per replica: decode tokens + prefills over steps (no per-step table needed)
+    tokens = (req["num_output_tokens"] + 0).groupby(req["replica"]).sum()
+    steps = [r.num_steps for r in res.replicas]
+    print(f"[poisson x{args.replicas}] mean tokens sampled per step, per replica "
+          f"{[round(float(tokens.get(i, 0)) / max(n, 1), 1) for i, n in enumerate(steps)]}, simulated "
           f"{res.end_time_s:.0f} s at {args.rate_rps} req/s offered")
     bound_line(res)
 
@@ -161,6 +168,8 @@ def main():
     ap.add_argument("--overhead-s", type=float, default=2e-3, help="roofline per-step overhead")
     ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--no-fast-path", action="store_true")
+    ap.add_argument("--record-steps", choices=("all", "none"), default="all",
+                    help="per-step table rows (engine.recorder.Recorder); 'none' keeps only the request table")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -260,6 +260,32 @@ class BlockManager:
         for _ in range(need):
             table.append(self._take_block())
 
+    def allocate_each(self, seqs, num_new_tokens: int) -> None:
+        """allocate(seq, num_new_tokens) for each of seqs in order, in one call (a decode batch):
+        the same blocks in the same tables, taken from the free list at once."""
+        bs = self.block_size
+        needs = [-(-(s.num_computed_tokens + num_new_tokens) // bs) - len(s.block_table) for s in seqs]
+        total = 0
+        for need in needs:
+            if need > 0:
+                total += need
+        if total == 0:
+            return
+        if total > len(self.free_ids):      # evictions needed: the general path, one sequence at a time
+            for seq in seqs:
+                self.allocate(seq, num_new_tokens)
+            return
+        new = self.free_ids.take(total)
+        rc = self.ref_counts
+        for block_id in new:
+            rc[block_id] = 1
+        o = 0
+        for seq, need in zip(seqs, needs):
+            if need > 0:
+                seq.block_table += new[o:o + need]
+                o += need
+        self.num_used_blocks += total
+
     def _release(self, block_id: int) -> None:
         rc = self.ref_counts[block_id] - 1
         self.ref_counts[block_id] = rc

@@ -411,6 +411,7 @@ class Scheduler:
         horizon = max_steps
         bs = self.block_manager.block_size
         slack = []                   # token slots left in each sequence's allocated blocks
+        lefts = []                   # output tokens each sequence still has to emit
         context = 0
         for seq in running:
             n = len(seq.token_ids)
@@ -423,10 +424,14 @@ class Scheduler:
             if left < horizon:
                 horizon = left
             slack.append(len(seq.block_table) * bs - computed)
+            lefts.append(left)
             context += n
         if horizon < 1:
             return 0
         self.horizon_context_sum = context
+        # for advance_decodes, while nothing has changed (same running list and length, step count, blocks)
+        self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
+                              slack, lefts)
         free = self.block_manager.num_free_blocks
         if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon
@@ -481,16 +486,21 @@ class Scheduler:
         bm = self.block_manager
         bs = bm.block_size
         running = self.running
+        memo = getattr(self, "_horizon_memo", None)
+        self._horizon_memo = None
+        if (memo is not None and memo[0] is running and memo[1] == len(running) and memo[2] == self.num_steps
+                and memo[3] == bm.num_used_blocks):
+            slacks, lefts = memo[4], memo[5]
+        else:
+            slacks = [len(seq.block_table) * bs - seq.num_computed_tokens for seq in running]
+            lefts = [seq.max_output_tokens - len(seq.token_ids) + seq.num_prompt_tokens for seq in running]
         inc = [0] * (k + 1)          # inc[j]: blocks taken in step j (1-based)
-        done = []
-        for seq in running:
+        for slack in slacks:
             # the sequence takes a new block in steps slack + 1, slack + 1 + bs, ...
-            slack = len(seq.block_table) * bs - seq.num_computed_tokens
             if slack < k:
                 for j in range(slack + 1, k + 1, bs):
                     inc[j] += 1
-            if seq.max_output_tokens - len(seq.token_ids) + seq.num_prompt_tokens == k:
-                done.append(seq)
+        done = [seq for seq, left in zip(running, lefts) if left == k] if k in lefts else []
         inc[0] = bm.num_used_blocks
         used = list(accumulate(inc))
         del used[0]
@@ -529,10 +539,9 @@ class Scheduler:
         bs = bm.block_size
         caching = bm.enable_prefix_caching
         last = float(step_end_times_s[-1])
+        bm.allocate_each(running, k)
         for seq in running:
             seq.token_ids += [token_of(seq)] * k
-            if len(seq.block_table) * bs < seq.num_computed_tokens + k:
-                bm.allocate(seq, k)
             seq.num_computed_tokens += k
             if caching and seq.num_computed_tokens // bs > seq.num_registered_blocks:
                 bm.register_computed_blocks(seq)

@@ -75,7 +75,6 @@ class Arrivals:
         if isinstance(item, Sequence):
             check_sequence(item)
             return item
-        from experiments.workloads.spec import prompt_token_ids
         if item.arrival_time_s < 0:
             raise ValueError(f"request {item.request_id!r}: arrival_time_s must be >= 0, got {item.arrival_time_s}")
         if item.num_output_tokens < 1:
@@ -84,7 +83,11 @@ class Arrivals:
         n = item.num_prompt_tokens
         if n < 1:
             raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
-        prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed) if self.hashed_prompts else [0] * n
+        if self.hashed_prompts:
+            from experiments.workloads.spec import prompt_token_ids
+            prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed)
+        else:
+            prompt = [0] * n
         return Sequence(item.request_id, prompt,
                         SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
                         arrival_time_s=item.arrival_time_s, priority=item.priority)

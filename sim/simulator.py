@@ -15,7 +15,8 @@ its next arrival; it never polls.
 
 Decode fast path (exact). Before scheduling, the replica asks the scheduler for
 `k = decode_horizon(limit)`: the number of upcoming steps that are certain to be
-pure decode steps of exactly the current running set if no request arrives.
+pure decode steps of exactly the current running set if no request arrives
+(sequences may finish in the last of them; advance_decodes finishes them).
 Their durations come from `cost_model.decode_step_times_s` (the same numbers
 step_time_s gives those batches), their end times are accumulated from `now`
 in the same order the step-by-step path adds them, and k is cut so that no
@@ -33,14 +34,17 @@ The k steps are then applied at once (`advance_decodes`), recorded in bulk
 Routing happens at the arrival time; at equal times all arrivals are routed
 before any replica ends or starts a step (arrival events have SimPy's URGENT
 priority). Events are scheduled at absolute times, the replica's own sums of
-step durations, so both paths produce bit-identical clocks.
+step durations, so both paths produce bit-identical clocks. When replicas cannot
+interact (one replica, or a router blind to replica state) and no `until` is
+given, a plain time-ordered loop drives the replica processes instead of SimPy
+(they yield the absolute time they wait for); the order of events is the same.
 """
 from __future__ import annotations
 
 import math
 import time
 from bisect import bisect_left
-from heapq import heappush
+from heapq import heapify, heappop, heappush
 from itertools import accumulate
 
 import simpy
@@ -134,6 +138,7 @@ class Simulator:
         self._arrivals_done = False
         self._int_ids = True                 # every id so far a non-negative int: inline dummy tokens
         self._started = False
+        self._direct = False                 # run without SimPy events (set by run)
         self.finished: list = []
         self.rejected: list = []
         self.num_requests = 0
@@ -202,7 +207,9 @@ class Simulator:
         if self._prerouted:
             if not r.inbox:
                 self._fill(r)
-            return _At(self.env, r.inbox[0].arrival_time_s) if r.inbox else None
+            if not r.inbox:
+                return None
+            return r.inbox[0].arrival_time_s if self._direct else _At(self.env, r.inbox[0].arrival_time_s)
         if self._arrivals_done and not r.inbox:
             return None
         r.wakeup = self.env.event()
@@ -216,6 +223,7 @@ class Simulator:
         prerouted, track = self._prerouted, self._track_load
         fast = self.fast_path and sched.policy.fast_forward_ok
         max_fast = self.max_fast_steps
+        direct = self._direct        # yield absolute times to _run_direct instead of SimPy events
         t = env.now
         while True:
             # Pull every request that has arrived by t (a step starting at t sees arrivals at t).
@@ -237,7 +245,7 @@ class Simulator:
                     return
                 yield ev
                 r.wakeup = None
-                t = env.now
+                t = ev if direct else env.now
                 continue
 
             if fast and sched.running:
@@ -251,7 +259,7 @@ class Simulator:
                     if k:
                         t_end = self._fast_forward(r, t, k, t_next)
                         if t_end is not None:
-                            yield _At(env, t_end)
+                            yield t_end if direct else _At(env, t_end)
                             t = t_end
                             continue
 
@@ -266,7 +274,7 @@ class Simulator:
                                        f"unfinished requests, nothing schedulable, no arrivals left")
                 yield ev
                 r.wakeup = None
-                t = env.now
+                t = ev if direct else env.now
                 continue
             dur = cm.step_time_s(batch)
             npf = batch.num_prefill_seqs
@@ -277,7 +285,7 @@ class Simulator:
             r.num_steps += 1
             r.busy_s += dur
             end = t + dur
-            yield _At(env, end)
+            yield end if direct else _At(env, end)
             if track:
                 r.outstanding_tokens -= self._emitted_load(batch)
             if self._int_ids:
@@ -329,7 +337,11 @@ class Simulator:
         if k < len(durs):
             del durs[k:]
         ends = clock[1:k + 1]
-        free0, cached0, used0 = len(bm.free_ids), bm.num_cached_free_blocks, bm.num_used_blocks
+        used0 = bm.num_used_blocks
+        if bm.enable_prefix_caching:
+            free0, cached0 = len(bm.free_ids), bm.num_cached_free_blocks
+        else:                                 # no cached-free blocks ever: nothing to evict
+            free0, cached0 = bm.num_blocks, 0
         done = []
         used = sched.advance_decodes(k, ends, self._token_of, done, t)   # [k] blocks in use after allocation
         rec = r.recorder
@@ -373,6 +385,27 @@ class Simulator:
                 out += 1 if s.first_token_time_s is not None else 1 + s.num_prompt_tokens
         return out
 
+    def _run_direct(self) -> None:
+        """Drive the replica processes, which yield the absolute time they wait for, in time order."""
+        env = self.env
+        queue = []
+        eid = 0
+        for r in self.replicas:
+            queue.append((env._now, eid, self._replica_loop(r)))
+            eid += 1
+        heapify(queue)
+        while queue:
+            now, _, proc = heappop(queue)
+            env._now = now               # keeps env.now meaningful (e.g. after an interrupt)
+            try:
+                at = next(proc)
+            except StopIteration:
+                continue
+            if at < now:
+                raise RuntimeError(f"event at t={at!r} is in the past (now {now!r})")
+            heappush(queue, (at, eid, proc))
+            eid += 1
+
     # -- entry point -------------------------------------------------------------------
     def run(self, requests, until: float | None = None) -> SimResult:
         """Simulate `requests`: a Workload, or RequestSpecs and/or Sequences in any order."""
@@ -385,11 +418,17 @@ class Simulator:
         self._src = iter(self._arrivals)
         self.router.reset(self.views)
         env = self.env
-        if not self._prerouted:
-            env.process(self._arrival_process())
-        for r in self.replicas:
-            env.process(self._replica_loop(r))
-        env.run(until=until)
+        # Replicas behind a router blind to their state never interact: a plain time-ordered loop over
+        # their processes replaces SimPy's event objects (same order: time, then creation).
+        self._direct = self._prerouted and until is None
+        if self._direct:
+            self._run_direct()
+        else:
+            if not self._prerouted:
+                env.process(self._arrival_process())
+            for r in self.replicas:
+                env.process(self._replica_loop(r))
+            env.run(until=until)
         reps = self.replicas
         return SimResult(end_time_s=env.now, num_requests=self.num_requests, num_finished=self.num_finished,
                          num_rejected=self.num_rejected, num_steps=sum(r.num_steps for r in reps),

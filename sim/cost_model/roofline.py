@@ -26,7 +26,7 @@ kernel launch gaps are not modelled beyond the overhead terms.
 """
 from __future__ import annotations
 
-from operator import mul
+from operator import mul, sub
 from typing import Sequence
 
 import numpy as np
@@ -127,6 +127,42 @@ class RooflineCostModel(CostModel):
         if num_decode_seqs:
             t = t + self._decode_attention(decode_context_sum, num_decode_seqs)
         return t + t_prefill + t_swap
+
+    def step_time_s(self, batch) -> float:
+        # The simulator's per-step call, without building a StepShape: the same sums and operations
+        # as step_time_from_shape on that shape (hence the same float), for the shapes the scheduler
+        # makes (no swaps, sizes aligned, contexts within max_model_len). Anything else, including
+        # every shape that must raise, goes through the checked path.
+        if type(self).step_time_from_shape is not RooflineCostModel.step_time_from_shape:
+            return super().step_time_s(batch)
+        seqs, new, ctx = batch.seqs, batch.num_new_tokens, batch.context_lens
+        p = batch.num_prefill_seqs
+        nseq = len(seqs)
+        if (batch.swap_in or batch.swap_out or len(new) != nseq or len(ctx) != nseq or not 0 <= p <= nseq
+                or nseq == 0 or self.max_model_len is None or max(ctx) > self.max_model_len):
+            return super().step_time_s(batch)
+        num_decode = nseq - p
+        dsum = 0
+        if num_decode:
+            dsum = sum(ctx[p:])
+            if sum(new[p:]) != num_decode or dsum < num_decode:
+                return super().step_time_s(batch)
+        t_prefill = 0.0
+        pre_tokens = samples = 0
+        if p:
+            pn, pc = new[:p], ctx[:p]
+            if min(pn) < 1 or min(map(sub, pc, pn)) < 0:
+                return super().step_time_s(batch)
+            for i in range(p):
+                if ctx[i] == len(seqs[i].token_ids):
+                    samples += 1
+            pre_tokens = sum(pn)
+            pairs = sum(map(mul, pn, pc)) - (sum(map(mul, pn, pn)) - pre_tokens) / 2
+            t_prefill = max(pairs * self.s_attn_per_pair, (sum(pc) + pre_tokens) * self.s_kv_per_token)
+        t = self._fixed_part(pre_tokens + num_decode, p + num_decode, samples + num_decode)
+        if num_decode:
+            t = t + self._decode_attention(dsum, num_decode)
+        return t + t_prefill + 0 * batch.block_size * self.s_swap_per_token
 
     def _decode_attention(self, context_sum, num_seqs):
         # one query per key: pairs == context_sum; read all keys, write the new token's KV
