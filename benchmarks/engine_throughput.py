@@ -158,6 +158,14 @@ def environment(device: str) -> dict:
                 command="python " + " ".join(shlex.quote(a) for a in sys.argv))
 
 
+def emit(result: dict, out: Path | None) -> None:
+    """Prints the result and, with --out, writes it as JSON."""
+    print(json.dumps(result, indent=2))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -179,10 +187,7 @@ def main(argv=None):
             result["baseline_hf_tokens_per_s"] = None
     result["roofline_tokens_per_s"] = roofline_tokens_per_s(prompts, output_lens, args.preset)
     result.update(environment(args.device))
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

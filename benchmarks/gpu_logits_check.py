@@ -14,7 +14,6 @@ sequences) and how often the two argmax tokens agree.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from engine_throughput import QWEN3_0P6B, TINY, environment, make_checkpoint  # noqa: E402
+from engine_throughput import QWEN3_0P6B, TINY, emit, environment, make_checkpoint  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -106,10 +105,7 @@ def main(argv=None):
                   max_rel_error=float(errs_np.max()), median_rel_error=float(np.median(errs_np)),
                   p99_rel_error=float(np.quantile(errs_np, 0.99)), argmax_agreement=agree / total)
     result.update(environment(args.device))
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def simulate(args, tp: int, prompts, output_lens, num_kvcache_blocks: int) -> di
 
 def main(argv=None):
     args = parse_args(argv)
-    from engine_throughput import environment, make_workload
+    from engine_throughput import emit, environment, make_workload
 
     prompts, output_lens = make_workload(args.num_requests, args.min_len, args.max_len, QWEN3_8B["vocab_size"],
                                          args.seed)
@@ -208,10 +208,7 @@ def main(argv=None):
     result["measured_over_sim"] = tp_run["output_tokens_per_s"] / result["sim_output_tokens_per_s"]
     result.update(environment("cuda"))
     result["num_gpus"] = torch.cuda.device_count()
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from policies.scheduling.base import SchedulingPolicy
+
 # Cost of one prompt token in units of one decode step of the same request. A decode
 # step of an 8B model on an H200 is weight-read bound (~16 GB / 4.3 TB/s ~ 4 ms), in
 # which time the GPU prefills roughly 200-250 tokens (2 * 8e9 FLOP/token at ~0.8 PFLOP/s):
@@ -38,3 +40,22 @@ def default_predictor(predictor):
     if not hasattr(predictor, "predict"):
         raise ValueError(f"predictor must be an OutputLengthPredictor (oracle, noisy), got {predictor!r}")
     return predictor
+
+
+class PredictedLengthPolicy(SchedulingPolicy):
+    """Base of the policies ranked by a predicted output length (sjf, srpt): the
+    predictor, the prompt-token weight, and forgetting a finished request's prediction."""
+    ranked = True
+    fast_forward_ok = True
+
+    def __init__(self, victim=None, predictor=None, prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT):
+        super().__init__(victim)
+        self.predictor = default_predictor(predictor)
+        self.prompt_token_weight = check_weight(self.name, "prompt_token_weight", prompt_token_weight)
+
+    def on_finish(self, seq) -> None:
+        self.predictor.forget(seq.request_id)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(victim={self.victim.name}, predictor={self.predictor!r}, "
+                f"prompt_token_weight={self.prompt_token_weight:g})")

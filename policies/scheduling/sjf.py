@@ -14,32 +14,16 @@ Helps mean latency with a good predictor; long jobs can starve under load.
 """
 from __future__ import annotations
 
-from policies.scheduling._common import DEFAULT_PROMPT_TOKEN_WEIGHT, arrival_rank, check_weight, default_predictor
-from policies.scheduling.base import SchedulingPolicy
-from policies.victim.base import VictimPolicy
+from policies.scheduling._common import PredictedLengthPolicy, arrival_rank
 
 
-class SJFPolicy(SchedulingPolicy):
+class SJFPolicy(PredictedLengthPolicy):
     name = "sjf"
-    ranked = True
     # Keys are static and nothing is kept per step: pure decode steps may be batched.
     fast_forward_ok = True
-
-    def __init__(self, victim: VictimPolicy | None = None, predictor=None,
-                 prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT):
-        super().__init__(victim)
-        self.predictor = default_predictor(predictor)
-        self.prompt_token_weight = check_weight(self.name, "prompt_token_weight", prompt_token_weight)
 
     def job_cost(self, seq) -> float:
         return self.predictor.predict(seq) + self.prompt_token_weight * seq.num_prompt_tokens
 
     def key(self, seq, view):
         return (self.job_cost(seq), *arrival_rank(seq))
-
-    def on_finish(self, seq) -> None:
-        self.predictor.forget(seq.request_id)
-
-    def __repr__(self) -> str:
-        return (f"SJFPolicy(victim={self.victim.name}, predictor={self.predictor!r}, "
-                f"prompt_token_weight={self.prompt_token_weight:g})")

@@ -17,24 +17,15 @@ preemption costs a recompute (or a swap).
 """
 from __future__ import annotations
 
-from policies.scheduling._common import DEFAULT_PROMPT_TOKEN_WEIGHT, arrival_rank, check_weight, default_predictor
-from policies.scheduling.base import SchedulingPolicy
-from policies.victim.base import VictimPolicy
+from policies.scheduling._common import PredictedLengthPolicy, arrival_rank
 
 
-class SRPTPolicy(SchedulingPolicy):
+class SRPTPolicy(PredictedLengthPolicy):
     name = "srpt"
-    ranked = True
     preemptive = True
     # With an empty waiting queue (the only case the scheduler fast-forwards for a preemptive
     # policy) every running sequence is served each step, so key changes cannot matter.
     fast_forward_ok = True
-
-    def __init__(self, victim: VictimPolicy | None = None, predictor=None,
-                 prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT):
-        super().__init__(victim)
-        self.predictor = default_predictor(predictor)
-        self.prompt_token_weight = check_weight(self.name, "prompt_token_weight", prompt_token_weight)
 
     def remaining_cost(self, seq) -> float:
         outputs = max(0, self.predictor.predict(seq) - seq.num_output_tokens)
@@ -43,10 +34,3 @@ class SRPTPolicy(SchedulingPolicy):
 
     def key(self, seq, view):
         return (self.remaining_cost(seq), *arrival_rank(seq))
-
-    def on_finish(self, seq) -> None:
-        self.predictor.forget(seq.request_id)
-
-    def __repr__(self) -> str:
-        return (f"SRPTPolicy(victim={self.victim.name}, predictor={self.predictor!r}, "
-                f"prompt_token_weight={self.prompt_token_weight:g})")
