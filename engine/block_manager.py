@@ -193,12 +193,14 @@ class BlockManager:
         seq.num_computed_tokens = num_tokens
         return num_tokens
 
-    def register_computed_blocks(self, seq: Sequence) -> None:
-        """Publish seq's newly full, fully computed blocks in the prefix cache."""
+    def register_computed_blocks(self, seq: Sequence, num_tokens: int | None = None) -> None:
+        """Publish seq's newly full, fully computed blocks in the prefix cache (those within its
+        first num_tokens tokens; default all computed ones)."""
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
-        num_full = min(seq.num_computed_tokens // bs, len(seq.block_table))
+        upto = seq.num_computed_tokens if num_tokens is None else num_tokens
+        num_full = min(upto // bs, len(seq.block_table))
         start = seq.num_registered_blocks
         if num_full <= start:
             return

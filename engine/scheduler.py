@@ -540,14 +540,27 @@ class Scheduler:
         caching = bm.enable_prefix_caching
         last = float(step_end_times_s[-1])
         bm.allocate_each(running, k)
+        fills = []              # (step, serve rank, seq, tokens): a block of seq fills in that step
+        if caching:
+            # Publish in the order step-by-step scheduling would: by step, then in serve order
+            # (two sequences may fill blocks of equal content; the first to publish keeps it).
+            policy = self.policy
+            order = (policy.order_running(running, self.view) if getattr(policy, "ranked", False)
+                     or type(policy).order_running is not SchedulingPolicy.order_running else running)
+            for rank, seq in enumerate(order):
+                c0 = seq.num_computed_tokens
+                for j in range(bs - c0 % bs, k + 1, bs):
+                    fills.append((j, rank, seq, c0 + j))
         for seq in running:
             seq.token_ids += [token_of(seq)] * k
             seq.num_computed_tokens += k
-            if caching and seq.num_computed_tokens // bs > seq.num_registered_blocks:
-                bm.register_computed_blocks(seq)
             seq.last_token_time_s = last
             if seq.token_times_s is not None:
                 seq.token_times_s.extend(float(t) for t in step_end_times_s)
+        if fills:
+            fills.sort(key=lambda f: (f[0], f[1]))
+            for _, _, seq, upto in fills:
+                bm.register_computed_blocks(seq, upto)
 
     # -- after the executor ran --------------------------------------------------------
     def postprocess(self, batch: Batch, token_ids, now_s: float) -> list[Sequence]:

@@ -115,3 +115,19 @@ def test_fast_forward_matches_step_by_step(name, data):
     slow, fast = ([sorted(step) for step in r.timeline] for r in runs)
     assert fast == slow
     assert {k: s.finish_time_s for k, s in runs[0].seqs.items()} == {k: s.finish_time_s for k, s in runs[1].seqs.items()}
+
+
+def test_fast_forward_publishes_equal_blocks_in_step_order():
+    """r2 and r4 have the same prompt and (dummy) outputs, so their first blocks fill with equal
+    content in the same step. Step by step, r2 (cheaper, served first by sjf) publishes it; when r2
+    finishes its copy is later evicted, and r4's recompute after its preemption finds nothing.
+    The fast path must publish in the same order, or r4 would wrongly hit the cache."""
+    reqs = [Req("r0", 6, 4, 0, 0, [0] * 6), Req("r1", 10, 4, 0, 0, [0] * 10), Req("r2", 2, 3, 2, 0, [0, 2]),
+            Req("r3", 4, 2, 3, 0, [0] * 4), Req("r4", 2, 4, 1, 0, [0, 2])]
+    setup = dict(block_size=4, num_blocks=10, max_num_seqs=4, chunked=False, max_model_len=32,
+                 max_num_batched_tokens=32)
+    runs = [drive(make_scheduling_policy("sjf", prompt_token_weight=0.0), reqs, max_steps=MAX_STEPS, fast_forward=ff, **setup)
+            for ff in (False, True)]
+    slow, fast = ([sorted(step) for step in r.timeline] for r in runs)
+    assert slow[7] == [("r4", 5)]          # a full recompute: no cache hit
+    assert fast == slow
