@@ -295,12 +295,7 @@ class Simulator:
             done = sched.postprocess(batch, tokens, end)
             t = end
             if done:
-                self.num_finished += len(done)
-                if rec is not None:
-                    for seq in done:
-                        rec.on_finish(seq)
-                if self._keep:
-                    self.finished.extend(done)
+                self._record_finished(rec, done)
 
     def _fast_forward(self, r: Replica, t: float, k: int, t_next: float) -> float | None:
         """Apply up to k pure-decode steps starting at t (sequences may finish in the last one);
@@ -360,13 +355,16 @@ class Simulator:
         r.busy_s = sum(durs, r.busy_s)
         r.last_decode_s = durs[-1]
         if done:
-            self.num_finished += len(done)
-            if rec is not None:
-                for seq in done:
-                    rec.on_finish(seq)
-            if self._keep:
-                self.finished.extend(done)
+            self._record_finished(rec, done)
         return ends[-1]
+
+    def _record_finished(self, rec, done: list) -> None:
+        self.num_finished += len(done)
+        if rec is not None:
+            for seq in done:
+                rec.on_finish(seq)
+        if self._keep:
+            self.finished.extend(done)
 
     def _token_of(self, seq) -> int:
         rid = seq.request_id
