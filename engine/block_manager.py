@@ -218,7 +218,8 @@ class BlockManager:
         seq.num_registered_blocks = num_full
 
     # -- allocation ---------------------------------------------------------------
-    def _take_block(self) -> int:
+    def take_block(self) -> int:
+        """One block for a sequence's table: a plain free one, else an evicted cached one."""
         if self.free_ids:
             block_id = self.free_ids.popleft()
         else:
@@ -248,7 +249,7 @@ class BlockManager:
             return
         free_ids = self.free_ids
         if need <= len(free_ids):
-            # The common case, inlined: plain free blocks suffice, nothing to evict (same as _take_block).
+            # The common case, inlined: plain free blocks suffice, nothing to evict (same as take_block).
             rc = self.ref_counts
             new = free_ids.take(need)
             for block_id in new:
@@ -260,7 +261,7 @@ class BlockManager:
             raise RuntimeError(f"request {seq.request_id!r}: needs {need} KV blocks, {self.num_free_blocks} free "
                                "(the scheduler must check can_allocate first)")
         for _ in range(need):
-            table.append(self._take_block())
+            table.append(self.take_block())
 
     def allocate_each(self, seqs, num_new_tokens: int) -> None:
         """allocate(seq, num_new_tokens) for each of seqs in order, in one call (a decode batch):
@@ -359,7 +360,7 @@ class BlockManager:
                                f"{self.num_free_blocks} free (check can_swap_in first)")
         mapping = []
         for cpu_block in cpu_table:
-            gpu_block = self._take_block()
+            gpu_block = self.take_block()
             seq.block_table.append(gpu_block)
             mapping.append((cpu_block, gpu_block))
             self.cpu_free_ids.append(cpu_block)

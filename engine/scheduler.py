@@ -537,30 +537,42 @@ class Scheduler:
         """k decode tokens for every running sequence: tokens, blocks, computed counts, times."""
         bm = self.block_manager
         bs = bm.block_size
-        caching = bm.enable_prefix_caching
         last = float(step_end_times_s[-1])
-        bm.allocate_each(running, k)
-        fills = []              # (step, serve rank, seq, tokens): a block of seq fills in that step
-        if caching:
-            # Publish in the order step-by-step scheduling would: by step, then in serve order
-            # (two sequences may fill blocks of equal content; the first to publish keeps it).
+        events = []
+        if bm.enable_prefix_caching:
+            # Replay the prefix-cache side effects in step-by-step order: in step j, first every
+            # sequence's new block (in serve order; a taken block may evict a cached one, dropping
+            # its hash), then every block that step fills is published (in serve order: of two
+            # blocks with equal content, the first published keeps the hash).
             policy = self.policy
             order = (policy.order_running(running, self.view) if getattr(policy, "ranked", False)
                      or type(policy).order_running is not SchedulingPolicy.order_running else running)
+            need = 0
             for rank, seq in enumerate(order):
                 c0 = seq.num_computed_tokens
+                for j in range(len(seq.block_table) * bs - c0 + 1, k + 1, bs):
+                    events.append((j, 0, rank, seq, 0))
+                    need += 1
                 for j in range(bs - c0 % bs, k + 1, bs):
-                    fills.append((j, rank, seq, c0 + j))
+                    events.append((j, 1, rank, seq, c0 + j))
+            if need <= len(bm.free_ids):       # no eviction: blocks can be taken up front
+                bm.allocate_each(running, k)
+                events = [e for e in events if e[1] == 1]
+        else:
+            bm.allocate_each(running, k)
         for seq in running:
             seq.token_ids += [token_of(seq)] * k
             seq.num_computed_tokens += k
             seq.last_token_time_s = last
             if seq.token_times_s is not None:
                 seq.token_times_s.extend(float(t) for t in step_end_times_s)
-        if fills:
-            fills.sort(key=lambda f: (f[0], f[1]))
-            for _, _, seq, upto in fills:
-                bm.register_computed_blocks(seq, upto)
+        if events:
+            events.sort(key=lambda e: (e[0], e[1], e[2]))
+            for _, kind, _, seq, upto in events:
+                if kind == 0:
+                    seq.block_table.append(bm.take_block())
+                else:
+                    bm.register_computed_blocks(seq, upto)
 
     # -- after the executor ran --------------------------------------------------------
     def postprocess(self, batch: Batch, token_ids, now_s: float) -> list[Sequence]:

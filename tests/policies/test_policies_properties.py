@@ -131,3 +131,18 @@ def test_fast_forward_publishes_equal_blocks_in_step_order():
     slow, fast = ([sorted(step) for step in r.timeline] for r in runs)
     assert slow[7] == [("r4", 5)]          # a full recompute: no cache hit
     assert fast == slow
+
+
+def test_fast_forward_evicts_before_publishing_in_step_order():
+    """r0's finished prompt block stays cached; r2's first block later fills with the same content
+    (so it is not published), and a new block for r1 evicts r0's copy one step later. Step by step,
+    r2's recompute after its preemption then finds nothing cached; the fast path must not publish
+    r2's block after the eviction it would have preceded."""
+    reqs = [Req("r0", 2, 1, 0, 0, [0, 0]), Req("r1", 2, 4, 0, 0, [0, 0]), Req("r2", 1, 4, 0, 0, [0])]
+    setup = dict(block_size=2, num_blocks=4, max_num_seqs=2, chunked=False, max_model_len=32,
+                 max_num_batched_tokens=32)
+    runs = [drive(make_scheduling_policy("priority"), reqs, max_steps=MAX_STEPS, fast_forward=ff, **setup)
+            for ff in (False, True)]
+    slow, fast = ([sorted(step) for step in r.timeline] for r in runs)
+    assert slow[5] == [("r2", 4)]          # a full recompute: no cache hit
+    assert fast == slow
