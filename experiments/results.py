@@ -22,27 +22,36 @@ import math
 import os
 import tempfile
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 SUMMARY = "summary.json"
 
 
-def atomic_write_bytes(path, data: bytes) -> Path:
+@contextmanager
+def _atomic_target(path):
+    """Yields a temporary name beside `path`; on success it is moved onto `path`, on any
+    error (Ctrl-C included) it is removed, so readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    with _atomic_target(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
 
 
 def atomic_write_text(path, text: str) -> Path:
@@ -67,18 +76,9 @@ def write_json(path, obj) -> Path:
 
 
 def write_parquet(df, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with _atomic_target(path) as tmp:
         df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return Path(path)
 
 
 def read_summary(run_dir) -> dict | None:

@@ -199,6 +199,15 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
     last_end = None
     host_gap_s = 0.0
     num_rejected = 0
+
+    def wait_for_next_arrival() -> float:
+        """Sleeps until the next pending request arrives; returns the seconds slept."""
+        wait = pending[0].arrival_time_s - (clock() - t0)
+        if wait > 0:
+            sleep(wait)
+            return wait
+        return 0.0
+
     while pending or sched.has_unfinished():
         now = clock() - t0
         while pending and pending[0].arrival_time_s <= now:
@@ -211,10 +220,7 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
                                f"and {len(pending)} pending requests; lower the load or raise max_wall_s")
         if not sched.has_unfinished():
             if pending:
-                wait = pending[0].arrival_time_s - (clock() - t0)
-                if wait > 0:
-                    sleep(wait)
-                    idle_s += wait
+                idle_s += wait_for_next_arrival()
                 last_end = None
             continue
         start = clock() - t0
@@ -226,10 +232,7 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
             if not pending:
                 raise RuntimeError(f"replay stalled at t={start:.3f}s: {sched.num_unfinished} unfinished requests, "
                                    f"nothing schedulable and no arrivals left")
-            wait = pending[0].arrival_time_s - (clock() - t0)
-            if wait > 0:
-                sleep(wait)
-                idle_s += wait
+            idle_s += wait_for_next_arrival()
             last_end = None
             continue
         tokens = execute(batch)
