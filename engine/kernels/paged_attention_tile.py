@@ -51,3 +51,20 @@ def paged_attention_tile_loop(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     return acc, m_i, l_i
+
+
+def contiguous_q_and_out(q, out):
+    """Host-side checks shared by the kernel wrappers: q with unit stride along head_dim (copied if
+    not), and an output buffer of q's shape (allocated when None)."""
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if out is None:
+        out = q.new_empty(q.shape)
+    elif out.shape != q.shape or out.stride(-1) != 1:
+        raise ValueError(f"out must be {tuple(q.shape)} with unit stride along head_dim, got {tuple(out.shape)}")
+    return q, out
+
+
+def dot_precision(cache) -> str:
+    """tl.dot input precision: exact ("ieee") for float32 caches (tf32 would cost ~1e-3 relative error)."""
+    return "ieee" if cache.element_size() == 4 else "tf32"

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from engine.kernels.paged_attention_tile import paged_attention_tile_loop
+from engine.kernels.paged_attention_tile import contiguous_q_and_out, dot_precision, paged_attention_tile_loop
 
 LOG2E = 1.4426950408889634
 
@@ -145,12 +145,7 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     """
     B, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.stride(-1) != 1:
-        raise ValueError(f"out must be {tuple(q.shape)} with unit stride along head_dim, got {tuple(out.shape)}")
+    q, out = contiguous_q_and_out(q, out)
     if B == 0:
         return out
     group = num_q_heads // num_kv_heads
@@ -178,7 +173,7 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SIZE=block_size, BLOCK_N=block_n,
-        SINGLE_SPLIT=single, DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
+        SINGLE_SPLIT=single, DOT_PRECISION=dot_precision(k_cache),
         num_warps=num_warps, num_stages=num_stages,
     )
     if not single:

@@ -12,12 +12,11 @@ causal mask; only the last tiles (the diagonal) apply it. Tiles past a sequence'
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from engine.kernels.paged_attention_tile import paged_attention_tile_loop
+from engine.kernels.paged_attention_tile import contiguous_q_and_out, dot_precision, paged_attention_tile_loop
 
 LOG2E = 1.4426950408889634
 
@@ -97,12 +96,7 @@ def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seql
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     num_seqs = cu_seqlens_q.shape[0] - 1
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.stride(-1) != 1:
-        raise ValueError(f"out must be {tuple(q.shape)} with unit stride along head_dim, got {tuple(out.shape)}")
+    q, out = contiguous_q_and_out(q, out)
     if num_seqs <= 0 or num_tokens == 0:
         return out
     group = num_q_heads // num_kv_heads
@@ -119,7 +113,7 @@ def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seql
         out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
+        DOT_PRECISION=dot_precision(k_cache),
         num_warps=num_warps, num_stages=num_stages,
     )
     return out
