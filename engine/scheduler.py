@@ -505,8 +505,7 @@ class Scheduler:
         used = list(accumulate(inc))
         del used[0]
         policy = self.policy
-        if done and (getattr(policy, "ranked", False)
-                     or type(policy).order_running is not SchedulingPolicy.order_running):
+        if done and self._policy_orders_running():
             # The finishing step serves (and finishes) in the policy's order, taken on the state
             # after k - 1 steps: apply those first.
             if k > 1:
@@ -533,6 +532,11 @@ class Scheduler:
         self.num_steps += k
         return used
 
+    def _policy_orders_running(self) -> bool:
+        """Whether the policy serves running sequences in an order other than admission order."""
+        policy = self.policy
+        return policy.ranked or type(policy).order_running is not SchedulingPolicy.order_running
+
     def _advance_all(self, running, k: int, step_end_times_s, token_of) -> None:
         """k decode tokens for every running sequence: tokens, blocks, computed counts, times."""
         bm = self.block_manager
@@ -544,9 +548,7 @@ class Scheduler:
             # sequence's new block (in serve order; a taken block may evict a cached one, dropping
             # its hash), then every block that step fills is published (in serve order: of two
             # blocks with equal content, the first published keeps the hash).
-            policy = self.policy
-            order = (policy.order_running(running, self.view) if getattr(policy, "ranked", False)
-                     or type(policy).order_running is not SchedulingPolicy.order_running else running)
+            order = self.policy.order_running(running, self.view) if self._policy_orders_running() else running
             need = 0
             for rank, seq in enumerate(order):
                 c0 = seq.num_computed_tokens
