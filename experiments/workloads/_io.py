@@ -1,7 +1,8 @@
 """Reading trace files column by column, with errors that name file, line and column.
 
 Rows are split by the csv / json modules (so line numbers are exact), values are
-converted and checked vectorized with pandas/numpy. With on_error="raise" the
+converted and checked vectorized with numpy (pandas, imported only then, parses
+what numpy cannot: text that is not a plain number or timestamp). With on_error="raise" the
 first bad row in file order raises WorkloadFormatError; with "skip" bad rows are
 dropped and counted in WorkloadStats.
 """
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from experiments.workloads.spec import WorkloadFormatError, WorkloadStats
 
@@ -23,6 +24,8 @@ KINDS = {
     "time": "a finite number >= 0",
     "timestamp": "a timestamp like 2023-11-16 18:15:46.6805900",
 }
+# Timestamps numpy's datetime64 parser reads exactly as pandas' ISO8601 parser does (no zone, <= ns).
+_PLAIN_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d{1,9})?")
 
 
 def check_on_error(on_error: str) -> None:
@@ -30,15 +33,31 @@ def check_on_error(on_error: str) -> None:
         raise ValueError(f"on_error must be one of {ON_ERROR_MODES}, got {on_error!r}")
 
 
-def _convert(values: list, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (converted values, bad mask)."""
-    s = pd.Series(values, dtype=values.dtype if isinstance(values, np.ndarray) else object)
+def _convert(values, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (converted values, bad mask). values: a numeric or datetime64 array (converted
+    with numpy), or strings (converted with pandas)."""
+    typed = isinstance(values, np.ndarray) and values.dtype.kind in "iufM"
     if kind == "timestamp":
-        t = pd.to_datetime(s, format="ISO8601", errors="coerce")
-        bad = t.isna().to_numpy()
-        secs = (t - t[~bad].min()).dt.total_seconds().to_numpy() if (~bad).any() else np.zeros(len(s))
-        return secs, bad
-    x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
+        if typed:
+            t = values.astype("datetime64[ns]")
+            bad = np.isnat(t)
+            ns = t.view(np.int64)
+        else:
+            import pandas as pd
+            t = pd.to_datetime(pd.Series(values, dtype=object), format="ISO8601", errors="coerce")
+            bad = t.isna().to_numpy()
+            ns = t.to_numpy(dtype="datetime64[ns]").view(np.int64)
+        if not (~bad).any():
+            return np.zeros(len(values)), bad
+        # seconds since the earliest valid timestamp, whole seconds and the remainder divided
+        # separately (as pandas' total_seconds: exact to the last bit for spans under 2**53 s)
+        whole, rest = np.divmod(ns - ns[~bad].min(), 1_000_000_000)
+        return whole + rest / 1_000_000_000, bad
+    if typed:
+        x = values.astype(np.float64)
+    else:
+        import pandas as pd
+        x = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     with np.errstate(invalid="ignore"):
         if kind == "count":
             bad = ~np.isfinite(x) | (x < 1) | (x != np.floor(x))
@@ -73,23 +92,29 @@ def _resolve(columns: dict[str, str], raw: dict[str, list], lines: np.ndarray, r
 
 
 def _read_csv_fast(path, header: list[str], columns) -> dict | None:
-    """The columns, parsed by pandas' C reader, if every line is a complete row with
-    numbers where numbers belong; else None (the line-by-line reader then finds and
-    names the bad rows)."""
-    try:
-        df = pd.read_csv(path, skip_blank_lines=False, engine="c",
-                         dtype={c: str for c, kind in columns.items() if kind == "timestamp"})
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
+    """The columns as numpy arrays (float64 numbers, datetime64 timestamps), if every line is a
+    complete row of plain numbers and timestamps; else None (the line-by-line reader then finds
+    and names the bad rows)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        next(reader)
+        rows = list(reader)
+    nfields = len(header)
+    if any(len(row) != nfields for row in rows):
         return None
-    if [str(c).strip() for c in df.columns] != header:
-        return None
-    df.columns = header
     out = {}
     for c, kind in columns.items():
-        col = df[c]
-        if kind != "timestamp" and not pd.api.types.is_numeric_dtype(col.dtype):
+        i = header.index(c)
+        col = [row[i] for row in rows]
+        try:
+            if kind == "timestamp":
+                if not all(map(_PLAIN_TIMESTAMP.fullmatch, col)):
+                    return None
+                out[c] = np.array(col, dtype="datetime64[ns]")
+            else:
+                out[c] = np.array(col, dtype=str).astype(np.float64)
+        except ValueError:
             return None
-        out[c] = col.to_numpy()
     return out
 
 
@@ -118,7 +143,7 @@ def read_csv_columns(path, columns: dict[str, str], on_error: str = "raise"):
         nfields = len(header)
     fast = _read_csv_fast(path, header, columns)
     if fast is not None:
-        # Well-formed rows (pandas' C parser; row i is line i + 2). Any bad value sends us to
+        # Well-formed rows (row i is line i + 2). Any bad value sends us to
         # the line-by-line reader below, whose line numbers are exact.
         n = len(fast[next(iter(columns))])
         try:

@@ -12,7 +12,6 @@ from functools import lru_cache
 from typing import Iterator
 
 import numpy as np
-import pandas as pd
 
 MOONCAKE_BLOCK_TOKENS = 512     # tokens per Mooncake prefix-hash block
 
@@ -116,7 +115,8 @@ class Workload:
         d = self.duration_s
         return (len(self) - 1) / d if d > 0 else float("inf")
 
-    def to_frame(self) -> pd.DataFrame:
+    def to_frame(self):
+        import pandas as pd
         return pd.DataFrame({
             "request_id": np.arange(len(self), dtype=np.int64), "arrival_time_s": self.arrival_time_s,
             "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,

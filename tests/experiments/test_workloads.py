@@ -176,6 +176,15 @@ def test_bad_azure_cell_names_file_line_and_column(tmp_path, bad_row, line, colu
     assert "broken.csv" in str(e.value) and f"line {line}" in str(e.value) and column in str(e.value)
 
 
+def test_plain_and_pandas_timestamp_parsers_agree(tmp_path):
+    """Plain timestamps are parsed by numpy, others (here a 'Z' zone) by pandas: same seconds."""
+    rows = ["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:52.0000001", "2023-11-17 01:00:00"]
+    plain = read_azure_trace(write(tmp_path, "p.csv", AZ_HEADER + "".join(f"{t},10,2\n" for t in rows)))
+    zoned = read_azure_trace(write(tmp_path, "z.csv", AZ_HEADER + "".join(f"{t}Z,10,2\n" for t in rows)))
+    assert plain.arrival_time_s.tolist() == zoned.arrival_time_s.tolist()
+    assert plain.arrival_time_s.tolist() == [0.0, 5.3194101, 24253.31941]
+
+
 def test_field_count_and_missing_column_errors(tmp_path):
     p = write(tmp_path, "b.csv", AZ_HEADER + GOOD + GOOD + "2023-11-16 18:15:47.0,1,2,3\n")
     with pytest.raises(WorkloadFormatError, match=r"b\.csv, line 4: expected 3 fields"):
