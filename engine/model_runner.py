@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from engine.batch import Batch
-from engine.step_inputs import StepInputs, build_step_inputs
+from engine.step_inputs import StepInputBuilder, StepInputs
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
@@ -135,6 +135,8 @@ class ModelRunner:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if self.is_cuda and not config.enforce_eager:
             self._capture_cuda_graphs()
+        self.inputs = StepInputBuilder(self.block_size, self.max_blocks_per_seq,
+                                       self.graph_sizes[-1] if self.graphs else 0)
 
     # -- sizing ---------------------------------------------------------------------
     @torch.inference_mode()
@@ -291,7 +293,7 @@ class ModelRunner:
         return next((b for b in self.graph_sizes if b >= num_seqs), None)
 
     def _prepare(self, batch: Batch, graph_bs: int | None) -> StepInputs:
-        return build_step_inputs(batch, self.block_size, self.max_blocks_per_seq, graph_bs)
+        return self.inputs.build(batch, graph_bs)
 
     def _fill_graph_inputs(self, step: StepInputs) -> None:
         """Fills pinned host mirrors of the graph's input buffers (padding rows: token 0 at position 0,

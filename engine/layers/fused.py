@@ -1,4 +1,4 @@
-"""The elementwise parts of a decoder layer and of sampling, as plain tensor functions.
+"""The elementwise parts of a decoder layer, as plain tensor functions.
 
 Eagerly, each is a handful of small kernels (casts, reductions, multiplies); at decode batch
 sizes those launches and their memory round trips cost as much as the matmuls. On CUDA the
@@ -54,20 +54,8 @@ def silu_and_mul(x: Tensor) -> Tensor:
     return torch.nn.functional.silu(gate) * up
 
 
-def temperature_sample(logits: Tensor, temperatures: Tensor, noise: Tensor) -> Tensor:
-    """Exponential-race sampling: argmax(softmax(logits / T) / noise); greedy where T == 0.
-
-    logits [S, V] (any float dtype), temperatures [S] float32, noise [S, V] ~ Exp(1) -> [S] int64.
-    """
-    logits = logits.float()
-    greedy = temperatures == 0
-    probs = (logits / torch.where(greedy, 1.0, temperatures)[:, None]).softmax(dim=-1)
-    sampled = (probs / noise.clamp_min(1e-10)).argmax(dim=-1)
-    return torch.where(greedy, logits.argmax(dim=-1), sampled)
-
-
 _EAGER = dict(rms_norm=rms_norm, add_rms_norm=add_rms_norm, qk_norm_rope=qk_norm_rope, rope=rope,
-              silu_and_mul=silu_and_mul, temperature_sample=temperature_sample)
+              silu_and_mul=silu_and_mul)
 compiled = False
 
 

@@ -1,7 +1,9 @@
 """Token sampler: greedy, temperature, top-k, top-p, and per-request seeds, batched over sequences.
 
 Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p_i / E_i) with E_i ~ Exp(1)
-draws index i with probability p_i, and needs no cumulative sum or host sync. Unseeded rows share
+draws index i with probability p_i, and needs no cumulative sum or host sync. Without top-k/top-p
+it is argmax(l_i / T - log E_i) on the raw logits (the softmax normaliser drops out): one Triton pass
+over the logits on CUDA (engine/kernels/sample.py), the same expression in torch elsewhere. Unseeded rows share
 one batched noise draw from the sampler's generator; a seeded row draws its noise from its own
 torch.Generator, so its tokens depend only on its seed and never on which other requests share
 the batch.
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from engine.layers import fused
+NOISE_FLOOR = 1e-10         # Exp(1) draws are clamped here (also in the kernel) so log() stays finite
 
 
 @dataclass
@@ -56,24 +58,39 @@ class Sampler:
         self.generator = generator      # for unseeded rows; None = torch's default generator
 
     def __call__(self, logits: Tensor, params: SamplingTensors) -> Tensor:
-        logits = logits.float()
-        greedy = logits.argmax(dim=-1)
         if params.all_greedy:
-            return greedy
+            return logits.argmax(dim=-1)        # bf16 -> f32 is exact: no cast needed for the argmax
         temps = params.temperatures
         if params.top_ks is None and params.top_ps is None:
-            noise = torch.empty_like(logits).exponential_(1.0, generator=self.generator)
-            for row, gen in enumerate(params.generators):
-                if gen is not None:
-                    noise[row].exponential_(1.0, generator=gen)
-            return fused.temperature_sample(logits, temps, noise)
+            return _race_sample(logits, temps, self._noise(logits, params))
+        logits = logits.float()
         is_greedy = temps == 0
         scaled = logits / torch.where(is_greedy, 1.0, temps)[:, None]
         scaled = apply_top_k_top_p(scaled, params.top_ks, params.top_ps)
         probs = scaled.softmax(dim=-1)
-        noise = torch.empty_like(probs).exponential_(1.0, generator=self.generator)
+        sampled = (probs / self._noise(logits, params).clamp_min_(NOISE_FLOOR)).argmax(dim=-1)
+        return torch.where(is_greedy, logits.argmax(dim=-1), sampled)
+
+    def _noise(self, logits: Tensor, params: SamplingTensors) -> Tensor:
+        """[S, V] float32 Exp(1) draws: the sampler's generator, then each seeded row's own."""
+        noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        noise.exponential_(1.0, generator=self.generator)
         for row, gen in enumerate(params.generators):
             if gen is not None:
                 noise[row].exponential_(1.0, generator=gen)
-        sampled = (probs / noise.clamp_min_(1e-10)).argmax(dim=-1)
-        return torch.where(is_greedy, greedy, sampled)
+        return noise
+
+
+def race_sample_reference(logits: Tensor, temperatures: Tensor, noise: Tensor) -> Tensor:
+    """argmax(logits / T - log noise) per row, argmax(logits) where T == 0: [S, V], [S], [S, V] -> [S] int64."""
+    logits = logits.float()
+    sampled = temperatures != 0
+    scores = logits / torch.where(sampled, temperatures, 1.0)[:, None] - noise.clamp_min(NOISE_FLOOR).log()
+    return torch.where(sampled, scores.argmax(dim=-1), logits.argmax(dim=-1))
+
+
+def _race_sample(logits: Tensor, temps: Tensor, noise: Tensor) -> Tensor:
+    if logits.is_cuda:
+        from engine.kernels.sample import race_sample     # triton: imported only where it runs
+        return race_sample(logits, temps, noise)
+    return race_sample_reference(logits, temps, noise)
