@@ -4,30 +4,41 @@
     cm.step_time_s(batch)
 
 Step time in seconds is a sum of physically meaningful terms, every
-coefficient >= 0 (fitted by non-negative least squares on relative error):
+coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
 
-    step                     per-step overhead of a forward pass (launches, host work), paid by every step with sequences
-    prefill_step             extra fixed cost of a step with prefill work (no CUDA graph: eager launches, prefill
-                             attention setup), paid once per step with >= 1 prefill entry
-    num_seqs                 per scheduled sequence (metadata, per-sequence kernel work, decode's linear FLOPs)
-    prefill_tokens           per prefill token (linear-layer FLOPs)
+    step                     fixed cost of a forward pass: weight reads at small batch, kernel launches or a CUDA
+                             graph replay, the sampler's host sync; paid by every step with sequences
+    eager_step               extra fixed cost of a step with prefill entries: it runs eagerly (the engine replays
+                             CUDA graphs only for decode-only batches), so it pays one host launch per kernel
+    num_seqs                 per scheduled sequence (input preparation, per-sequence kernel work, decode's FLOPs)
+    prefill_tokens           per prefill token (linear-layer FLOPs and activations)
     prefill_attention_pairs  per causal query-key pair of prefill entries: sum_j n_j*c_j - n_j*(n_j-1)/2
                              (n_j new tokens, c_j context after the step)
-    decode_context_sum       per key read by decode attention (sum of decode context lengths)
+    decode_context_sum       per key read by decode attention (sum of decode context lengths: KV bytes)
     lm_head_rows             per sampled row (finished prefills + decodes): LM head and sampler
-    swap_step                fixed cost of a step's block copies (index tensors, host sync), paid when it swaps
-    swap_blocks              per KV block copied between host and device (scaled by block_size / fitted block size)
-    tokens_over_knee         per batched token beyond `knee_tokens` (prefill tokens + decodes): the extra slope once
-                             the linear layers turn compute-bound (absent when knee_tokens is None)
+    tokens_over_knee         per token of an eager step beyond `knee_tokens` (prefill tokens + decodes): an eager
+                             step's device work overlaps its host launches and shows only once it is the longer
+                             of the two, so the time is flat up to the knee, then linear (absent when knee is None)
+    swap_step                fixed cost of a step's block copies (index tensors, staging, host sync)
+    swap_out_blocks          per KV block copied device -> host (gather, device->pinned copy, host scatter)
+    swap_in_blocks           per KV block copied host -> device (host gather, pinning, host->device copy)
+    loop_step, loop_seqs     the serving loop's own host time per step and per sequence: schedule(), postprocess,
+                             arrivals, the gap before the next step. A profile (execute() alone) cannot see it; a
+                             real run's steps table can. The simulator always pays it (it emulates that loop).
 
-The hinge gives the roofline's shape (flat while weight reads dominate, then
-linear in tokens) with one extra coefficient; the knee is chosen from a
-candidate list by training error. Outside the fitted range the model
-extrapolates linearly (the rule is the formula); `fitted_range` in the saved
-file records the range of every table column it was fitted on.
+Swap blocks are scaled by block_size / the fitted block size. `step_time_s`
+(what the simulator calls) reads each direction from the batch;
+`step_time_from_shape`, which gets only the total, prices a block at the mean
+of the two directions. The knee is chosen from a candidate list by training
+error. Outside the fitted range the model extrapolates linearly (the formula
+is the rule); `fitted_range` in the saved file records the range of every
+table column it was fitted on.
 
 Evaluating a step is a handful of multiply-adds; `decode_step_times_s` is the
-vectorized form for runs of pure-decode steps.
+vectorized form for runs of pure-decode steps (the simulator's fast path).
+
+Files: format v2 (these terms). A v1 file (one `swap_blocks` term, `prefill_step`
+for `eager_step`, no loop terms) loads with swap_blocks as both directions.
 """
 from __future__ import annotations
 
@@ -42,65 +53,15 @@ import numpy as np
 
 from sim.cost_model import register_cost_model
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
+from sim.cost_model.calibrated_fit import (FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients,
+                                           nnls)
 
-FORMAT = "servelab.calibrated_cost_model/v1"
-FEATURES = ("step", "prefill_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum", "lm_head_rows",
-            "swap_step", "swap_blocks", "tokens_over_knee")
-KNEE_CANDIDATES = (None, 32, 64, 128, 256, 512, 1024, 2048)
+FORMAT = "servelab.calibrated_cost_model/v2"
+FORMAT_V1 = "servelab.calibrated_cost_model/v1"
+V1_RENAMES = {"prefill_step": ("eager_step",), "swap_blocks": ("swap_out_blocks", "swap_in_blocks")}
 
-
-def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None, tol: float = 1e-12) -> np.ndarray:
-    """argmin_x ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
-
-    a: [m, n], b: [m]. Columns should be of comparable scale (the caller normalizes).
-    """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    m, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    w = a.T @ (b - a @ x)
-    max_iter = max_iter or 3 * n + 30
-    for _ in range(max_iter):
-        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
-            break
-        j = int(np.argmax(np.where(passive, -np.inf, w)))
-        passive[j] = True
-        while True:
-            z = np.zeros(n)
-            if not passive.any():
-                break
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if z[passive].min() > 0:
-                break
-            # Step from x toward z until the first passive coefficient hits 0; drop it from the set.
-            neg = passive & (z <= 0)
-            alpha = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        x = z
-        w = a.T @ (b - a @ x)
-    return x
-
-
-def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None) -> np.ndarray:
-    """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns)."""
-    missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
-    if missing:
-        raise ValueError(f"step table lacks column(s) {missing}; a table needs {list(STEP_TABLE_COLUMNS)} "
-                         f"(as experiments.profile and engine.recorder write them)")
-    col = (lambda c: np.asarray(steps[c], dtype=np.float64))
-    p_seqs, d_seqs = col("num_prefill_seqs"), col("num_decode_seqs")
-    p_tok, swaps = col("num_prefill_tokens"), col("num_swap_blocks")
-    forward = ((p_seqs + d_seqs) > 0).astype(np.float64)
-    swap_step = (swaps > 0).astype(np.float64)
-    tokens = p_tok + d_seqs
-    over = np.maximum(tokens - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(tokens)
-    if block_size is not None and "block_size" in steps:
-        swaps = swaps * col("block_size") / block_size
-    return np.column_stack([forward, (p_seqs > 0).astype(np.float64), p_seqs + d_seqs, p_tok, col("prefill_attention_pairs"),
-                            col("decode_context_sum"), col("num_prefill_samples") + d_seqs, swap_step, swaps, over])
+__all__ = ["FEATURES", "FORMAT", "KNEE_CANDIDATES", "OBJECTIVES", "CalibratedCostModel", "design_matrix", "nnls",
+           "relative_errors"]
 
 
 def relative_errors(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
@@ -118,10 +79,9 @@ class CalibratedCostModel(FittedCostModel):
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
             data = json.loads(Path(profile).read_text()) if isinstance(profile, (str, Path)) else dict(profile)
-            _check_format(data, profile)
-            coefficients, knee_tokens = data["coefficients"], data.get("knee_tokens")
-            block_size, metadata = data.get("block_size", 16), data.get("metadata")
-            fitted_range = data.get("fitted_range")
+            coefficients = _coefficients_of(data, profile)
+            knee_tokens, block_size = data.get("knee_tokens"), data.get("block_size", 16)
+            metadata, fitted_range = data.get("metadata"), data.get("fitted_range")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -137,51 +97,64 @@ class CalibratedCostModel(FittedCostModel):
             raise ValueError(f"knee_tokens must be >= 0 or None, got {knee_tokens}")
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if knee_tokens is None:
+            c["tokens_over_knee"] = 0.0
         self.coefficients = c
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
         self.block_size = int(block_size)
         self.metadata = dict(metadata or {})
         self.fitted_range = dict(fitted_range or {})
         self.max_model_len = max_model_len
-        (self._step, self._prefill_step, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._swap_step, self._swap,
-         self._knee_slope) = (c[f] for f in FEATURES)
+        (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
+         self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
-        if self.knee_tokens is None:
-            self._knee_slope = 0.0
+        # A decode-only step's cost per sequence: the sequence, its LM-head row, its share of the loop.
+        self._decode_seq = self._seq + self._lm + self._loop_seq
 
     def __repr__(self) -> str:
         terms = ", ".join(f"{f}={v:.3g}" for f, v in self.coefficients.items() if v)
         return f"CalibratedCostModel({terms}, knee_tokens={self.knee_tokens})"
 
     # -- pricing ----------------------------------------------------------------------
-    def _fixed(self, num_seqs, prefill_tokens, pairs, lm_rows, tokens) -> float:
-        """Every term but decode KV reads and swaps, for a non-empty step."""
-        t = self._step + self._seq * num_seqs + self._ptok * prefill_tokens + self._pairs * pairs + self._lm * lm_rows
-        if tokens > self._knee:
-            t += self._knee_slope * (tokens - self._knee)
-        return t
+    def _swap_s(self, out_blocks: float, in_blocks: float, block_size: int) -> float:
+        if not (out_blocks or in_blocks):
+            return 0.0
+        return self._swap_step + (self._swap_out * out_blocks + self._swap_in * in_blocks) * (block_size / self.block_size)
+
+    def _price(self, prefill_new_tokens, prefill_context_lens, num_decode_seqs: int, decode_context_sum: int,
+               num_prefill_samples: int | None, swap_s: float) -> float:
+        n_pre = len(prefill_new_tokens)
+        if n_pre == 0 and num_decode_seqs == 0:
+            return swap_s + (self._loop_step if swap_s else 0.0)
+        t = self._step + self._loop_step + self._decode_seq * num_decode_seqs + self._dctx * decode_context_sum
+        if n_pre:
+            pre_tokens = sum(prefill_new_tokens)
+            pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
+                - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
+            samples = n_pre if num_prefill_samples is None else num_prefill_samples
+            t += (self._eager + (self._seq + self._loop_seq) * n_pre + self._ptok * pre_tokens + self._pairs * pairs
+                  + self._lm * samples)
+            if pre_tokens + num_decode_seqs > self._knee:
+                t += self._knee_slope * (pre_tokens + num_decode_seqs - self._knee)
+        return t + swap_s
 
     def step_time_from_shape(self, prefill_new_tokens: Sequence[int], prefill_context_lens: Sequence[int],
                              num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,
                              num_prefill_samples: int | None = None, block_size: int = 16) -> float:
         self.check_shape(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
                          num_swap_blocks, num_prefill_samples)
-        n_pre = len(prefill_new_tokens)
-        t_swap = (self._swap_step + self._swap * num_swap_blocks * (block_size / self.block_size)
-                  if num_swap_blocks else 0.0)
-        if n_pre == 0 and num_decode_seqs == 0:
-            return t_swap
-        pre_tokens = pairs = 0
-        if n_pre:
-            pre_tokens = sum(prefill_new_tokens)
-            pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
-                - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
-        samples = n_pre if num_prefill_samples is None else num_prefill_samples
-        t = self._fixed(n_pre + num_decode_seqs, pre_tokens, pairs, samples + num_decode_seqs,
-                        pre_tokens + num_decode_seqs)
-        if n_pre:
-            t += self._prefill_step
-        return t + self._dctx * decode_context_sum + t_swap
+        half = 0.5 * num_swap_blocks          # direction unknown here: the mean of the two per-block costs
+        return self._price(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
+                           num_prefill_samples, self._swap_s(half, half, block_size))
+
+    def step_time_s(self, batch) -> float:
+        """Seconds for an engine.batch.Batch, each swap direction at its own per-block cost."""
+        n_out, n_in = len(batch.swap_out), len(batch.swap_in)
+        if not (n_out or n_in):
+            return super().step_time_s(batch)
+        batch_no_swap = _WithoutSwaps(batch)
+        t = super().step_time_s(batch_no_swap) if batch.seqs else 0.0
+        return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
         k = int(k)
@@ -192,57 +165,40 @@ class CalibratedCostModel(FittedCostModel):
         self.check_shape((), (), num_seqs, start_context_sum, 0, None)
         self.check_shape((), (), num_seqs, start_context_sum + (k - 1) * num_seqs, 0, None)
         ctx = start_context_sum + num_seqs * np.arange(k, dtype=np.float64)            # [k]
-        return self._fixed(num_seqs, 0, 0, num_seqs, num_seqs) + self._dctx * ctx
+        return (self._step + self._loop_step + self._decode_seq * num_seqs) + self._dctx * ctx
 
     def predict_table(self, steps) -> np.ndarray:
-        """Predicted seconds for every row of a step table (vectorized; same formula as step_time_from_shape)."""
+        """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s)."""
         x = design_matrix(steps, self.knee_tokens, self.block_size)
-        coef = np.array([self.coefficients[f] for f in FEATURES])
-        if self.knee_tokens is None:
-            coef[-1] = 0.0
-        return x @ coef
+        return x @ np.array([self.coefficients[f] for f in FEATURES])
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod
     def fit(cls, steps: Any, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int | None = None,
-            metadata: Mapping | None = None, **options) -> "CalibratedCostModel":
-        """NNLS on relative error (rows weighted by 1 / measured duration); the knee with the least error wins.
+            metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
+            **options) -> "CalibratedCostModel":
+        """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
+        objective: "relative" (default: every row by its relative error), "sqrt" or "absolute".
         """
         if options:
-            raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, metadata")
+            raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
+                            f"metadata, objective, robust")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
         keep = np.isfinite(y) & (y > 0)
         if keep.sum() < len(FEATURES):
             raise ValueError(f"need at least {len(FEATURES)} steps with duration_s > 0 to fit, got {int(keep.sum())}")
-        table = {c: np.asarray(steps[c])[keep] for c in steps.keys()} if hasattr(steps, "keys") else steps
-        y = y[keep]
+        table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
-            bs = np.asarray(table["block_size"]) if "block_size" in table else np.array([16])
-            block_size = int(bs[0])
-        tokens = np.asarray(table["num_prefill_tokens"], dtype=np.float64) + np.asarray(table["num_decode_seqs"])
-        best = None
-        for knee in knee_candidates:
-            if knee is not None and knee >= tokens.max():
-                continue
-            x = design_matrix(table, knee, block_size)
-            xw = x / y[:, None]                              # relative residuals: (x c - y) / y
-            scale = np.linalg.norm(xw, axis=0)
-            scale[scale == 0] = 1.0
-            coef = nnls(xw / scale, np.ones_like(y)) / scale
-            err = float(np.sum((xw @ coef - 1.0) ** 2))
-            if best is None or err < best[0] - 1e-12:
-                best = (err, knee, coef)
-        _, knee, coef = best
-        if knee is None:
-            coef[-1] = 0.0
+            block_size = int(table["block_size"][0]) if "block_size" in table else 16
+        coef, knee = fit_coefficients(table, knee_candidates, block_size, objective, robust)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-        meta["num_fit_rows"] = int(len(y))
+        meta.update(num_fit_rows=int(len(table["duration_s"])), objective=objective, robust=bool(robust))
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng)
 
@@ -270,9 +226,26 @@ class CalibratedCostModel(FittedCostModel):
         return path
 
 
-def _check_format(data: Mapping, source) -> None:
-    if data.get("format") != FORMAT:
-        raise CostModelError(f"{source}: not a calibrated cost model file (format {data.get('format')!r}, "
-                             f"expected {FORMAT!r}); make one with `python -m experiments.calibrate`")
-    if not isinstance(data.get("coefficients"), Mapping):
+class _WithoutSwaps:
+    """A read-only view of a Batch with no block copies (its swaps are priced per direction instead)."""
+    __slots__ = ("_b",)
+    swap_in = swap_out = ()
+
+    def __init__(self, batch):
+        self._b = batch
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+
+def _coefficients_of(data: Mapping, source) -> dict:
+    fmt = data.get("format")
+    if fmt not in (FORMAT, FORMAT_V1):
+        raise CostModelError(f"{source}: not a calibrated cost model file (format {fmt!r}, expected {FORMAT!r}); "
+                             f"make one with `python -m experiments.calibrate`")
+    coef = data.get("coefficients")
+    if not isinstance(coef, Mapping):
         raise CostModelError(f"{source}: field 'coefficients' must be a mapping of {list(FEATURES)} to seconds")
+    if fmt == FORMAT_V1:
+        coef = {new: v for k, v in coef.items() for new in V1_RENAMES.get(k, (k,))}
+    return dict(coef)

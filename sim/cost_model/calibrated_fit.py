@@ -1,0 +1,199 @@
+"""Fitting the `calibrated` cost model: its design matrix and a weighted, robust non-negative least squares.
+
+    x = design_matrix(table, knee_tokens=4096, block_size=16)      # [rows, len(FEATURES)], one column per term
+    coef, knee = fit_coefficients(table)                            # seconds per unit of each feature
+
+The design matrix is the step-time formula of sim/cost_model/calibrated.py
+written per table row; `CalibratedCostModel.predict_table` and
+`step_time_from_shape` compute the same numbers (tested).
+
+Which columns a table needs: sim.cost_model.base.STEP_TABLE_COLUMNS. Two
+optional columns refine it:
+  * `num_swap_out_blocks` / `num_swap_in_blocks`: the swap direction of each
+    step's blocks (they run different copy paths: device->host staging plus a
+    host scatter vs. a host gather plus host->device). Where a row lacks them
+    (NaN or no column), the direction comes from the recorder's
+    `num_swapped_out` / `num_swapped_in` sequence counts (blocks split in
+    proportion), else from `kind` (a profile's swap_out / swap_in rows), else
+    half and half.
+  * `serving_loop`: 1 when the row's time includes the serving loop's own host
+    work (schedule(), postprocess, arrivals: a real run's steps table), 0 when
+    it is `ModelRunner.execute` alone (a profile). Default: 0 for a table with
+    a `kind` column (experiments.profile writes one), else 1.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from sim.cost_model.base import STEP_TABLE_COLUMNS
+
+FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
+            "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
+            "loop_seqs")
+KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192)
+OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
+HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None, tol: float = 1e-12) -> np.ndarray:
+    """argmin_x ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
+
+    a: [m, n], b: [m]. Columns should be of comparable scale (the caller normalizes).
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    w = a.T @ (b - a @ x)
+    max_iter = max_iter or 3 * n + 30
+    for _ in range(max_iter):
+        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            if not passive.any():
+                break
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if z[passive].min() > 0:
+                break
+            # Step from x toward z until the first passive coefficient hits 0; drop it from the set.
+            neg = passive & (z <= 0)
+            den = x[neg] - z[neg]                 # 0 when a coefficient sits at 0 in both (collinear columns)
+            alpha = np.min(np.where(den > 0, x[neg] / np.where(den > 0, den, 1.0), 0.0))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = z
+        w = a.T @ (b - a @ x)
+    return x
+
+
+def _col(steps, name: str, default: float | None = None) -> np.ndarray:
+    if name in steps:
+        return np.asarray(steps[name], dtype=np.float64)
+    n = len(np.asarray(steps["num_prefill_seqs"]))
+    return np.full(n, float(default))
+
+
+def swap_directions(steps) -> tuple[np.ndarray, np.ndarray]:
+    """(swap-out blocks, swap-in blocks) per row; see the module docstring for the rules."""
+    total = _col(steps, "num_swap_blocks")
+    frac_out = np.full(len(total), 0.5)
+    if "kind" in steps:
+        kind = np.asarray(steps["kind"]).astype(str)
+        frac_out = np.where(kind == "swap_out", 1.0, np.where(kind == "swap_in", 0.0, frac_out))
+    if "num_swapped_out" in steps and "num_swapped_in" in steps:
+        so, si = _col(steps, "num_swapped_out"), _col(steps, "num_swapped_in")
+        known = np.isfinite(so) & np.isfinite(si) & (so + si > 0)
+        frac_out = np.where(known, so / np.where(known, so + si, 1.0), frac_out)
+    out, inn = total * frac_out, total * (1.0 - frac_out)
+    if "num_swap_out_blocks" in steps and "num_swap_in_blocks" in steps:
+        # explicit counts win where present (NaN: a concatenated table whose rows lacked them)
+        e_out, e_in = _col(steps, "num_swap_out_blocks"), _col(steps, "num_swap_in_blocks")
+        has = np.isfinite(e_out) & np.isfinite(e_in)
+        if np.any(np.abs(e_out + e_in - total)[has] > 0.5):
+            raise ValueError("num_swap_out_blocks + num_swap_in_blocks must equal num_swap_blocks in every row; "
+                             "fix the table or drop the two direction columns")
+        out, inn = np.where(has, e_out, out), np.where(has, e_in, inn)
+    return out, inn
+
+
+def serving_loop_flags(steps) -> np.ndarray:
+    """1.0 where a row's time includes the serving loop's host work, 0.0 where it is execute() alone."""
+    flags = _col(steps, "serving_loop", 0.0 if "kind" in steps else 1.0)
+    if not np.all((flags == 0) | (flags == 1)):
+        raise ValueError("column serving_loop must hold 0 (a profile row: execute() alone) or 1 (a real run's "
+                         "step: schedule + execute + postprocess)")
+    return flags
+
+
+def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None) -> np.ndarray:
+    """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
+
+    block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
+    to it: a block twice as large copies twice the bytes).
+    """
+    missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
+    if missing:
+        raise ValueError(f"step table lacks column(s) {missing}; a table needs {list(STEP_TABLE_COLUMNS)} "
+                         f"(as experiments.profile and engine.recorder write them)")
+    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    p_tok = _col(steps, "num_prefill_tokens")
+    seqs = p_seqs + d_seqs
+    forward = (seqs > 0).astype(np.float64)
+    eager = (p_seqs > 0).astype(np.float64)
+    sw_out, sw_in = swap_directions(steps)
+    if block_size is not None and "block_size" in steps:
+        bs = _col(steps, "block_size")          # NaN where a concatenated table lacked the column: as fitted
+        scale = np.where(np.isfinite(bs), bs / block_size, 1.0)
+        sw_out, sw_in = sw_out * scale, sw_in * scale
+    nonempty = ((seqs > 0) | (sw_out + sw_in > 0)).astype(np.float64)
+    over = eager * np.maximum(p_tok + d_seqs - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
+    loop = serving_loop_flags(steps)
+    return np.column_stack([forward, eager, seqs, p_tok, _col(steps, "prefill_attention_pairs"),
+                            _col(steps, "decode_context_sum"), _col(steps, "num_prefill_samples") + d_seqs, over,
+                            ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs])
+
+
+def _weighted_nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """NNLS of w * (x c - y) with columns scaled to unit norm (the solver's tolerance is then scale-free)."""
+    xw = x * w[:, None]
+    scale = np.linalg.norm(xw, axis=0)
+    scale[scale == 0] = 1.0
+    return nnls(xw / scale, y * w) / scale
+
+
+def robust_nnls(x: np.ndarray, y: np.ndarray, objective: str = "relative", robust: bool = True,
+                iterations: int = 6) -> tuple[np.ndarray, float]:
+    """(coefficients, weighted squared error) of a non-negative fit of x c ~ y.
+
+    objective: "relative" weighs each residual by 1/y (every row counts by its relative error), "sqrt" by
+    1/sqrt(y), "absolute" by 1. robust: iteratively reweighted (Huber on the relative residual, threshold
+    HUBER_REL), so a few rows hit by a host hiccup or a compile stall do not pull the fit.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    base = {"relative": 1.0 / y, "sqrt": 1.0 / np.sqrt(y), "absolute": np.ones_like(y)}[objective]
+    w = base.copy()
+    # Robust fits start from the relative fit: its residuals are bounded below by -1, so a few stalled steps
+    # cannot pull it far, and the Huber weights then single them out.
+    coef = _weighted_nnls(x, y, 1.0 / y if robust else w)
+    for _ in range(iterations if robust else 0):
+        rel = np.abs(x @ coef - y) / y
+        huber = np.where(rel <= HUBER_REL, 1.0, np.sqrt(HUBER_REL / np.maximum(rel, 1e-300)))
+        new = _weighted_nnls(x, y, base * huber)
+        done = np.allclose(new, coef, rtol=1e-6, atol=0.0)
+        coef, w = new, base * huber
+        if done:
+            break
+    return coef, float(np.sum((w * (x @ coef - y)) ** 2))
+
+
+def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
+                     objective: str = "relative", robust: bool = True) -> tuple[np.ndarray, int | None]:
+    """(coefficients in FEATURES order, knee) with the least weighted error over the knee candidates.
+
+    steps: a table with STEP_TABLE_COLUMNS whose duration_s are all finite and > 0 (the caller filters).
+    """
+    y = np.asarray(steps["duration_s"], dtype=np.float64)
+    eager_tokens = np.where(_col(steps, "num_prefill_seqs") > 0,
+                            _col(steps, "num_prefill_tokens") + _col(steps, "num_decode_seqs"), 0.0)
+    best = None
+    for knee in knee_candidates:
+        if knee is not None and knee >= eager_tokens.max(initial=0.0):
+            continue                      # no row above the knee: the hinge would be an all-zero column
+        coef, err = robust_nnls(design_matrix(steps, knee, block_size), y, objective, robust)
+        if best is None or err < best[0] * (1 - 1e-9):
+            best = (err, knee, coef)
+    if best is None:
+        coef, err = robust_nnls(design_matrix(steps, None, block_size), y, objective, robust)
+        best = (err, None, coef)
+    _, knee, coef = best
+    if knee is None:
+        coef[FEATURES.index("tokens_over_knee")] = 0.0
+    return coef, knee
