@@ -1,14 +1,24 @@
-"""Fit the `calibrated` cost model to a per-step timing table and save it as a small JSON.
+"""Fit the `calibrated` cost model to per-step timing tables and save it as a small JSON.
 
-    python -m experiments.calibrate table.csv [more.csv ...] --out profile.json [--hardware H200] [--model Qwen3-0.6B]
+    python -m experiments.calibrate table.csv [steps.parquet ...] --out profile.json [--hardware H200] \
+        [--model Qwen3-0.6B] [--eval other_steps.parquet ...]
 
-Input: tables with the columns of sim.cost_model.base.STEP_TABLE_COLUMNS, i.e.
-a profile (experiments.profile) or the steps table of a real run (engine
-recorder; CSV or parquet). The fit runs on a random 80% of the rows and the
-other 20% measure the held-out error (median and p90 of |predicted - measured|
-/ measured); then the model is refitted on all rows and saved with that error,
-the command, the fit date and the profile's metadata (device, model) from
-`<table>.meta.json` when present.
+Input tables (CSV or parquet, columns of sim.cost_model.base.STEP_TABLE_COLUMNS):
+a profile (experiments.profile: `ModelRunner.execute` alone, over a grid of
+shapes) and / or a real run's steps table (engine recorder:
+`python -m experiments.validate --steps-out`, or `servelab backend=engine`'s
+steps.parquet), whose targets become cycle times and which also fit the serving
+loop's own host terms (experiments/step_tables.py). Fitting on both gives the
+grid's coverage of shapes and the real loop's overheads.
+
+The fit runs on a random 80% of the rows and the other 20% measure the held-out
+error, overall and per input table (median, p90 and max of |predicted -
+measured| / measured, and the sum of predictions over the sum of measurements:
+the bias a simulator's clock accumulates); then the model is refitted on all
+rows and saved with those errors, the command, the fit date and the profile's
+metadata (device, model) from `<table>.meta.json` when present. `--eval` tables
+are never fitted on: e.g. a real run on another slice of the trace (held out by
+workload).
 """
 from __future__ import annotations
 
@@ -21,65 +31,113 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.cost_model.calibrated import KNEE_CANDIDATES, CalibratedCostModel, relative_errors
+from experiments.step_tables import read_step_table
+from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
 
 
 def read_table(path) -> pd.DataFrame:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"step table not found: {p}")
-    return pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+    return read_step_table(path)
 
 
 def heldout_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) row indices: a random `fraction` of rows held out, at least one row each."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"heldout fraction must be in (0, 1), got {fraction}")
+    if n < 2:
+        raise ValueError(f"need at least 2 rows to hold some out, got {n}")
     perm = np.random.default_rng(seed).permutation(n)
     k = min(max(1, int(round(fraction * n))), n - 1)
     return np.sort(perm[k:]), np.sort(perm[:k])
 
 
 def error_stats(pred: np.ndarray, true: np.ndarray) -> dict:
+    pred, true = np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)
+    if len(true) == 0:
+        return {"median_rel_err": None, "p90_rel_err": None, "max_rel_err": None, "sum_pred_over_real": None,
+                "num_rows": 0}
     e = relative_errors(pred, true)
     return {"median_rel_err": float(np.median(e)), "p90_rel_err": float(np.percentile(e, 90)),
-            "max_rel_err": float(e.max()), "num_rows": int(len(e))}
+            "max_rel_err": float(e.max()), "sum_pred_over_real": float(pred.sum() / true.sum()),
+            "num_rows": int(len(e))}
+
+
+def _valid(table: pd.DataFrame) -> pd.DataFrame:
+    return table[np.isfinite(table["duration_s"]) & (table["duration_s"] > 0)].reset_index(drop=True)
+
+
+def _by_source(model, table: pd.DataFrame, rows: np.ndarray) -> dict:
+    """Error stats of `model` on `rows` of `table`, overall and per `source` value."""
+    part = table.iloc[rows]
+    out = {"all": error_stats(model.predict_table(part), part["duration_s"].to_numpy())}
+    if "source" in part.columns and part["source"].nunique() > 1:
+        for src, sub in part.groupby("source", sort=False):
+            out[str(src)] = error_stats(model.predict_table(sub), sub["duration_s"].to_numpy())
+    return out
 
 
 def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int = 0,
-              knee_candidates=KNEE_CANDIDATES, metadata: dict | None = None) -> tuple[CalibratedCostModel, dict]:
-    """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report)."""
-    table = table[np.isfinite(table["duration_s"]) & (table["duration_s"] > 0)].reset_index(drop=True)
+              knee_candidates=KNEE_CANDIDATES, objective: str = "relative", robust: bool = True,
+              metadata: dict | None = None, eval_tables: dict | None = None) -> tuple[CalibratedCostModel, dict]:
+    """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
+
+    table: one calibration table (an optional `source` column names each row's input, for per-source errors).
+    eval_tables: name -> table never fitted on, scored with the final model.
+    """
+    table = _valid(table)
+    opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust)
     train, test = heldout_split(len(table), heldout_fraction, seed)
-    part = CalibratedCostModel.fit(table.iloc[train], knee_candidates=knee_candidates)
-    heldout = error_stats(part.predict_table(table.iloc[test]), table["duration_s"].to_numpy()[test])
-    heldout.update(fraction=heldout_fraction, seed=seed)
+    part = CalibratedCostModel.fit(table.iloc[train], **opts)
+    heldout = _by_source(part, table, test)
+    heldout["all"].update(fraction=heldout_fraction, seed=seed)
     meta = dict(metadata or {})
-    meta["heldout"] = heldout
-    model = CalibratedCostModel.fit(table, knee_candidates=knee_candidates, metadata=meta)
-    model.metadata["train_error_all_rows"] = error_stats(model.predict_table(table), table["duration_s"].to_numpy())
-    return model, {"heldout": heldout, "train": model.metadata["train_error_all_rows"]}
+    meta["heldout"] = heldout["all"]
+    meta["heldout_by_source"] = {k: v for k, v in heldout.items() if k != "all"}
+    model = CalibratedCostModel.fit(table, metadata=meta, **opts)
+    model.metadata["train_error_all_rows"] = _by_source(model, table, np.arange(len(table)))["all"]
+    report = {"heldout": heldout["all"], "heldout_by_source": meta["heldout_by_source"],
+              "train": model.metadata["train_error_all_rows"], "eval": {}}
+    for name, t in (eval_tables or {}).items():
+        t = _valid(t)
+        report["eval"][name] = error_stats(model.predict_table(t), t["duration_s"].to_numpy())
+    if report["eval"]:
+        model.metadata["eval_not_fitted"] = report["eval"]
+    return model, report
+
+
+def _fmt(s: dict) -> str:
+    if not s.get("num_rows"):
+        return "no rows"
+    return (f"median |rel err| {100 * s['median_rel_err']:.1f}%, p90 {100 * s['p90_rel_err']:.1f}%, "
+            f"sum pred/real {s['sum_pred_over_real']:.3f} ({s['num_rows']} rows)")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.calibrate", description=__doc__.split("\n")[0])
-    ap.add_argument("tables", nargs="+", help="step tables (CSV or parquet) with STEP_TABLE_COLUMNS")
+    ap.add_argument("tables", nargs="+", help="step tables (CSV or parquet): profiles and / or real runs' steps")
     ap.add_argument("--out", required=True, help="output JSON (written atomically)")
+    ap.add_argument("--eval", nargs="*", default=[], metavar="TABLE", help="tables to score but never fit on")
     ap.add_argument("--hardware", default=None, help="hardware name to record (default: the profile's device)")
     ap.add_argument("--model", default=None, help="model name to record (default: the profile's model path)")
     ap.add_argument("--heldout", type=float, default=0.2, help="fraction of rows held out (default 0.2)")
+    ap.add_argument("--objective", default="relative", choices=OBJECTIVES,
+                    help="residual weighting: relative (default), sqrt or absolute")
+    ap.add_argument("--no-robust", action="store_true", help="plain NNLS (no down-weighting of outlier rows)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
     frames, sources = [], []
     for t in args.tables:
         df = read_table(t)
-        frames.append(df)
+        frames.append(df.assign(source=Path(t).name))
         meta_path = Path(str(t) + ".meta.json")
-        src = {"table": str(t), "rows": int(len(df))}
+        src = {"table": str(t), "rows": int(len(df)), "serving_loop": bool(df["serving_loop"].iloc[0]) if len(df)
+               else None}
         if meta_path.is_file():
             src["profile"] = json.loads(meta_path.read_text())
         sources.append(src)
+    names = [Path(t).name for t in args.tables]
+    if len(set(names)) != len(names):
+        raise ValueError(f"input tables must have distinct file names (they label the per-source errors), got {names}")
     table = pd.concat(frames, ignore_index=True)
     prof = next((s["profile"] for s in sources if "profile" in s), {})
     meta = {
@@ -95,13 +153,17 @@ def main(argv=None) -> int:
         "profile_date": prof.get("date"),
         "sources": [{k: v for k, v in s.items() if k != "profile"} for s in sources],
     }
-    model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, metadata=meta)
+    evals = {Path(t).name: read_table(t) for t in args.eval}
+    model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, objective=args.objective,
+                              robust=not args.no_robust, metadata=meta, eval_tables=evals)
     model.save(args.out)
-    h, tr = report["heldout"], report["train"]
     print(f"{model!r}")
-    print(f"held-out ({h['num_rows']} rows): median |rel err| {100 * h['median_rel_err']:.1f}%, "
-          f"p90 {100 * h['p90_rel_err']:.1f}%; all rows after refit: median {100 * tr['median_rel_err']:.1f}%, "
-          f"p90 {100 * tr['p90_rel_err']:.1f}%")
+    print(f"held-out: {_fmt(report['heldout'])}")
+    for name, s in report["heldout_by_source"].items():
+        print(f"  held-out rows of {name}: {_fmt(s)}")
+    print(f"all rows after refit: {_fmt(report['train'])}")
+    for name, s in report["eval"].items():
+        print(f"not fitted on, {name}: {_fmt(s)}")
     print(f"wrote {args.out}")
     return 0
 
