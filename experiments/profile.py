@@ -37,6 +37,7 @@ from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 GRIDS = ("small", "full")
 TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
+    "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
     "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s")
 
 
@@ -82,7 +83,8 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         batch_sizes = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
         contexts = (64, 256, 512, 1024, 2048, 4096)
         mixed = [(b, ctx, n) for b in (16, 64, 128) for ctx in (512, 2048) for n in (256, 1024)]
-        swaps = (1, 4, 16, 64, 256)
+        # whole sequences move: ~1k-token contexts are ~64 blocks; per-block cost grows past the host caches
+        swaps = (4, 16, 64, 128, 256)
         ragged = [(b, 2048) for b in (16, 64, 256)]
     fits = (lambda n, c: n + c <= max_model_len and n <= max_num_batched_tokens)
     shapes = [Shape("prefill", ((n, c),)) for c in cached for n in chunks if fits(n, c)]
@@ -162,6 +164,7 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
         rec.on_step(0.0, float(np.median(times)), batch, 0, 0, 0)
         row = rec.steps_frame().iloc[0].to_dict()
         row.update(kind=shape.kind, label=shape.label, block_size=bs, num_repeats=repeats,
+                   num_swap_out_blocks=len(batch.swap_out), num_swap_in_blocks=len(batch.swap_in),
                    duration_min_s=float(times.min()), duration_max_s=float(times.max()))
         rows.append({c: row[c] for c in TABLE_COLUMNS})
         if k % 20 == 0 or k == len(shapes) - 1:

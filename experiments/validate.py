@@ -33,11 +33,13 @@ import numpy as np
 
 from experiments.metrics import summary
 from experiments.profile import set_threads, write_atomic
+from experiments.results import write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
+from experiments.step_tables import calibration_table
+from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
 
 POLICIES = ("fcfs", "vllm", "vllm_swap")
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 FORMAT = "servelab.validation/v1"
 # A nominal CPU for roofline pricing of CPU smoke runs (the roofline is a GPU model; on a CPU it is only a lower bound).
 CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=20.0, memory_gib=16.0,
@@ -135,66 +137,14 @@ def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
         out[m] = _rel_stats(both[f"{m}_sim"].to_numpy(dtype=float), both[f"{m}_real"].to_numpy(dtype=float))
     out["step_time"] = None
     if cost_model is not None and hasattr(cost_model, "predict_table") and len(real.steps):
-        st = real.steps.assign(block_size=getattr(cost_model, "block_size", 16))
+        # Targets are cycle times (step + host gap to the next step): what the simulator's clock advances by.
+        st = calibration_table(real.steps.assign(block_size=getattr(cost_model, "block_size", 16)))
         pred, true = cost_model.predict_table(st), st["duration_s"].to_numpy()
         out["step_time"] = {"median_rel_err": float(np.median(relative_errors(pred, true))),
                             "p90_rel_err": float(np.percentile(relative_errors(pred, true), 90)),
-                            "sum_pred_over_real": float(pred.sum() / true.sum()), "num_steps": int(len(true))}
+                            "sum_pred_over_real": float(pred.sum() / true.sum()), "num_steps": int(len(true)),
+                            "target": "cycle time (duration + host gap to the next step)"}
     return out
-
-
-# -- plots --------------------------------------------------------------------------------------
-def _token_times(req) -> np.ndarray:
-    """Output token times: the first at first_token_time_s, the rest spread evenly up to finish_time_s."""
-    fin = req[req["status"] == "finished"]
-    t1, t2 = fin["first_token_time_s"].to_numpy(), fin["finish_time_s"].to_numpy()
-    n = fin["num_output_tokens"].to_numpy().astype(np.int64)
-    rest = np.maximum(n - 1, 0)
-    idx = np.repeat(np.arange(len(n)), rest)
-    k = np.arange(rest.sum()) - np.repeat(np.cumsum(rest) - rest, rest) + 1       # 1..n-1 within each request
-    later = t1[idx] + (t2[idx] - t1[idx]) * k / np.maximum(rest[idx], 1)
-    return np.concatenate([t1, later])
-
-
-def overlay_plot(runs_by_policy: dict[str, dict[str, RunResult]], path, title: str = "") -> Path:
-    """One row per policy: TTFT, TPOT, E2E CDFs and output tokens/s over time, real vs each simulation."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = len(runs_by_policy)
-    fig, axes = plt.subplots(rows, 4, figsize=(18, 3.8 * rows), squeeze=False, constrained_layout=True)
-    for i, (policy, runs) in enumerate(runs_by_policy.items()):
-        end = max((float(np.nanmax(r.requests["finish_time_s"])) for r in runs.values() if len(r.requests)),
-                  default=1.0)
-        bins = np.linspace(0.0, end if end > 0 else 1.0, 61)
-        for j, (label, run) in enumerate(runs.items()):
-            style = dict(color="black", lw=1.8) if label == "real" else dict(color=f"C{j}", lw=1.2, ls="--")
-            fin = run.requests[run.requests["status"] == "finished"]
-            for c, m in enumerate(LATENCIES):
-                v = np.sort(fin[m].to_numpy(dtype=float))
-                v = v[np.isfinite(v)]
-                if len(v):
-                    axes[i, c].step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label, **style)
-            hist, _ = np.histogram(_token_times(run.requests), bins=bins)
-            axes[i, 3].plot(0.5 * (bins[1:] + bins[:-1]), hist / np.diff(bins), label=label, **style)
-        for c, m in enumerate(LATENCIES):
-            axes[i, c].set_xlabel(f"{m[:-2].upper()} (s)")
-            axes[i, c].set_ylabel("fraction of requests")
-            axes[i, c].set_title(f"{policy}: {m[:-2].upper()} CDF", fontsize=10)
-        axes[i, 3].set_xlabel("time (s)")
-        axes[i, 3].set_ylabel("output tokens/s")
-        axes[i, 3].set_title(f"{policy}: throughput over time", fontsize=10)
-        for ax in axes[i]:
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -223,7 +173,8 @@ def _length_range(text: str, flag: str) -> tuple[int, int]:
 def build_workload(args):
     from experiments.workloads import (AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace,
                                        synthetic_workload)
-    opts = dict(max_requests=args.max_requests, max_model_len=args.max_model_len, seed=args.seed)
+    opts = dict(max_requests=args.max_requests, max_model_len=args.max_model_len, seed=args.seed,
+                skip_requests=args.skip_requests)
     if args.target_rate_rps is not None:
         opts["target_rate_rps"] = args.target_rate_rps
     if args.time_scale is not None:
@@ -262,6 +213,8 @@ def parse_args(argv=None):
     w.add_argument("--target-rate-rps", type=float, default=None, help="rescale arrivals to this mean rate")
     w.add_argument("--time-scale", type=float, default=None, help="multiply inter-arrival gaps")
     w.add_argument("--max-requests", type=int, default=None)
+    w.add_argument("--skip-requests", type=int, default=0, help="drop the first N requests (after sorting by "
+                   "arrival), e.g. a calibration replay on requests 300-599: --skip-requests 300 --max-requests 300")
     w.add_argument("--seed", type=int, default=0)
     e = ap.add_argument_group("engine and scheduler (the same for both backends)")
     e.add_argument("--policies", default="vllm", help=f"comma-separated, of {POLICIES}")
@@ -284,6 +237,8 @@ def parse_args(argv=None):
     c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
     c.add_argument("--no-roofline", action="store_true")
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
+    ap.add_argument("--steps-out", default=None, help="write each real run's steps table to this parquet (with "
+                    "several policies: <stem>_<policy>.parquet), a calibration input for experiments.calibrate")
     return ap.parse_args(argv)
 
 
@@ -342,6 +297,10 @@ def main(argv=None) -> int:
             print(f"[{policy}] real run failed: {entry['error']}", flush=True)
             continue
         entry["real"] = {"summary": run_summary(real), "info": real.info}
+        if args.steps_out:
+            path = steps_out_path(args.steps_out, policy, len(policies))
+            write_parquet(real.steps, path)
+            entry["real"]["steps_file"] = str(path)
         runs = {"real": real}
         sched_cfg = rep.scheduler_config(num_cpu_blocks=cpu_blocks if policy == "vllm_swap" else 0)
         entry["sims"] = {}
@@ -372,6 +331,12 @@ def main(argv=None) -> int:
     path = write_atomic(out_dir / f"validation_{args.name}.json", json.dumps(_clean(report), indent=2) + "\n")
     print(f"wrote {path}", flush=True)
     return 0
+
+
+def steps_out_path(path, policy: str, num_policies: int) -> Path:
+    """--steps-out as given for one policy; <stem>_<policy><suffix> for several."""
+    p = Path(path)
+    return p if num_policies == 1 else p.with_name(f"{p.stem}_{policy}{p.suffix or '.parquet'}")
 
 
 def _one_line(policy: str, entry: dict) -> str:

@@ -44,8 +44,9 @@ class PriorityClasses:
 class TraceOptions:
     """How a trace (or synthetic stream) is turned into the run's requests.
 
-    Applied in this order: sort by arrival (stable), keep the first
-    `max_requests`, shift so the first request arrives at 0, rescale the gaps
+    Applied in this order: sort by arrival (stable), drop the first
+    `skip_requests` (a later slice of a trace, e.g. to calibrate on requests
+    300-599 and validate on 0-299), keep the first `max_requests`, shift so the first request arrives at 0, rescale the gaps
     (`time_scale` multiplies every inter-arrival gap, 2.0 = half the rate; or
     `target_rate_rps` sets the mean rate (n-1)/span), add `start_offset_s`, then
     make every request fit `max_model_len` (prompt + output tokens): with
@@ -57,6 +58,7 @@ class TraceOptions:
     target_rate_rps: float | None = None
     start_offset_s: float = 0.0
     max_requests: int | None = None
+    skip_requests: int = 0
     max_model_len: int | None = None
     too_long: str = "clip"
     priorities: PriorityClasses | None = None
@@ -73,6 +75,8 @@ class TraceOptions:
             raise ValueError(f"start_offset_s must be >= 0, got {self.start_offset_s}")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests}")
+        if self.skip_requests < 0:
+            raise ValueError(f"skip_requests must be >= 0, got {self.skip_requests}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2 (one prompt and one output token), got {self.max_model_len}")
         if self.too_long not in TOO_LONG_MODES:
@@ -110,6 +114,15 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
         arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
         hashes = None if hashes is None else [hashes[i] for i in order]
         source_line = None if source_line is None else source_line[order]
+    if opts.skip_requests:
+        k = opts.skip_requests
+        if k >= len(arrival_s):
+            raise ValueError(f"{stats.source or 'workload'}: skip_requests={k} leaves none of its {len(arrival_s)} "
+                             f"requests; lower skip_requests")
+        stats.num_skipped_head = k
+        arrival_s, prompt, output = arrival_s[k:], prompt[k:], output[k:]
+        hashes = None if hashes is None else hashes[k:]
+        source_line = None if source_line is None else source_line[k:]
     if opts.max_requests is not None and len(arrival_s) > opts.max_requests:
         k = opts.max_requests
         stats.num_truncated += len(arrival_s) - k

@@ -44,6 +44,7 @@ class WorkloadStats:
     num_rows_skipped: int = 0       # malformed rows skipped with on_error="skip"
     num_blank_lines: int = 0        # empty lines ignored
     num_truncated: int = 0          # rows past max_requests, not used
+    num_skipped_head: int = 0       # first rows dropped by skip_requests, not used
     num_clipped: int = 0            # requests whose lengths were clipped to max_model_len
     num_clipped_prompt: int = 0     # ... of which the prompt was shortened
     num_dropped_too_long: int = 0   # requests dropped because too_long="drop"
@@ -57,7 +58,8 @@ class WorkloadStats:
 
     def summary(self) -> str:
         return (f"{self.source}: {self.num_rows_read} rows read, {self.num_rows_skipped} skipped, "
-                f"{self.num_truncated} past max_requests, {self.num_clipped} clipped "
+                + (f"{self.num_skipped_head} before skip_requests, " if self.num_skipped_head else "")
+                + f"{self.num_truncated} past max_requests, {self.num_clipped} clipped "
                 f"({self.num_clipped_prompt} prompts), {self.num_dropped_too_long} dropped as too long")
 
 

@@ -80,7 +80,8 @@ def test_cpu_validation_loop(tiny, tmp_path):
     assert validate.main(["--model", str(tiny), "--device", "cpu", "--out-dir", str(out), "--name", "ci",
                           "--num-requests", "24", "--arrival", "poisson", "--rate-rps", "12", "--prompt-len", "8:64",
                           "--output-len", "4:24", "--max-model-len", "512", "--policies", "vllm",
-                          "--num-kvcache-blocks", "12", "--profile", str(prof), "--max-wall-s", "60"]) == 0
+                          "--num-kvcache-blocks", "12", "--profile", str(prof), "--max-wall-s", "60",
+                          "--steps-out", str(tmp_path / "steps.parquet")]) == 0
     report = json.loads((out / "validation_ci.json").read_text())
     assert (out / "validation_ci.png").stat().st_size > 0
     entry = report["policies"]["vllm"]
@@ -96,3 +97,10 @@ def test_cpu_validation_loop(tiny, tmp_path):
     cal = entry["sims"]["calibrated"]
     assert cal["e2e_s"]["median_rel_err"] < 1.0          # loose: a shared 2-core CPU is noisy
     assert cal["step_time"]["num_steps"] == entry["real"]["summary"]["num_steps"]
+
+    # the real run's own steps table calibrates too (fitted together with the profile grid)
+    both = tmp_path / "both.json"
+    assert calibrate.main([str(table), str(tmp_path / "steps.parquet"), "--out", str(both)]) == 0
+    fit = json.loads(both.read_text())["metadata"]
+    assert set(fit["heldout_by_source"]) == {"table.csv", "steps.parquet"}
+    assert [s["serving_loop"] for s in fit["sources"]] == [False, True]
