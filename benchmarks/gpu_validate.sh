@@ -6,14 +6,18 @@
 #
 # Stages (each logs, and a failing stage never stops the next):
 #   1. a random-weight Qwen3-0.6B checkpoint (published config.json dimensions, bf16, transformers save_pretrained)
-#   2. python -m experiments.profile   (full grid of step shapes on the GPU)
-#   3. python -m experiments.calibrate (NNLS fit, held-out error)          -> profile_<tag>.json (+ the table CSV)
-#   4. python -m experiments.validate  on the Azure conversation trace, rate-scaled, a few minutes of replay,
+#   2. python -m experiments.profile   (full grid of step shapes on the GPU)          -> profile_<tag>.csv
+#   3. a calibration replay: python -m experiments.validate on a DISJOINT slice of the trace (requests
+#      CAL_SKIP..CAL_SKIP+MAX_REQUESTS-1, vllm_swap: decodes, prefills, preemption and both swap directions),
+#      its real steps table kept                                                      -> calib_steps_<tag>.parquet
+#   4. python -m experiments.calibrate on the profile grid alone (logged, for comparison), then on the grid and
+#      the calibration replay's steps together (robust NNLS, held-out error per source)  -> profile_<tag>.json
+#   5. python -m experiments.validate  on the Azure conversation trace (requests 0..MAX_REQUESTS-1), rate-scaled,
 #      policies fcfs, vllm, vllm_swap, KV cache limited so preemption happens   -> validation_azure_conv.{json,png}
-#   5. python -m experiments.validate  on nano-vllm's benchmark: 256 requests at once, prompt and output lengths
+#   6. python -m experiments.validate  on nano-vllm's benchmark: 256 requests at once, prompt and output lengths
 #      uniform in [100, 1024]                                                   -> validation_nanovllm.{json,png}
-# Outputs go to --out (default: $OUT when set, else benchmarks/results); at most 8 files, plus gpu_validate.log.
-# Knobs (environment): RATE_RPS, MAX_REQUESTS, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S.
+# Outputs go to --out (default: $OUT when set, else benchmarks/results); 8 files, with gpu_validate.log.
+# Knobs (environment): RATE_RPS, MAX_REQUESTS, CAL_SKIP, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S.
 set -uo pipefail
 
 SMOKE=0
@@ -24,7 +28,7 @@ while [ $# -gt 0 ]; do
     --smoke) SMOKE=1; shift ;;
     --trace) TRACE="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (allowed: --smoke, --trace PATH, --out DIR)" >&2; exit 2 ;;
   esac
 done
@@ -54,17 +58,17 @@ fi
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512
   RATE_RPS="${RATE_RPS:-20}"; MAX_REQUESTS="${MAX_REQUESTS:-24}"; KV_BLOCKS="${KV_BLOCKS:-40}"
-  CPU_BLOCKS="${CPU_BLOCKS:-40}"; MAX_WALL_S="${MAX_WALL_S:-60}"
+  CPU_BLOCKS="${CPU_BLOCKS:-40}"; MAX_WALL_S="${MAX_WALL_S:-60}"; CAL_SKIP="${CAL_SKIP:-$MAX_REQUESTS}"
   NANO=(--num-requests 16 --prompt-len 16:128 --output-len 8:48)
-  T_CKPT=120; T_PROFILE=120; T_CAL=60; T_AZURE=200; T_NANO=120
+  T_CKPT=120; T_PROFILE=120; T_REPLAY=120; T_CAL=60; T_AZURE=200; T_NANO=120
 else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=4096
   # Azure conversation: ~1k-token prompts, ~200-token outputs. 6 req/s keeps the GPU busy without a runaway
   # queue; 2048 blocks (32k tokens) of KV cache make vllm preempt and vllm_swap swap at the bursts.
   RATE_RPS="${RATE_RPS:-6}"; MAX_REQUESTS="${MAX_REQUESTS:-300}"; KV_BLOCKS="${KV_BLOCKS:-2048}"
-  CPU_BLOCKS="${CPU_BLOCKS:-2048}"; MAX_WALL_S="${MAX_WALL_S:-100}"
+  CPU_BLOCKS="${CPU_BLOCKS:-2048}"; MAX_WALL_S="${MAX_WALL_S:-100}"; CAL_SKIP="${CAL_SKIP:-$MAX_REQUESTS}"
   NANO=(--num-requests 256 --prompt-len 100:1024 --output-len 100:1024)
-  T_CKPT=90; T_PROFILE=150; T_CAL=60; T_AZURE=330; T_NANO=120
+  T_CKPT=90; T_PROFILE=150; T_REPLAY=130; T_CAL=60; T_AZURE=330; T_NANO=120
 fi
 CKPT="$WORK/model"
 TABLE="$WORK/profile_$TAG.csv"
@@ -108,17 +112,36 @@ model.save_pretrained('$CKPT')
 print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $CKPT')"
 fi
 
-# 2-3. profile and calibrate -----------------------------------------------------------------------------
+# 2. profile ------------------------------------------------------------------------------------------------
 stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
   --grid "$GRID" --max-model-len "$MAX_MODEL_LEN"
-stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "$TABLE" --out "$PROFILE" \
-  --hardware "$([ "$SMOKE" = 1 ] && echo cpu || echo H200)" \
-  --model "$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
 [ -f "$TABLE" ] && cp "$TABLE" "$OUT_DIR/profile_$TAG.csv"
+
+# 3. calibration replay on a disjoint slice of the trace (held out by workload from stage 5) ------------------
+CAL_STEPS="$OUT_DIR/calib_steps_$TAG.parquet"
+if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
+  stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+    --trace "$TRACE" --skip-requests "$CAL_SKIP" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" \
+    --max-model-len "$MAX_MODEL_LEN" --policies vllm_swap --num-kvcache-blocks "$KV_BLOCKS" \
+    --num-cpu-blocks "$CPU_BLOCKS" --max-wall-s "$MAX_WALL_S" --no-roofline --out-dir "$WORK" --name calib \
+    --steps-out "$CAL_STEPS"
+else
+  FAILED+=(calib_replay); log "!!! [calib_replay] skipped: no trace file (give --trace PATH)"
+fi
+
+# 4. calibrate: the grid alone (for the log), then the grid and the replay's steps together ---------------------
+HW="$([ "$SMOKE" = 1 ] && echo cpu || echo H200)"
+MODEL_NAME="$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
+stage calibrate_grid "$T_CAL" "$PY" -m experiments.calibrate "$TABLE" --out "$WORK/profile_grid_only.json" \
+  --hardware "$HW" --model "$MODEL_NAME" $([ -f "$CAL_STEPS" ] && echo --eval "$CAL_STEPS")
+CAL_INPUTS=("$TABLE")
+[ -f "$CAL_STEPS" ] && CAL_INPUTS+=("$CAL_STEPS")
+stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$PROFILE" \
+  --hardware "$HW" --model "$MODEL_NAME"
 PROFILE_ARGS=()
 [ -f "$PROFILE" ] && PROFILE_ARGS=(--profile "$PROFILE")
 
-# 4. Azure conversation trace, three policies, limited KV cache ------------------------------------------------
+# 5. Azure conversation trace, three policies, limited KV cache ------------------------------------------------
 if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
   stage validate_azure "$T_AZURE" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
     --trace "$TRACE" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" --max-model-len "$MAX_MODEL_LEN" \
@@ -128,7 +151,7 @@ else
   FAILED+=(validate_azure); log "!!! [validate_azure] skipped: no trace file (give --trace PATH)"
 fi
 
-# 5. nano-vllm's offline benchmark: everything at once -------------------------------------------------------
+# 6. nano-vllm's offline benchmark: everything at once -------------------------------------------------------
 stage validate_nanovllm "$T_NANO" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
   --arrival all_at_once "${NANO[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm \
   --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name nanovllm
