@@ -171,19 +171,27 @@ class Recorder:
         pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
         keys; kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or a [k] list."""
         k = len(start_s)
-        self._num_steps += k
-        if not self._keep_steps or k == 0:
-            return
-        if type(kv_blocks_cached) is not int:      # varies within the run: one run per step
-            self._num_steps -= k
+        if type(kv_blocks_cached) is not int and self._keep_steps and k:   # varies: one run per step
             self.on_steps_bulk(start_s, duration_s, num_seqs,
                                range(first_context_sum, first_context_sum + k * num_seqs, num_seqs),
                                kv_blocks_used, [num_blocks - u for u in kv_blocks_used], kv_blocks_cached)
             return
+        self.on_decode_runs(start_s, duration_s, ((k, num_seqs, first_context_sum),), kv_blocks_used, num_blocks,
+                            kv_blocks_cached)
+
+    def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_blocks: int,
+                       kv_blocks_cached: int) -> None:
+        """Pure-decode steps in runs of equal batch size (the simulator's decode chains; no argument
+        checks): runs = (num_steps, num_seqs, first_context_sum) per run, covering the len(start_s)
+        steps in order; kv_blocks_free = num_blocks - kv_blocks_used."""
+        self._num_steps += len(start_s)
+        if not self._keep_steps or not start_s:
+            return
         self._step_start.extend(start_s)
         self._step_dur.extend(duration_s)
         self._step_used.extend(kv_blocks_used)
-        self._add_run(k, num_seqs, first_context_sum, num_blocks, kv_blocks_cached)
+        for k, n, s0 in runs:
+            self._add_run(k, n, s0, num_blocks, kv_blocks_cached)
 
     def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, total: int, cached: int) -> None:
         r = self._run

@@ -412,7 +412,7 @@ class Scheduler:
         bs = self.block_manager.block_size
         slack = []                   # token slots left in each sequence's allocated blocks
         lefts = []                   # output tokens each sequence still has to emit
-        context = 0
+        lens = []                    # tokens of each sequence (its context in the first step)
         for seq in running:
             n = len(seq.token_ids)
             computed = seq.num_computed_tokens
@@ -425,13 +425,14 @@ class Scheduler:
                 horizon = left
             slack.append(len(seq.block_table) * bs - computed)
             lefts.append(left)
-            context += n
+            lens.append(n)
         if horizon < 1:
             return 0
-        self.horizon_context_sum = context
-        # for advance_decodes, while nothing has changed (same running list and length, step count, blocks)
+        self.horizon_context_sum = sum(lens)
+        # for advance_decodes and engine.fast_forward.DecodeChain, while nothing has changed (same running
+        # list and length, step count, blocks)
         self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
-                              slack, lefts)
+                              slack, lefts, lens)
         free = self.block_manager.num_free_blocks
         if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon

@@ -29,7 +29,8 @@ class Replica:
         self.num_fast_calls = 0
         self.busy_s = 0.0                    # simulated seconds spent executing steps
         self.last_decode_s = 0.0             # duration of the latest pure-decode step (fast-path heuristic)
-        self.horizon_spent = False           # the latest fast call used its whole decode horizon
+        self.horizon_spent = False           # the latest fast segment used a horizon that free blocks cut short
+        self.segment_whole = False           # the latest fast segment took its whole decode horizon
 
     def notify(self) -> None:
         w = self.wakeup

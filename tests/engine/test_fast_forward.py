@@ -3,6 +3,7 @@ same per-request and per-step facts as stepping one at a time."""
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
+from engine.fast_forward import DecodeChain, chain_ok
 from engine.scheduler import Scheduler, SchedulerConfig
 from policies.scheduling import FCFSPolicy, VLLMPolicy
 from tests.helpers import make_seq
@@ -12,7 +13,7 @@ def token_of(seq):
     return 7 + (seq.request_id % 5)
 
 
-def drive(reqs, cfg, policy_cls, fast):
+def drive(reqs, cfg, policy_cls, fast, chain=False):
     sched = Scheduler(SchedulerConfig(**cfg), policy_cls())
     seqs = [make_seq(i, list(p), m, arrival_time_s=a) for i, (p, m, a) in enumerate(reqs)]
     pending = sorted(seqs, key=lambda s: s.arrival_time_s)
@@ -26,7 +27,14 @@ def drive(reqs, cfg, policy_cls, fast):
             limit = int(pending[0].arrival_time_s) - t if pending else 10**9
             k = sched.decode_horizon(limit)
             if k > 0:
-                used = sched.advance_decodes(k, [float(t + j) for j in range(1, k + 1)], token_of)
+                ends = [float(t + j) for j in range(1, k + 1)]
+                if chain and chain_ok(sched):
+                    plan = DecodeChain(sched, limit)
+                    k = plan.num_steps
+                    assert k >= len(ends) and sum(s for _, _, s in plan.segments()) == k
+                    used = plan.apply(k, [float(t + j) for j in range(1, k + 1)], token_of, [])
+                else:
+                    used = sched.advance_decodes(k, ends, token_of)
                 used_per_step.extend(int(u) for u in used)
                 t += k
                 fast_steps += k
@@ -54,6 +62,19 @@ def test_fast_path_equals_step_by_step(reqs, num_blocks, prefix, policy, max_num
                max_num_batched_tokens=64, max_model_len=64, enable_prefix_caching=prefix)
     slow, slow_used, _ = drive(reqs, cfg, policy, fast=False)
     fast, fast_used, _ = drive(reqs, cfg, policy, fast=True)
+    assert fast == slow
+    assert fast_used == slow_used
+
+
+@settings(max_examples=80, deadline=None)
+@given(reqs=requests, num_blocks=st.integers(12, 40), policy=st.sampled_from([FCFSPolicy, VLLMPolicy]),
+       max_num_seqs=st.integers(1, 5))
+def test_decode_chain_equals_step_by_step(reqs, num_blocks, policy, max_num_seqs):
+    """DecodeChain (no prefix cache, nothing waiting): steps past finishes in one call."""
+    cfg = dict(num_kvcache_blocks=num_blocks, block_size=2, max_num_seqs=max_num_seqs,
+               max_num_batched_tokens=64, max_model_len=64, enable_prefix_caching=False)
+    slow, slow_used, _ = drive(reqs, cfg, policy, fast=False)
+    fast, fast_used, _ = drive(reqs, cfg, policy, fast=True, chain=True)
     assert fast == slow
     assert fast_used == slow_used
 

@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 import policies.scheduling as sched_policies
+from engine.fast_forward import DecodeChain
 from engine.scheduler import Scheduler, SchedulerConfig
 from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, synthetic_workload
 from sim.cost_model import ConstantCostModel, RooflineCostModel
@@ -15,11 +16,12 @@ FAST_OK = [getattr(sched_policies, n) for n in sched_policies.__all__
 ARRIVALS = {"poisson": Poisson(rate_rps=40.0), "bursty": Gamma(rate_rps=40.0, cv=4.0), "all_at_once": AllAtOnce()}
 
 
-def simulate(workload, policy_cls, fast, *, blocks=400, replicas=1, router=None, cost_model=None, cpu_blocks=200):
+def simulate(workload, policy_cls, fast, *, blocks=400, replicas=1, router=None, cost_model=None, cpu_blocks=200,
+             prefix=True):
     reps = []
     for _ in range(replicas):
         cfg = SchedulerConfig(num_kvcache_blocks=blocks, block_size=16, max_num_seqs=32, max_model_len=512,
-                              max_num_batched_tokens=512, num_cpu_blocks=cpu_blocks)
+                              max_num_batched_tokens=512, num_cpu_blocks=cpu_blocks, enable_prefix_caching=prefix)
         cm = cost_model or RooflineCostModel("Qwen3-0.6B", "H200", overhead_s=2e-3, max_model_len=512)
         reps.append(Replica(Scheduler(cfg, policy_cls()), cm))
     sim = Simulator(reps, router, fast_path=fast, vocab_size=50)   # small vocab: some accidental block hits
@@ -59,6 +61,25 @@ def test_fast_path_under_memory_pressure(policy, arrival):
     assert (req["status"] == "finished").all()
     if policy.name == "vllm":
         assert req["num_preemptions"].sum() > 0 and fast.steps["num_preempted"].sum() > 0
+
+
+@pytest.mark.parametrize("policy", FAST_OK, ids=lambda c: c.name)
+@pytest.mark.parametrize("blocks", [400, 40])
+def test_decode_chains_through_finishes(policy, blocks, monkeypatch):
+    """Without a prefix cache, a fast call with nothing waiting runs past finishes (a DecodeChain):
+    all-at-once arrivals (the queue drains, then only finishes) and sparse Poisson ones, under
+    memory pressure too (40 blocks: a chain stops before blocks its own finishes free)."""
+    chains = []
+    apply = DecodeChain.apply
+    monkeypatch.setattr(DecodeChain, "apply", lambda self, k, *a: chains.append(
+        sum(left <= k for left in self.lefts)) or apply(self, k, *a))
+    for arrival in (AllAtOnce(), Poisson(rate_rps=5.0)):
+        _, fast = assert_same(wl(arrival, prompt=(64, 200), output=(40, 120)), policy, blocks=blocks, prefix=False)
+        assert fast.num_fast_steps > 0
+    if not policy.ranked and policy.order_running is sched_policies.SchedulingPolicy.order_running:
+        assert max(chains) > 1             # several sequences finished inside one call
+    else:
+        assert not chains                  # ranked orders keep stopping at each finish
 
 
 def test_integer_times_arrivals_coincide_with_step_ends():
