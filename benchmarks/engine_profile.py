@@ -123,9 +123,44 @@ def main(argv=None):
     summary["prefill_steps"] = int((~dec).sum())
     print(json.dumps(summary, indent=2))
     print(prof_table)
+    eager = eager_prefill_probe(llm, torch, SamplingParams)
+    print(json.dumps(eager["steps"], indent=2))
+    print(eager["host_table"])
     if args.out:
-        args.out.write_text(json.dumps({"summary": summary, "kernels": prof_table,
+        args.out.write_text(json.dumps({"summary": summary, "kernels": prof_table, "eager_prefill": eager,
                                         "command": "python " + " ".join(sys.argv)}, indent=2))
+
+
+def eager_prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
+    """Lone prefill steps (eager: no CUDA graph) of one prompt of n tokens on an idle engine: wall time
+    against GPU time (CUDA events), and a torch.profiler table of one 16-token step sorted by host time,
+    to tell launch and host overhead from kernel time."""
+    rows = []
+    for n in (1, 16, 256, 2048, 8192):
+        walls, gpus = [], []
+        for r in range(reps):
+            llm.add_request([5 + r] * n, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            e0.record()
+            llm.step()
+            e1.record()
+            torch.cuda.synchronize()
+            walls.append(time.perf_counter() - t)
+            gpus.append(e0.elapsed_time(e1) / 1e3)
+            while llm.has_unfinished():
+                llm.step()
+        rows.append({"prompt_tokens": n, "wall_ms_median": 1e3 * sorted(walls)[reps // 2],
+                     "gpu_span_ms_median": 1e3 * sorted(gpus)[reps // 2]})
+    llm.add_request([7] * 16, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        llm.step()
+        torch.cuda.synchronize()
+    while llm.has_unfinished():
+        llm.step()
+    return {"steps": rows, "host_table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)}
 
 
 if __name__ == "__main__":

@@ -90,6 +90,15 @@ def run_engine(path: Path, args, prompts, output_lens) -> dict:
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)        # warm-up
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in output_lens]
     sync = torch.cuda.synchronize if llm.runner.is_cuda else (lambda: None)
+    steps = []                          # (prefill tokens, seconds) of every step, to say where the time went
+    step = llm.step
+
+    def recorded_step():
+        out = step()
+        if llm.last_step is not None:
+            steps.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
+        return out
+    llm.step = recorded_step
     sync()
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params)
@@ -97,7 +106,12 @@ def run_engine(path: Path, args, prompts, output_lens) -> dict:
     elapsed = time.perf_counter() - t0
     produced = sum(len(o.token_ids) for o in outs)
     assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
-    return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced,
+    prefill_s = sum(d for p, d in steps if p)
+    decode_s = sum(d for p, d in steps if not p)
+    breakdown = dict(steps=len(steps), prefill_steps=sum(1 for p, _ in steps if p), prefill_s=prefill_s,
+                     decode_s=decode_s, outside_steps_s=elapsed - prefill_s - decode_s,
+                     longest_step_s=max((d for _, d in steps), default=0.0))
+    return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced, time_split=breakdown,
                 num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
                 cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."))
 

@@ -9,7 +9,7 @@
 #   3. gpu_sampler_check.py  sampling kernel vs torch, and its timing                 -> gpu_sampler_check_h200.json
 #   4. gpu_logits_check.py   teacher-forced logits vs transformers                     -> gpu_logits_check_h200.json
 #   5. pytest on CUDA        float32 token equality with transformers (tests/engine/test_llm.py -k cuda)
-# Outputs go to --out (default: $OUT when set, else benchmarks/results).
+# Outputs go to --out (default: $OUT when set, else benchmarks/results). STAGES="throughput logits" runs a subset.
 set -uo pipefail
 OUT_DIR="${OUT:-benchmarks/results}"
 [ "${1:-}" = "--out" ] && OUT_DIR="$2"
@@ -26,8 +26,10 @@ if ! "$PY" -c "import simpy" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; the
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 FAILED=()
+STAGES="${STAGES:-throughput profile sampler logits pytest_cuda}"
 stage() {   # stage NAME SECONDS command...
   local name="$1" limit="$2"; shift 2
+  case " $STAGES " in *" $name "*) ;; *) return 0 ;; esac
   echo "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*" | tee -a "$LOG"
   local t0=$SECONDS
   timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"

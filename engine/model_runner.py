@@ -135,6 +135,8 @@ class ModelRunner:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if self.is_cuda and not config.enforce_eager:
             self._capture_cuda_graphs()
+        if self.is_cuda:    # compile the eager prefill and sampling kernels now, not inside the first timed step
+            self._dummy_prefill(2, 16)
         self.inputs = StepInputBuilder(self.block_size, self.max_blocks_per_seq,
                                        self.graph_sizes[-1] if self.graphs else 0)
 

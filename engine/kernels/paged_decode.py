@@ -25,7 +25,7 @@ from engine.kernels.paged_attention_tile import contiguous_q_and_out, dot_precis
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["partition", "num_splits", "stride_tb"])   # vary with the batch
 def _decode_split_kernel(
     q_ptr,                         # [B, Hq, D]
     k_cache_ptr, v_cache_ptr,      # [num_blocks, BLOCK_SIZE, Hkv, D]
@@ -82,7 +82,7 @@ def _decode_split_kernel(
         tl.store(mid_lse_ptr + row, lse, mask=gmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["partition", "num_splits"])
 def _decode_reduce_kernel(
     mid_o_ptr,                     # [B, Hq, num_splits, D] f32
     mid_lse_ptr,                   # [B, Hq, num_splits] f32

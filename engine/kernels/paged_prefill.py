@@ -21,7 +21,7 @@ from engine.kernels.paged_attention_tile import contiguous_q_and_out, dot_precis
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_tb"])       # eager block-table width varies per step
 def _prefill_kernel(
     q_ptr,                         # [num_prefill_tokens, Hq, D]
     k_cache_ptr, v_cache_ptr,      # [num_blocks, BLOCK_SIZE, Hkv, D]

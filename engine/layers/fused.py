@@ -33,14 +33,17 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 
 
-def qk_norm_rope(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float, cos_sin: Tensor,
-                 positions: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-head RMSNorm of q [T, Hq, D] and k [T, Hkv, D], then RoPE (rotate-half layout) at positions [T].
+def qk_norm_rope(qk: Tensor, num_q_heads: int, q_weight: Tensor, k_weight: Tensor, eps: float, cos_sin: Tensor,
+                 positions: Tensor) -> Tensor:
+    """Per-head RMSNorm then RoPE (rotate-half layout) at positions [T] of the q and k heads together.
 
-    cos_sin: [2, max_positions, D] float32 table.
+    qk: [T, Hq + Hkv, D], the q heads then the k heads, as the packed qkv projection lays them out;
+    q heads use q_weight [D], k heads k_weight [D]. Normalising both in one call makes it one kernel
+    per layer instead of two. cos_sin: [2, max_positions, D] float32 table. Returns [T, Hq + Hkv, D].
     """
+    is_q = torch.arange(qk.shape[1], device=qk.device)[:, None] < num_q_heads     # [Hq + Hkv, 1]
     cs = cos_sin[:, positions].unsqueeze(2)                                  # [2, T, 1, D]
-    return _rotate(rms_norm(q, q_weight, eps), cs[0], cs[1]), _rotate(rms_norm(k, k_weight, eps), cs[0], cs[1])
+    return _rotate(rms_norm(qk, torch.where(is_q, q_weight, k_weight), eps), cs[0], cs[1])
 
 
 def rope(q: Tensor, k: Tensor, cos_sin: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:

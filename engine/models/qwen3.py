@@ -92,12 +92,13 @@ class Qwen3Attention(nn.Module):
 
     def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata, kv_cache: tuple[Tensor, Tensor]) -> Tensor:
         T = x.shape[0]
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))                          # [T, Hq*D], [T, Hkv*D] x2
-        q, k = fused.qk_norm_rope(q.reshape(T, self.num_heads, self.head_dim),     # [T, Hq, D]
-                                  k.reshape(T, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
-                                  self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
-                                  self.rotary.cos_sin, positions)
-        v = v.reshape(T, self.num_kv_heads, self.head_dim)
+        Hq, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv_proj(x)                                                    # [T, (Hq + 2 Hkv) * D]
+        qk = fused.qk_norm_rope(qkv[:, :(Hq + Hkv) * D].view(T, Hq + Hkv, D), Hq,   # [T, Hq + Hkv, D]
+                                self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
+                                self.rotary.cos_sin, positions)
+        q, k = qk[:, :Hq], qk[:, Hq:]                                              # [T, Hq, D], [T, Hkv, D]
+        v = qkv[:, (Hq + Hkv) * D:].view(T, Hkv, D)
         o = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)   # [T, Hq, D]
         return self.o_proj(o.reshape(T, -1))
 
