@@ -1,29 +1,235 @@
-"""Decode chains: the simulator's fast path through sequence finishes, in one pass (torch-free).
+"""The simulator's exact decode fast path (torch-free): many pure-decode steps in one call.
 
-`Scheduler.decode_horizon` stops at the first step in which a sequence finishes,
-because the step after it may differ (the freed room may admit a waiting
-request). With nothing waiting or swapped it cannot: a finish only removes that
-sequence, and the next steps are pure decodes of the smaller set. A DecodeChain
-plans those steps from the per-sequence facts decode_horizon gathered (tokens
-left, slots left in the last block, context length) as segments of equal batch
-size, and applies any prefix of them at once: each sequence gets its tokens and
-blocks in one go, the finished ones leave at their own step, in the order that
-step serves them, exactly as postprocess would finish them.
+`DecodeFastPath` (a mixin of engine.scheduler.Scheduler) answers how many upcoming
+steps are certain to be pure decode steps of exactly the current running set
+(`decode_horizon`) and applies them at once (`advance_decodes`), leaving every
+sequence and the block manager as step-by-step scheduling would.
 
-Only for policies that serve the running set in admission order and without a
-prefix cache (block ids then never reach a table; the fast path elsewhere keeps
-step order where they do). The blocks all chain steps take come from the plain
-free list as it was at the start: a chain never relies on blocks its own
-finishes free (it stops before the step that would need them; the next
+decode_horizon stops at the first step in which a sequence finishes, because the
+step after it may differ (the freed room may admit a waiting request). With
+nothing waiting or swapped it cannot: a finish only removes that sequence, and the
+next steps are pure decodes of the smaller set. A `DecodeChain` plans those steps
+from the per-sequence facts decode_horizon gathered (tokens left, slots left in
+the last block, context length) as runs of equal batch size, and applies any
+prefix of them at once: each sequence gets its tokens and blocks in one go, the
+finished ones leave at their own step, in the order that step serves them, as
+postprocess would finish them. Only for policies that serve the running set in
+admission order and without a prefix cache (block ids then never reach a table;
+advance_decodes keeps step order where they do). The blocks a chain takes come
+from the plain free list as it was at the start: a chain never relies on blocks
+its own finishes free (it stops before the step that would need them; the next
 decode_horizon call sees them).
+
+A chain leaves the facts of the surviving sequences behind (`_decode_carry`); the
+next decode_horizon reads them instead of every sequence as long as nothing but
+admissions (appended at the end of the running list, prefill-only steps) happened
+since. Serving, preempting or swapping in running sequences drops the carry.
 """
 from __future__ import annotations
 
 from itertools import accumulate
 
 from engine.sequence import SequenceStatus
+from policies.scheduling.base import SchedulingPolicy
 
 RUNNING = SequenceStatus.RUNNING
+
+
+class DecodeFastPath:
+    """Scheduler methods of the fast path (uses the Scheduler's running, waiting, swapped,
+    policy, block_manager, view, config, token_budget, num_steps)."""
+
+    def decode_horizon(self, max_steps: int) -> int:
+        """How many upcoming steps (<= max_steps) are certain to be pure decode steps of
+        exactly the current running set, with no scheduling decision to make, provided
+        no request arrives meanwhile. 0 means: take the step-by-step path.
+
+        Such steps admit nobody (queues empty, or the waiting head blocked in a way
+        that pure decoding cannot lift) and preempt nobody (the blocks they need are
+        free). Sequences finish at most in the last of them: the step in which a
+        sequence emits its last token is still a pure decode step of the same running
+        set; only the step after it differs. Afterwards `horizon_blocked` says whether
+        the free blocks (rather than max_steps or a finishing sequence) set the horizon,
+        in which case the step after it cannot be fast-forwarded either; when the result
+        is > 0, `horizon_context_sum` is the first step's decode context sum (tokens of
+        the running set).
+        """
+        self.horizon_blocked = False
+        running = self.running
+        if (max_steps < 1 or not running or self.swapped or not self.policy.fast_forward_ok
+                or len(running) > self.token_budget):
+            return 0
+        if self.waiting and (self.chunked or self.policy.preemptive or self._head_admissible()):
+            return 0
+        bs = self.block_manager.block_size
+        carry = self._decode_carry
+        if carry is not None and carry[0] is running:
+            # the first m sequences are as the last chain left them (only appends since)
+            _, m, slack, lefts, lens = carry
+            del slack[m:], lefts[m:], lens[m:]
+        else:
+            m = 0
+            slack = []               # token slots left in each sequence's allocated blocks
+            lefts = []               # output tokens each sequence still has to emit
+            lens = []                # tokens of each sequence (its context in the first step)
+        for i in range(m, len(running)):
+            seq = running[i]
+            n = len(seq.token_ids)
+            computed = seq.num_computed_tokens
+            if n - computed != 1 or n == seq.num_prompt_tokens:
+                return 0    # not in plain decode
+            if seq.eos_token_id is not None and not seq.sampling_params.ignore_eos:
+                return 0    # an EOS could end it at any step
+            slack.append(len(seq.block_table) * bs - computed)
+            lefts.append(seq.max_output_tokens - n + seq.num_prompt_tokens)     # tokens still to emit
+            lens.append(n)
+        horizon = min(max_steps, min(lefts))
+        if horizon < 1:
+            return 0
+        self.horizon_context_sum = sum(lens)
+        # for advance_decodes and engine.fast_forward.DecodeChain, while nothing has changed (same running
+        # list and length, step count, blocks)
+        self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
+                              slack, lefts, lens)
+        free = self.block_manager.num_free_blocks
+        if self._blocks_for_decodes(horizon, slack) <= free:
+            return horizon
+        self.horizon_blocked = True
+        lo, hi = 0, horizon          # need(lo) <= free < need(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._blocks_for_decodes(mid, slack) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _blocks_for_decodes(self, k: int, slack: list[int]) -> int:
+        """New blocks the running set needs for k more decode steps (step j writes slot slack_i + j)."""
+        bs1 = self.block_manager.block_size - 1
+        bs = bs1 + 1
+        return sum([(k - s + bs1) // bs for s in slack if s < k])
+
+    def _head_admissible(self) -> bool:
+        """Whether the first waiting sequence could be admitted right now (non-chunked rules)."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        bm = self.block_manager
+        seq = next(iter(self.policy.order_waiting(self.waiting, self.view)))
+        hits = bm.find_cached_prefix(seq)
+        n = len(seq.token_ids) - len(hits) * bm.block_size
+        if n > self.token_budget:
+            return False
+        fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
+        revived = sum(1 for b in hits if bm.ref_counts[b] == 0)
+        return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
+
+    def advance_decodes(self, k: int, step_end_times_s, token_of, finished: list | None = None,
+                        start_time_s: float | None = None) -> list[int]:
+        """Apply k pure decode steps at once (k from decode_horizon, or fewer).
+
+        step_end_times_s: the k step end times (seconds); token_of(seq) -> the token id
+        each step appends to seq. Sequences that emit their last token in step k finish
+        as postprocess would finish them (status, finish time, blocks freed,
+        policy.on_finish), in the order that step would have served them; they are
+        appended to `finished` when a list is given. start_time_s: when the first step
+        starts (the view's clock if the policy orders the running set; optional).
+        Returns the KV blocks in use after each step's allocation (length k), what
+        step-by-step scheduling would have recorded.
+        """
+        bm = self.block_manager
+        bs = bm.block_size
+        running = self.running
+        memo = self._horizon_memo
+        self._horizon_memo = None
+        self._decode_carry = None
+        if (memo is not None and memo[0] is running and memo[1] == len(running) and memo[2] == self.num_steps
+                and memo[3] == bm.num_used_blocks):
+            slacks, lefts = memo[4], memo[5]
+        else:
+            slacks = [len(seq.block_table) * bs - seq.num_computed_tokens for seq in running]
+            lefts = [seq.max_output_tokens - len(seq.token_ids) + seq.num_prompt_tokens for seq in running]
+        inc = [0] * (k + 1)          # inc[j]: blocks taken in step j (1-based)
+        for slack in slacks:
+            # the sequence takes a new block in steps slack + 1, slack + 1 + bs, ...
+            if slack < k:
+                for j in range(slack + 1, k + 1, bs):
+                    inc[j] += 1
+        done = [seq for seq, left in zip(running, lefts) if left == k] if k in lefts else []
+        inc[0] = bm.num_used_blocks
+        used = list(accumulate(inc))
+        del used[0]
+        policy = self.policy
+        if done and self._policy_orders_running():
+            # The finishing step serves (and finishes) in the policy's order, taken on the state
+            # after k - 1 steps: apply those first.
+            if k > 1:
+                self._advance_all(running, k - 1, step_end_times_s[:k - 1], token_of)
+            self.view.now_s = (step_end_times_s[k - 2] if k > 1 else
+                               start_time_s if start_time_s is not None else self.view.now_s)
+            order = policy.order_running(running, self.view)
+            self._advance_all(running, 1, step_end_times_s[k - 1:], token_of)
+            done_ids = set(map(id, done))
+            done = [s for s in order if id(s) in done_ids]
+        else:
+            self._advance_all(running, k, step_end_times_s, token_of)
+        if done:
+            last = float(step_end_times_s[-1])
+            for seq in done:
+                seq.finish_reason = "length"
+                seq.set_status(SequenceStatus.FINISHED)
+                seq.finish_time_s = last
+                bm.free(seq)
+                policy.on_finish(seq)
+            self.running = [s for s in running if s.status is RUNNING]
+            if finished is not None:
+                finished.extend(done)
+        self.num_steps += k
+        return used
+
+    def _policy_orders_running(self) -> bool:
+        """Whether the policy serves running sequences in an order other than admission order."""
+        policy = self.policy
+        return policy.ranked or type(policy).order_running is not SchedulingPolicy.order_running
+
+    def _advance_all(self, running, k: int, step_end_times_s, token_of) -> None:
+        """k decode tokens for every running sequence: tokens, blocks, computed counts, times."""
+        bm = self.block_manager
+        bs = bm.block_size
+        last = float(step_end_times_s[-1])
+        events = []
+        if bm.enable_prefix_caching:
+            # Replay the prefix-cache side effects in step-by-step order: in step j, first every
+            # sequence's new block (in serve order; a taken block may evict a cached one, dropping
+            # its hash), then every block that step fills is published (in serve order: of two
+            # blocks with equal content, the first published keeps the hash).
+            order = self.policy.order_running(running, self.view) if self._policy_orders_running() else running
+            need = 0
+            for rank, seq in enumerate(order):
+                c0 = seq.num_computed_tokens
+                for j in range(len(seq.block_table) * bs - c0 + 1, k + 1, bs):
+                    events.append((j, 0, rank, seq, 0))
+                    need += 1
+                for j in range(bs - c0 % bs, k + 1, bs):
+                    events.append((j, 1, rank, seq, c0 + j))
+            if need <= len(bm.free_ids):       # no eviction: blocks can be taken up front
+                bm.allocate_each(running, k)
+                events = [e for e in events if e[1] == 1]
+        else:
+            bm.allocate_each(running, k)
+        for seq in running:
+            seq.token_ids += [token_of(seq)] * k
+            seq.num_computed_tokens += k
+            seq.last_token_time_s = last
+            if seq.token_times_s is not None:
+                seq.token_times_s.extend(float(t) for t in step_end_times_s)
+        if events:
+            events.sort(key=lambda e: (e[0], e[1], e[2]))
+            for _, kind, _, seq, upto in events:
+                if kind == 0:
+                    seq.block_table.append(bm.take_block())
+                else:
+                    bm.register_computed_blocks(seq, upto)
 
 
 def chain_ok(sched) -> bool:
@@ -89,7 +295,9 @@ class DecodeChain:
         needs = []
         done = []
         total = 0
-        for seq, s, left in zip(running, self.slack, self.lefts):
+        slack2, lefts2, lens2 = [], [], []      # the survivors' facts after k steps
+        last = step_end_times_s[-1]
+        for seq, s, left, n in zip(running, self.slack, self.lefts, self.lens):
             j = left if left < k else k
             need = 0
             if s < j:
@@ -100,12 +308,17 @@ class DecodeChain:
             needs.append(need)
             seq.token_ids += [token_of(seq)] * j
             seq.num_computed_tokens += j
-            seq.last_token_time_s = step_end_times_s[j - 1]
             if seq.token_times_s is not None:
                 seq.token_times_s.extend(step_end_times_s[:j])
             if left <= k:
+                seq.last_token_time_s = step_end_times_s[left - 1]
                 inc[left + 1] -= len(seq.block_table) + need
                 done.append((left, seq))
+            else:
+                seq.last_token_time_s = last
+                slack2.append(s + need * bs - k)
+                lefts2.append(left - k)
+                lens2.append(n + k)
         inc[0] = bm.num_used_blocks
         used = list(accumulate(inc[:k + 1]))
         del used[0]
@@ -133,6 +346,7 @@ class DecodeChain:
             sched.running = [s for s in running if s.status is RUNNING]
         sched.num_steps += k
         sched._horizon_memo = None
+        sched._decode_carry = (sched.running, len(lens2), slack2, lefts2, lens2)
         return used
 
 
