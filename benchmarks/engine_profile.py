@@ -136,7 +136,7 @@ def eager_prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
     against GPU time (CUDA events), and a torch.profiler table of one 16-token step sorted by host time,
     to tell launch and host overhead from kernel time."""
     rows = []
-    for n in (1, 16, 256, 2048, 8192):
+    for n in (1, 16, 256, 2000):
         walls, gpus = [], []
         for r in range(reps):
             llm.add_request([5 + r] * n, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
