@@ -164,11 +164,14 @@ def environment(device: str) -> dict:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):      # no git where it runs: let the caller say
-        commit = os.environ.get("SERVELAB_COMMIT")
+    # The caller's word first: a copied working tree may carry a stale .git
+    commit = os.environ.get("SERVELAB_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                    check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = None
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else None
     return dict(gpu=gpu, torch=torch.__version__, triton=triton_version, commit=commit,
                 command="python " + " ".join(shlex.quote(a) for a in sys.argv))
