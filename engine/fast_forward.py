@@ -292,33 +292,35 @@ class DecodeChain:
         bs1 = bs - 1
         running = sched.running
         inc = [0] * (k + 2)          # inc[j]: blocks taken in step j; a finish in step j frees in j + 1
-        needs = []
+        needs = []                   # blocks each sequence takes
         done = []
-        total = 0
         slack2, lefts2, lens2 = [], [], []      # the survivors' facts after k steps
-        last = step_end_times_s[-1]
+        total = 0
         for seq, s, left, n in zip(running, self.slack, self.lefts, self.lens):
-            j = left if left < k else k
-            need = 0
-            if s < j:
+            j = left if left < k else k         # tokens it emits
+            if s < j:                # it takes blocks in steps s + 1, s + 1 + bs, ...
                 need = (j - s + bs1) // bs
                 total += need
-                for step in range(s + 1, j + 1, bs):
-                    inc[step] += 1
+                if need == 1:
+                    inc[s + 1] += 1
+                else:
+                    for step in range(s + 1, j + 1, bs):
+                        inc[step] += 1
+            else:
+                need = 0
             needs.append(need)
             seq.token_ids += [token_of(seq)] * j
             seq.num_computed_tokens += j
+            seq.last_token_time_s = step_end_times_s[j - 1]
             if seq.token_times_s is not None:
                 seq.token_times_s.extend(step_end_times_s[:j])
-            if left <= k:
-                seq.last_token_time_s = step_end_times_s[left - 1]
-                inc[left + 1] -= len(seq.block_table) + need
-                done.append((left, seq))
-            else:
-                seq.last_token_time_s = last
+            if left > k:
                 slack2.append(s + need * bs - k)
                 lefts2.append(left - k)
                 lens2.append(n + k)
+            else:
+                inc[left + 1] -= len(seq.block_table) + need     # its blocks, freed after step left
+                done.append((left, seq))
         inc[0] = bm.num_used_blocks
         used = list(accumulate(inc[:k + 1]))
         del used[0]

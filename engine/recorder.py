@@ -2,8 +2,9 @@
 
 Both backends call `on_step` once per scheduler step (or `on_steps_bulk` for k
 pure-decode steps at once) and `on_finish` for each FINISHED or REJECTED
-sequence. Rows go into typed columns (array.array, 8 bytes per value; no dict
-per row), because this runs in the simulator's hot loop. `requests_frame()` and
+sequence. Rows go into typed arrays (array.array, 8 bytes per value; no object
+per row), the values of one row side by side so that a row costs one extend,
+because this runs in the simulator's hot loop; the tables reshape them with numpy. `requests_frame()` and
 `steps_frame()` build the pandas tables; docs/metrics.md defines every column.
 Torch-free.
 
@@ -60,6 +61,12 @@ def _per_step(x, k: int, name: str) -> list:
     return [x] * k
 
 
+def _columns(values: array, width: int, dtype) -> list:
+    """The `width` columns of rows stored side by side in `values`, as numpy arrays (copies)."""
+    table = np.frombuffer(values, dtype=dtype).reshape(-1, width) if len(values) else np.zeros((0, width), dtype)
+    return [table[:, i].copy() for i in range(width)]
+
+
 class Recorder:
     """record_steps: "all" (one row per step) or "none" (no per-step rows; steps_frame() raises)."""
 
@@ -73,14 +80,13 @@ class Recorder:
         self._step_start = array("d")
         self._step_dur = array("d")
         self._step_used = array("q")
-        self._run = {c: array("q") for c in _RUN}
-        self._sparse_rows = array("q")           # step index of each sparse row
-        self._step_sparse = {c: array("q") for c in _STEP_SPARSE}
+        self._run = array("q")                   # len(_RUN) values per run of steps
+        self._sparse = array("q")                # per sparse row: its step index, then the _STEP_SPARSE values
         self._req_ids: list = []
         self._req_status: list[str] = []
         self._req_reason: list = []
-        self._req_float = {c: array("d") for c in _REQ_FLOAT}
-        self._req_int = {c: array("q") for c in _REQ_INT}
+        self._req_float = array("d")             # len(_REQ_FLOAT) values per request
+        self._req_int = array("q")               # len(_REQ_INT) values per request
         self._token_times: list[tuple[object, list[float]]] = []   # only sequences that recorded them
 
     @property
@@ -123,17 +129,8 @@ class Recorder:
                 pctx += cj
                 pairs += nj * cj - nj * (nj - 1) // 2     # causal: the query at position q sees q + 1 keys
                 samples += cj == len(seqs[j].token_ids)
-        self._sparse_rows.append(row)
-        c = self._step_sparse
-        c["num_prefill_tokens"].append(sum(new[:npf]) if npf else 0)
-        c["num_prefill_seqs"].append(npf)
-        c["num_preempted"].append(len(batch.preempted))
-        c["num_swapped_out"].append(len(batch.swapped_out))
-        c["num_swapped_in"].append(len(batch.swapped_in))
-        c["prefill_context_sum"].append(pctx)
-        c["prefill_attention_pairs"].append(pairs)
-        c["num_prefill_samples"].append(samples)
-        c["num_swap_blocks"].append(len(batch.swap_in) + len(batch.swap_out))
+        self._sparse.extend((row, sum(new[:npf]) if npf else 0, npf, len(batch.preempted), len(batch.swapped_out),
+                             len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out)))
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached) -> None:
@@ -194,12 +191,7 @@ class Recorder:
             self._add_run(k, n, s0, num_blocks, kv_blocks_cached)
 
     def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, total: int, cached: int) -> None:
-        r = self._run
-        r["len"].append(k)
-        r["num_decode_seqs"].append(num_decode_seqs)
-        r["decode_context_sum"].append(decode_context_sum)
-        r["kv_blocks_total"].append(total)
-        r["kv_blocks_cached"].append(cached)
+        self._run.extend((k, num_decode_seqs, decode_context_sum, total, cached))
 
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
@@ -210,22 +202,12 @@ class Recorder:
         self._req_ids.append(seq.request_id)
         self._req_status.append(status.value)
         self._req_reason.append(seq.reject_reason)
-        f = self._req_float
-        f["arrival_time_s"].append(seq.arrival_time_s)
-        t = seq.first_scheduled_time_s
-        f["first_scheduled_time_s"].append(_NAN if t is None else t)
-        t = seq.first_token_time_s
-        f["first_token_time_s"].append(_NAN if t is None else t)
-        t = seq.finish_time_s
-        f["finish_time_s"].append(_NAN if t is None or status is SequenceStatus.REJECTED else t)
-        i = self._req_int
-        i["num_prompt_tokens"].append(seq.num_prompt_tokens)
-        i["num_output_tokens"].append(len(seq.token_ids) - seq.num_prompt_tokens)
-        i["max_output_tokens"].append(seq.max_output_tokens)
-        i["num_preemptions"].append(seq.num_preemptions)
-        i["num_swaps"].append(seq.num_swaps)
-        i["num_cached_tokens"].append(seq.num_cached_tokens)
-        i["priority"].append(seq.priority)
+        first_sched, first_tok, finish = seq.first_scheduled_time_s, seq.first_token_time_s, seq.finish_time_s
+        self._req_float.extend((seq.arrival_time_s, _NAN if first_sched is None else first_sched,
+                                _NAN if first_tok is None else first_tok,
+                                _NAN if finish is None or status is SequenceStatus.REJECTED else finish))
+        self._req_int.extend((seq.num_prompt_tokens, len(seq.token_ids) - seq.num_prompt_tokens, seq.max_output_tokens,
+                              seq.num_preemptions, seq.num_swaps, seq.num_cached_tokens, seq.priority))
         if seq.token_times_s:
             self._token_times.append((seq.request_id, list(seq.token_times_s)))
 
@@ -234,10 +216,8 @@ class Recorder:
         import pandas as pd
         n = len(self._req_ids)
         cols = {"request_id": self._req_ids, "status": self._req_status, "reject_reason": self._req_reason}
-        ints = {c: np.frombuffer(self._req_int[c], dtype=np.int64).copy() if n else np.zeros(0, np.int64)
-                for c in _REQ_INT}
-        flts = {c: np.frombuffer(self._req_float[c], dtype=np.float64).copy() if n else np.zeros(0)
-                for c in _REQ_FLOAT}
+        ints = dict(zip(_REQ_INT, _columns(self._req_int, len(_REQ_INT), np.int64)))
+        flts = dict(zip(_REQ_FLOAT, _columns(self._req_float, len(_REQ_FLOAT), np.float64)))
         arrival, first_tok, finish = flts["arrival_time_s"], flts["first_token_time_s"], flts["finish_time_s"]
         ttft = first_tok - arrival
         e2e = finish - arrival
@@ -260,7 +240,7 @@ class Recorder:
             raise ValueError(f"replica {self.replica}: this Recorder kept no step rows (record_steps='none'); "
                              "build it with record_steps='all' for the per-step table")
         n = self._num_steps
-        run = {c: np.frombuffer(self._run[c], dtype=np.int64) if n else np.zeros(0, np.int64) for c in _RUN}
+        run = dict(zip(_RUN, _columns(self._run, len(_RUN), np.int64)))
         lens = run["len"]
         first = np.cumsum(lens) - lens                                   # first step of each run
         offset = np.arange(n, dtype=np.int64) - np.repeat(first, lens)   # step index within its run
@@ -270,12 +250,11 @@ class Recorder:
              "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
              "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["kv_blocks_total"], lens) - used,
              "kv_blocks_cached": np.repeat(run["kv_blocks_cached"], lens)}
-        rows = np.frombuffer(self._sparse_rows, dtype=np.int64) if len(self._sparse_rows) else np.zeros(0, np.int64)
+        rows, *sparse = _columns(self._sparse, 1 + len(_STEP_SPARSE), np.int64)
         sp = {}
-        for c in _STEP_SPARSE:
+        for c, vals in zip(_STEP_SPARSE, sparse):
             col = np.zeros(n, dtype=np.int64)
-            if len(rows):
-                col[rows] = np.frombuffer(self._step_sparse[c], dtype=np.int64)
+            col[rows] = vals
             sp[c] = col
         cols = {"step": np.arange(n, dtype=np.int64), "replica": np.full(n, self.replica, dtype=np.int64),
                 "start_time_s": np.frombuffer(self._step_start, dtype=np.float64).copy() if n else np.zeros(0),

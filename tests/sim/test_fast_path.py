@@ -65,21 +65,29 @@ def test_fast_path_under_memory_pressure(policy, arrival):
 
 @pytest.mark.parametrize("policy", FAST_OK, ids=lambda c: c.name)
 @pytest.mark.parametrize("blocks", [400, 40])
-def test_decode_chains_through_finishes(policy, blocks, monkeypatch):
-    """Without a prefix cache, a fast call with nothing waiting runs past finishes (a DecodeChain):
-    all-at-once arrivals (the queue drains, then only finishes) and sparse Poisson ones, under
-    memory pressure too (40 blocks: a chain stops before blocks its own finishes free)."""
-    chains = []
-    apply = DecodeChain.apply
-    monkeypatch.setattr(DecodeChain, "apply", lambda self, k, *a: chains.append(
-        sum(left <= k for left in self.lefts)) or apply(self, k, *a))
+@pytest.mark.parametrize("prefix", [False, True], ids=["no_prefix_cache", "prefix_cache"])
+def test_fast_calls_run_past_finishes(policy, blocks, prefix, monkeypatch):
+    """With nothing waiting, one fast call runs past sequence finishes: all-at-once arrivals (the
+    queue drains, then only finishes) and sparse Poisson ones, under memory pressure too (40 blocks:
+    a chain stops before blocks its own finishes free). Without a prefix cache, policies serving in
+    admission order plan the steps as one DecodeChain; the others chain exact segments."""
+    finishes, chains = [], []
+    fast_forward, apply = Simulator._fast_forward, DecodeChain.apply
+
+    def counting_fast_forward(self, *a):
+        before = self.num_finished
+        end = fast_forward(self, *a)
+        finishes.append(self.num_finished - before)
+        return end
+
+    monkeypatch.setattr(Simulator, "_fast_forward", counting_fast_forward)
+    monkeypatch.setattr(DecodeChain, "apply", lambda self, *a: chains.append(1) or apply(self, *a))
     for arrival in (AllAtOnce(), Poisson(rate_rps=5.0)):
-        _, fast = assert_same(wl(arrival, prompt=(64, 200), output=(40, 120)), policy, blocks=blocks, prefix=False)
+        _, fast = assert_same(wl(arrival, prompt=(64, 200), output=(40, 120)), policy, blocks=blocks, prefix=prefix)
         assert fast.num_fast_steps > 0
-    if not policy.ranked and policy.order_running is sched_policies.SchedulingPolicy.order_running:
-        assert max(chains) > 1             # several sequences finished inside one call
-    else:
-        assert not chains                  # ranked orders keep stopping at each finish
+    assert max(finishes) > 1                   # several sequences finished inside one call
+    in_order = not policy.ranked and policy.order_running is sched_policies.SchedulingPolicy.order_running
+    assert bool(chains) == (in_order and not prefix)
 
 
 def test_integer_times_arrivals_coincide_with_step_ends():
