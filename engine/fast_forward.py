@@ -121,7 +121,7 @@ class DecodeFastPath:
         if n > self.token_budget:
             return False
         fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
-        revived = sum(1 for b in hits if bm.ref_counts[b] == 0)
+        revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
         return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
 
     def advance_decodes(self, k: int, step_end_times_s, token_of, finished: list | None = None,

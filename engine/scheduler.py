@@ -266,7 +266,7 @@ class Scheduler(DecodeFastPath):
         admitted = []
         # Swapped sequences resume before new admissions, except that a preemptive policy
         # admits waiting sequences ranked above every swapped one.
-        key_bound = min((self.policy.key(s, self.view) for s in self.swapped), default=None)
+        key_bound = min((self.policy.key(s, self.view) for s in self.swapped), default=None) if self.swapped else None
         for seq in self.policy.order_waiting(self.waiting, self.view):
             if len(self.running) >= cfg.max_num_seqs or budget <= 0:
                 break
@@ -281,7 +281,7 @@ class Scheduler(DecodeFastPath):
                 n = budget
             # Blocks this admission takes from the free pool: fresh ones, plus hit blocks now evictable.
             fresh = -(-(hit_tokens + n) // bm.block_size) - len(hits)
-            revived = sum(1 for b in hits if bm.ref_counts[b] == 0)
+            revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
             if fresh + revived > bm.num_free_blocks or not self.policy.admits(seq, self.view):
                 break
             bm.allocate_cached_prefix(seq, hits)

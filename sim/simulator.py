@@ -29,7 +29,12 @@ arrival could have changed them:
     as stepping one at a time would (mid-step, with the straddling step
     scheduled by the ordinary path).
 The k steps are then applied at once (`advance_decodes`), recorded in bulk
-(`Recorder.on_steps_bulk`) and waited for with a single event.
+(`Recorder.on_decode_steps`) and waited for with a single event. A call does not
+stop where sequences finish if the scheduler grants more steps before the next
+arrival: with nothing waiting, policies that serve in admission order without a
+prefix cache take the steps of the shrinking running set as one
+engine.fast_forward.DecodeChain (`Recorder.on_decode_runs`); the others take
+one exact horizon after another.
 
 Routing happens at the arrival time; at equal times all arrivals are routed
 before any replica ends or starts a step (arrival events have SimPy's URGENT
@@ -52,13 +57,17 @@ from simpy.events import NORMAL, URGENT, Event
 
 from engine.fast_forward import DecodeChain, chain_ok
 from engine.recorder import RECORD_STEPS, Recorder
-from sim.arrivals import Arrivals, dummy_token_id
+from sim.arrivals import Arrivals, dummy_token_id, token_of
 from sim.replica import Replica
 from sim.result import SimResult
 from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
 
 INF = math.inf
 PROMPT_IDS = ("auto", "hashed", "zeros")
+
+
+def _negative_id(seq) -> int:
+    return -1 - seq.request_id       # sim.arrivals.dummy_token_id of a non-negative int id
 
 
 class _At(Event):
@@ -371,7 +380,7 @@ class Simulator:
         else:                                 # no cached-free blocks ever: nothing to evict
             free0, cached0 = bm.num_blocks, 0
         done = []
-        used = sched.advance_decodes(k, ends, self._token_of, done, t)   # [k] blocks in use after allocation
+        used = sched.advance_decodes(k, ends, self._token_fn(), done, t)   # [k] blocks in use after allocation
         rec = r.recorder
         if rec is not None:
             if used[-1] - used0 > free0:      # allocation takes plain free blocks first, then evicts cached-free
@@ -405,10 +414,10 @@ class Simulator:
         if not k:
             return None
         r.segment_whole = k == chain.num_steps
-        r.horizon_spent = False
+        r.horizon_spent = r.segment_whole and r.scheduler.horizon_blocked     # as in _fast_segment
         done = []
         ends = clock[1:]
-        used = chain.apply(k, ends, self._token_of, done)
+        used = chain.apply(k, ends, self._token_fn(), done)
         if r.recorder is not None:
             del clock[-1]
             r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, 0)
@@ -434,9 +443,9 @@ class Simulator:
         if self._keep:
             self.finished.extend(done)
 
-    def _token_of(self, seq) -> int:
-        rid = seq.request_id
-        return -1 - rid if self._int_ids else dummy_token_id(rid)
+    def _token_fn(self):
+        """seq -> its dummy token (sim.arrivals.token_of), inlined while every id is a non-negative int."""
+        return _negative_id if self._int_ids else token_of
 
     @staticmethod
     def _emitted_load(batch) -> int:
