@@ -278,6 +278,11 @@ class BlockManager:
             for seq in seqs:
                 self.allocate(seq, num_new_tokens)
             return
+        self.hand_out(seqs, needs, total)
+
+    def hand_out(self, seqs, needs: list[int], total: int) -> None:
+        """Append needs[i] plain free blocks to seqs[i]'s table, in order, as one slice of the
+        free list (total = the sum of the positive needs <= the plain free blocks)."""
         new = self.free_ids.take(total)
         rc = self.ref_counts
         for block_id in new:

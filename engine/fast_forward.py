@@ -325,16 +325,7 @@ class DecodeChain:
         used = list(accumulate(inc[:k + 1]))
         del used[0]
         if total:
-            new = bm.free_ids.take(total)
-            rc = bm.ref_counts
-            for block_id in new:
-                rc[block_id] = 1
-            o = 0
-            for seq, need in zip(running, needs):
-                if need:
-                    seq.block_table += new[o:o + need]
-                    o += need
-            bm.num_used_blocks += total
+            bm.hand_out(running, needs, total)
         if done:
             done.sort(key=_first)    # stable: one step finishes its sequences in serve order
             policy = sched.policy
