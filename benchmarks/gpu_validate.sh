@@ -16,8 +16,11 @@
 #      policies fcfs, vllm, vllm_swap, KV cache limited so preemption happens   -> validation_azure_conv.{json,png}
 #   6. python -m experiments.validate  on nano-vllm's benchmark: 256 requests at once, prompt and output lengths
 #      uniform in [100, 1024]                                                   -> validation_nanovllm.{json,png}
-# Outputs go to --out (default: $OUT when set, else benchmarks/results); 8 files, with gpu_validate.log.
-# Knobs (environment): RATE_RPS, MAX_REQUESTS, CAL_SKIP, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S.
+# Outputs go to --out (default: $OUT when set, else benchmarks/results); 8 files, with gpu_validate.log, and
+# real/ with the real runs' tables, from which `python -m experiments.validate --from-real DIR/real` (same
+# workload flags and --name) re-runs the simulated side on any machine, e.g. after refitting a cost model.
+# Knobs (environment): RATE_RPS, MAX_REQUESTS, CAL_SKIP, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S; REUSE_PROFILE=fit.json
+# skips stages 2-4 and validates against that fit (made on the same engine).
 set -uo pipefail
 
 SMOKE=0
@@ -63,9 +66,10 @@ if [ "$SMOKE" = 1 ]; then
   T_CKPT=120; T_PROFILE=120; T_REPLAY=120; T_CAL=60; T_AZURE=200; T_NANO=120
 else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=4096
-  # Azure conversation: ~1k-token prompts, ~200-token outputs. 6 req/s keeps the GPU busy without a runaway
-  # queue; 2048 blocks (32k tokens) of KV cache make vllm preempt and vllm_swap swap at the bursts.
-  RATE_RPS="${RATE_RPS:-6}"; MAX_REQUESTS="${MAX_REQUESTS:-300}"; KV_BLOCKS="${KV_BLOCKS:-2048}"
+  # Azure conversation: ~1k-token prompts, ~250-token outputs. 6 req/s keeps the GPU ~80% busy without a
+  # runaway queue; the bursts need ~1,500 blocks, so 1,024 blocks (16k tokens) of KV cache make vllm preempt
+  # and vllm_swap swap (with 2,048 neither happened on the current engine).
+  RATE_RPS="${RATE_RPS:-6}"; MAX_REQUESTS="${MAX_REQUESTS:-300}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
   CPU_BLOCKS="${CPU_BLOCKS:-2048}"; MAX_WALL_S="${MAX_WALL_S:-100}"; CAL_SKIP="${CAL_SKIP:-$MAX_REQUESTS}"
   NANO=(--num-requests 256 --prompt-len 100:1024 --output-len 100:1024)
   T_CKPT=90; T_PROFILE=150; T_REPLAY=130; T_CAL=60; T_AZURE=330; T_NANO=120
@@ -112,6 +116,10 @@ model.save_pretrained('$CKPT')
 print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $CKPT')"
 fi
 
+if [ -n "${REUSE_PROFILE:-}" ]; then     # stages 2-4 already ran on this engine: validate against their fit
+  log "=== [profile, calib_replay, calibrate] skipped: REUSE_PROFILE=$REUSE_PROFILE"
+  PROFILE_ARGS=(--profile "$REUSE_PROFILE")
+else
 # 2. profile ------------------------------------------------------------------------------------------------
 stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
   --grid "$GRID" --max-model-len "$MAX_MODEL_LEN"
@@ -140,13 +148,14 @@ stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out
   --hardware "$HW" --model "$MODEL_NAME"
 PROFILE_ARGS=()
 [ -f "$PROFILE" ] && PROFILE_ARGS=(--profile "$PROFILE")
+fi
 
 # 5. Azure conversation trace, three policies, limited KV cache ------------------------------------------------
 if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
   stage validate_azure "$T_AZURE" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
     --trace "$TRACE" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" --max-model-len "$MAX_MODEL_LEN" \
     --policies fcfs,vllm,vllm_swap --num-kvcache-blocks "$KV_BLOCKS" --num-cpu-blocks "$CPU_BLOCKS" \
-    --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name azure_conv
+    --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name azure_conv --real-dir "$OUT_DIR/real"
 else
   FAILED+=(validate_azure); log "!!! [validate_azure] skipped: no trace file (give --trace PATH)"
 fi
@@ -154,7 +163,7 @@ fi
 # 6. nano-vllm's offline benchmark: everything at once -------------------------------------------------------
 stage validate_nanovllm "$T_NANO" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
   --arrival all_at_once "${NANO[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm \
-  --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name nanovllm
+  --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name nanovllm --real-dir "$OUT_DIR/real"
 
 log "gpu_validate finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
 ls -la "$OUT_DIR" | tee -a "$LOG"

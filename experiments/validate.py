@@ -35,6 +35,7 @@ from experiments.metrics import summary
 from experiments.profile import set_threads, write_atomic
 from experiments.results import write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
+from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run
 from experiments.step_tables import calibration_table
 from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
@@ -198,7 +199,7 @@ def build_workload(args):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="checkpoint directory")
+    ap.add_argument("--model", default=None, help="checkpoint directory (required unless --from-real)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--name", default="run", help="report name: validation_<name>.json / .png")
     w = ap.add_argument_group("workload: a trace (--trace) or synthetic (default)")
@@ -237,6 +238,10 @@ def parse_args(argv=None):
     c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
     c.add_argument("--no-roofline", action="store_true")
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
+    ap.add_argument("--real-dir", default=None, help="keep the real runs (parquet tables + engine facts) in this "
+                    "directory, for a later --from-real")
+    ap.add_argument("--from-real", default=None, help="replay nothing: load the real runs a --real-dir run kept "
+                    "there (same workload flags and --name) and simulate against them")
     ap.add_argument("--steps-out", default=None, help="write each real run's steps table to this parquet (with "
                     "several policies: <stem>_<policy>.parquet), a calibration input for experiments.calibrate")
     return ap.parse_args(argv)
@@ -244,6 +249,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not args.model and not args.from_real:
+        raise ValueError("--model CHECKPOINT_DIR is required (or --from-real DIR to reuse saved real runs)")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
@@ -261,16 +268,22 @@ def main(argv=None) -> int:
                           max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
                           enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
                           temperature=args.temperature, seed=args.seed)
-    t0 = time.perf_counter()
-    rep = EngineReplayer(cfg)
-    load_s = time.perf_counter() - t0
-    warm_s = rep.warmup()
+    if args.from_real:          # the real side as measured before (experiments/saved_runs.py)
+        rep = SavedReplays(args.from_real, args.name)
+        cfg, device, model_dir = rep.config, rep.device, rep.model_dir
+        load_s, warm_s, runner_device = rep.meta["engine_load_s"], rep.meta["warmup_s"], rep.meta["runner_device"]
+    else:
+        t0 = time.perf_counter()
+        rep = EngineReplayer(cfg)
+        load_s = time.perf_counter() - t0
+        warm_s = rep.warmup()
+        device, model_dir, runner_device = _device_name(rep.runner), args.model, str(rep.runner.device)
     print(f"engine ready: load {load_s:.1f} s, warm-up {warm_s:.1f} s, {rep.num_kvcache_blocks} KV blocks, "
           f"{rep.num_cpu_blocks} swap blocks; workload {workload.stats.source}: {len(specs)} requests over "
           f"{workload.duration_s:.1f} s", flush=True)
     cost_models = {}
     if not args.no_roofline:
-        cost_models["roofline"] = roofline_model(args.model, args.hardware, str(rep.runner.device), rep.max_model_len)
+        cost_models["roofline"] = roofline_model(model_dir, args.hardware, runner_device, rep.max_model_len)
     if args.profile:
         cost_models["calibrated"] = CalibratedCostModel.load(args.profile)
 
@@ -278,7 +291,8 @@ def main(argv=None) -> int:
         "format": FORMAT, "name": args.name,
         "command": "python -m experiments.validate " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": _device_name(rep.runner), "engine": asdict(cfg), "engine_load_s": load_s, "warmup_s": warm_s,
+        "device": device, "engine": asdict(cfg), "engine_load_s": load_s, "warmup_s": warm_s,
+        "real_side": f"measured earlier, loaded from {args.from_real}" if args.from_real else "measured in this run",
         "workload": {"source": workload.stats.source, "summary": workload.stats.summary(), "num_requests": len(specs),
                      "duration_s": workload.duration_s, "mean_rate_rps": workload.mean_rate_rps,
                      "prompt_tokens_mean": float(np.mean(workload.num_prompt_tokens)),
@@ -286,7 +300,7 @@ def main(argv=None) -> int:
         "cost_models": {k: (v.to_dict() if hasattr(v, "to_dict") else repr(v)) for k, v in cost_models.items()},
         "policies": {},
     }
-    runs_by_policy = {}
+    runs_by_policy, real_infos = {}, {}
     for policy in policies:
         entry = report["policies"][policy] = {}
         try:
@@ -297,6 +311,10 @@ def main(argv=None) -> int:
             print(f"[{policy}] real run failed: {entry['error']}", flush=True)
             continue
         entry["real"] = {"summary": run_summary(real), "info": real.info}
+        if args.real_dir:
+            save_real_run(args.real_dir, args.name, policy, real)
+            real_infos[policy] = real.info
+            save_real_meta(args.real_dir, args.name, rep, device, runner_device, load_s, warm_s, real_infos)
         if args.steps_out:
             path = steps_out_path(args.steps_out, policy, len(policies))
             write_parquet(real.steps, path)

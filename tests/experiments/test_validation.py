@@ -77,11 +77,12 @@ def test_cpu_validation_loop(tiny, tmp_path):
     assert fit["metadata"]["heldout"]["num_rows"] >= 5 and fit["metadata"]["hardware"] == "cpu"
 
     out = tmp_path / "out"
+    workload = ["--num-requests", "24", "--arrival", "poisson", "--rate-rps", "12", "--prompt-len", "8:64",
+                "--output-len", "4:24", "--max-model-len", "512", "--policies", "vllm",
+                "--num-kvcache-blocks", "12", "--profile", str(prof)]
     assert validate.main(["--model", str(tiny), "--device", "cpu", "--out-dir", str(out), "--name", "ci",
-                          "--num-requests", "24", "--arrival", "poisson", "--rate-rps", "12", "--prompt-len", "8:64",
-                          "--output-len", "4:24", "--max-model-len", "512", "--policies", "vllm",
-                          "--num-kvcache-blocks", "12", "--profile", str(prof), "--max-wall-s", "60",
-                          "--steps-out", str(tmp_path / "steps.parquet")]) == 0
+                          *workload, "--max-wall-s", "60", "--steps-out", str(tmp_path / "steps.parquet"),
+                          "--real-dir", str(tmp_path / "real")]) == 0
     report = json.loads((out / "validation_ci.json").read_text())
     assert (out / "validation_ci.png").stat().st_size > 0
     entry = report["policies"]["vllm"]
@@ -97,6 +98,17 @@ def test_cpu_validation_loop(tiny, tmp_path):
     cal = entry["sims"]["calibrated"]
     assert cal["e2e_s"]["median_rel_err"] < 1.0          # loose: a shared 2-core CPU is noisy
     assert cal["step_time"]["num_steps"] == entry["real"]["summary"]["num_steps"]
+
+    # the kept real run re-validates without the engine: same real side, same (deterministic) simulated side
+    again = tmp_path / "again"
+    assert validate.main(["--from-real", str(tmp_path / "real"), "--out-dir", str(again), "--name", "ci",
+                          *workload]) == 0
+    redo = json.loads((again / "validation_ci.json").read_text())
+    assert redo["policies"]["vllm"]["real"]["summary"] == entry["real"]["summary"]
+    assert redo["policies"]["vllm"]["sims"]["calibrated"]["e2e_s"] == cal["e2e_s"]
+    assert redo["device"] == report["device"] and "loaded from" in redo["real_side"]
+    with pytest.raises(FileNotFoundError, match="--real-dir"):
+        validate.main(["--from-real", str(tmp_path / "real"), "--out-dir", str(again), "--name", "other", *workload])
 
     # the real run's own steps table calibrates too (fitted together with the profile grid)
     both = tmp_path / "both.json"

@@ -1,0 +1,86 @@
+"""Real replays kept on disk, so the simulator side of a validation re-runs without the GPU.
+
+A validation with `--real-dir DIR` writes, next to its report, what the real side produced:
+
+    DIR/<name>_<policy>_requests.parquet, DIR/<name>_<policy>_steps.parquet   one pair per policy
+    DIR/<name>_real.json      engine facts: EngineRunConfig, KV and swap blocks, vocab size, device,
+                              load and warm-up seconds, each policy's run info
+    DIR/config.json           the checkpoint's config (the roofline model's dimensions)
+
+`python -m experiments.validate --from-real DIR` with the same workload flags then loads those
+runs instead of replaying, and simulates against them: the same report, the real side measured
+once on the GPU, the simulated side recomputed (for example after refitting a cost model).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.results import write_json, write_parquet
+from experiments.runner_engine import EngineRunConfig, RunResult, scheduler_config
+
+
+def _paths(real_dir: Path, name: str, policy: str) -> tuple[Path, Path]:
+    return real_dir / f"{name}_{policy}_requests.parquet", real_dir / f"{name}_{policy}_steps.parquet"
+
+
+def save_real_run(real_dir, name: str, policy: str, run: RunResult) -> None:
+    requests, steps = _paths(Path(real_dir), name, policy)
+    write_parquet(run.requests, requests)
+    write_parquet(run.steps, steps)
+
+
+def save_real_meta(real_dir, name: str, replayer, device: str, runner_device: str, load_s: float,
+                   warm_s: float, infos: dict) -> None:
+    """Engine facts of a live replayer (experiments.runner_engine.EngineReplayer) and its runs' info."""
+    real_dir = Path(real_dir)
+    real_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(replayer.config.model_path) / "config.json", real_dir / "config.json")
+    write_json(real_dir / f"{name}_real.json", {
+        "engine": asdict(replayer.config), "device": device, "runner_device": runner_device, "engine_load_s": load_s, "warmup_s": warm_s,
+        "vocab_size": replayer.vocab_size, "max_model_len": replayer.max_model_len,
+        "num_kvcache_blocks": replayer.num_kvcache_blocks, "num_cpu_blocks": replayer.num_cpu_blocks,
+        "runs": infos})
+
+
+class SavedReplays:
+    """Stands in for EngineReplayer: `replay` returns the run saved for that policy."""
+
+    def __init__(self, real_dir, name: str):
+        self.real_dir = Path(real_dir)
+        meta_path = self.real_dir / f"{name}_real.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"--from-real {real_dir}: no {meta_path.name}; run the validation with "
+                                    f"--real-dir {real_dir} --name {name} on the GPU first (or fix --name)")
+        self.name = name
+        self.meta = json.loads(meta_path.read_text())
+        self.config = EngineRunConfig(**self.meta["engine"])
+        self.vocab_size = self.meta["vocab_size"]
+        self.max_model_len = self.meta["max_model_len"]
+        self.num_kvcache_blocks = self.meta["num_kvcache_blocks"]
+        self.num_cpu_blocks = self.meta["num_cpu_blocks"]
+        self.device = self.meta["device"]
+        self.model_dir = self.real_dir            # holds config.json
+
+    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None):
+        kv = self.num_kvcache_blocks if num_kvcache_blocks is None else int(num_kvcache_blocks)
+        cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
+        return scheduler_config(kv, cpu, self.config, self.max_model_len)
+
+    def replay(self, requests, policy: str = "vllm", **_) -> RunResult:
+        req_path, steps_path = _paths(self.real_dir, self.name, policy)
+        if not req_path.is_file():
+            raise FileNotFoundError(f"no saved real run for policy {policy!r} in {self.real_dir} ({req_path.name})")
+        run = RunResult(pd.read_parquet(req_path), pd.read_parquet(steps_path),
+                        dict(self.meta["runs"].get(policy, {})))
+        wanted = {r.request_id for r in requests}
+        saved = set(run.requests["request_id"])
+        if wanted != saved:
+            raise ValueError(f"the saved {policy} run holds {len(saved)} requests, the workload {len(wanted)} "
+                             f"({len(wanted - saved)} not in the saved run): give the same workload flags as "
+                             f"the GPU run (its command is in the report)")
+        return run
