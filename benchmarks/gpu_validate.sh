@@ -16,9 +16,10 @@
 #      policies fcfs, vllm, vllm_swap, KV cache limited so preemption happens   -> validation_azure_conv.{json,png}
 #   6. python -m experiments.validate  on nano-vllm's benchmark: 256 requests at once, prompt and output lengths
 #      uniform in [100, 1024]                                                   -> validation_nanovllm.{json,png}
-# Outputs go to --out (default: $OUT when set, else benchmarks/results); 8 files, with gpu_validate.log, and
-# real/ with the real runs' tables, from which `python -m experiments.validate --from-real DIR/real` (same
-# workload flags and --name) re-runs the simulated side on any machine, e.g. after refitting a cost model.
+# Outputs go to --out (default: $OUT when set, else benchmarks/results): 8 files with gpu_validate.log, among
+# them tables_<tag>.tgz: the calibration replay's steps and real/ (the real runs' tables), from which
+# `python -m experiments.validate --from-real DIR/real` (same workload flags and --name) re-runs the simulated
+# side on any machine, e.g. after refitting a cost model.
 # Knobs (environment): RATE_RPS, MAX_REQUESTS, CAL_SKIP, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S; REUSE_PROFILE=fit.json
 # skips stages 2-4 and validates against that fit (made on the same engine).
 set -uo pipefail
@@ -116,6 +117,7 @@ model.save_pretrained('$CKPT')
 print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $CKPT')"
 fi
 
+CAL_STEPS="$OUT_DIR/calib_steps_$TAG.parquet"
 if [ -n "${REUSE_PROFILE:-}" ]; then     # stages 2-4 already ran on this engine: validate against their fit
   log "=== [profile, calib_replay, calibrate] skipped: REUSE_PROFILE=$REUSE_PROFILE"
   PROFILE_ARGS=(--profile "$REUSE_PROFILE")
@@ -126,7 +128,6 @@ stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$
 [ -f "$TABLE" ] && cp "$TABLE" "$OUT_DIR/profile_$TAG.csv"
 
 # 3. calibration replay on a disjoint slice of the trace (held out by workload from stage 5) ------------------
-CAL_STEPS="$OUT_DIR/calib_steps_$TAG.parquet"
 if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
   stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
     --trace "$TRACE" --skip-requests "$CAL_SKIP" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" \
@@ -165,6 +166,15 @@ stage validate_nanovllm "$T_NANO" "$PY" -m experiments.validate --model "$CKPT" 
   --arrival all_at_once "${NANO[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm \
   --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name nanovllm --real-dir "$OUT_DIR/real"
 
+# The tables travel as one archive (a device run returns at most 8 files): the calibration replay's steps and
+# real/ (each validation's real runs, for `experiments.validate --from-real`).
+TABLES=()
+[ -f "$CAL_STEPS" ] && TABLES+=("$(basename "$CAL_STEPS")")
+[ -d "$OUT_DIR/real" ] && TABLES+=(real)
+if [ ${#TABLES[@]} -gt 0 ]; then
+  tar czf "$OUT_DIR/tables_$TAG.tgz" -C "$OUT_DIR" "${TABLES[@]}" && (cd "$OUT_DIR" && rm -rf "${TABLES[@]}")
+  log "tables in $OUT_DIR/tables_$TAG.tgz: ${TABLES[*]} (tar xzf it, then --from-real DIR/real)"
+fi
 log "gpu_validate finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
 ls -la "$OUT_DIR" | tee -a "$LOG"
 rm -rf "$WORK"

@@ -25,6 +25,7 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     loop_step, loop_seqs     the serving loop's own host time per step and per sequence: schedule(), postprocess,
                              arrivals, the gap before the next step. A profile (execute() alone) cannot see it; a
                              real run's steps table can. The simulator always pays it (it emulates that loop).
+                             Fits leave loop_seqs at 0 (calibrated_fit.UNFITTED says why); a file may set it.
 
 Swap blocks are scaled by block_size / the fitted block size. `step_time_s`
 (what the simulator calls) reads each direction from the batch;

@@ -15,7 +15,7 @@ from sim.cost_model.calibrated import FEATURES, CalibratedCostModel, design_matr
 
 COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, prefill_attention_pairs=1e-9,
             decode_context_sum=2e-8, lm_head_rows=4e-6, tokens_over_knee=2e-6, swap_step=5e-4, swap_out_blocks=3e-4,
-            swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=3e-6)
+            swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=0.0)      # fits leave loop_seqs at 0 (UNFITTED)
 
 
 def test_nnls_satisfies_kkt_conditions():
@@ -74,6 +74,22 @@ def test_fit_recovers_known_coefficients_exactly():
     np.testing.assert_allclose(fitted.predict_table(table), table["duration_s"], rtol=1e-7)
     for f in FEATURES:
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
+
+
+def test_fit_weighs_profile_and_run_rows_equally_and_leaves_loop_seqs_at_zero():
+    """A run table with 10x the rows of the profile: both sources carry half the weight; and a per-sequence loop
+    cost in the data is not fitted into loop_seqs (it would extrapolate), whatever the data say."""
+    from sim.cost_model.calibrated_fit import source_weights
+    truth = CalibratedCostModel(coefficients=dict(COEF, loop_seqs=5e-5), knee_tokens=256)
+    profile, _ = _table(_shapes(), truth, loop=False)
+    run, _ = _table(_shapes() * 10, truth, loop=True)
+    table = pd.concat([profile, run], ignore_index=True)
+    w = source_weights(table)
+    loop = table["serving_loop"].to_numpy() == 1
+    assert w[loop].sum() == pytest.approx(w[~loop].sum()) and w.sum() == pytest.approx(len(table))
+    assert np.array_equal(source_weights(run), np.ones(len(run)))
+    fitted = CalibratedCostModel.fit(table, knee_candidates=(256,))
+    assert fitted.coefficients["loop_seqs"] == 0.0 and fitted.coefficients["num_seqs"] > 0
 
 
 def test_robust_fit_ignores_a_few_stalled_steps():
