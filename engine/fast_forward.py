@@ -256,7 +256,7 @@ class DecodeChain:
         bs = bm.block_size
         horizon = min(max_steps, max(lefts))
         free = len(bm.free_ids)
-        # blocks the chain takes, at most one per sequence and bs steps, plus one
+        # an upper bound of the blocks the chain takes (each sequence one per bs steps, plus one)
         if len(slack) * (horizon // bs + 1) > free and _blocks_taken(horizon, slack, lefts, bs) > free:
             lo, hi = 0, horizon      # taken(lo) <= free < taken(hi)
             while hi - lo > 1:
@@ -269,6 +269,7 @@ class DecodeChain:
         self.num_steps = horizon
 
     def segments(self):
+        """(n, first_context_sum, num_steps) per run of steps with the same running set."""
         horizon = self.num_steps
         ends = sorted(zip(self.lefts, self.lens))      # (finishing step, context in step 1)
         n, context = len(ends), self.sched.horizon_context_sum
