@@ -13,28 +13,9 @@ step that produced them, as in the engine; every request runs to its max_tokens
 with the per-request dummy token of sim.arrivals. An idle replica sleeps until
 its next arrival; it never polls.
 
-Decode fast path (exact). Before scheduling, the replica asks the scheduler for
-`k = decode_horizon(limit)`: the number of upcoming steps that are certain to be
-pure decode steps of exactly the current running set if no request arrives
-(sequences may finish in the last of them; advance_decodes finishes them).
-Their durations come from `cost_model.decode_step_times_s` (the same numbers
-step_time_s gives those batches), their end times are accumulated from `now`
-in the same order the step-by-step path adds them, and k is cut so that no
-arrival could have changed them:
-  * routers that ignore replica state (round_robin, or one replica): requests
-    are routed ahead of time and every step in the horizon must START strictly
-    before the replica's own next arrival;
-  * routers that read replica state: every step must END strictly before the
-    next arrival anywhere, so each routing decision sees every replica exactly
-    as stepping one at a time would (mid-step, with the straddling step
-    scheduled by the ordinary path).
-The k steps are then applied at once (`advance_decodes`), recorded in bulk
-(`Recorder.on_decode_steps`) and waited for with a single event. A call does not
-stop where sequences finish if the scheduler grants more steps before the next
-arrival: with nothing waiting, policies that serve in admission order without a
-prefix cache take the steps of the shrinking running set as one
-engine.fast_forward.DecodeChain (`Recorder.on_decode_runs`); the others take
-one exact horizon after another.
+Decode fast path (exact): before scheduling, a replica with running sequences asks the
+scheduler how many upcoming steps are certain to be pure decodes and takes them at once;
+sim/fast_path.py says how, and why the tables stay the same as step by step.
 
 Routing happens at the arrival time; at equal times all arrivals are routed
 before any replica ends or starts a step (arrival events have SimPy's URGENT
@@ -48,16 +29,14 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_left
 from heapq import heapify, heappop, heappush
-from itertools import accumulate
 
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
-from engine.fast_forward import DecodeChain, chain_ok
 from engine.recorder import RECORD_STEPS, Recorder
 from sim.arrivals import Arrivals, dummy_token_id, token_of
+from sim.fast_path import FastPathMixin
 from sim.replica import Replica
 from sim.result import SimResult
 from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
@@ -84,7 +63,7 @@ class _At(Event):
         heappush(env._queue, (at_s, priority, next(env._eid), self))
 
 
-class Simulator:
+class Simulator(FastPathMixin):
     """Runs replicas behind a router over a workload, once.
 
     replicas: a Replica or a list of them. router: a sim.router.Router, a router name, or None
@@ -303,137 +282,6 @@ class Simulator:
             t = end
             if done:
                 self._record_finished(rec, done)
-
-    def _fast_forward(self, r: Replica, t: float, t_next: float) -> float | None:
-        """Fast-path calls from t, one after another, while each is taken whole (it ends where a
-        sequence finishes or at max_fast_steps) and the scheduler grants another before the next
-        arrival: the steps after a finish are pure decodes of the smaller set unless the freed
-        room admits a waiting request (decode_horizon then says 0). With nothing waiting, a
-        DecodeChain takes the steps past finishes in one call. Returns the end time of the last
-        call, or None if none was taken."""
-        sched = r.scheduler
-        t_end = None
-        while t_next - t > r.last_decode_s:
-            k = sched.decode_horizon(self.max_fast_steps)
-            if not k:
-                break
-            if chain_ok(sched):
-                end = self._fast_chain(r, t, DecodeChain(sched, self.max_fast_steps), t_next)
-            else:
-                end = self._fast_segment(r, t, k, t_next)
-            if end is None:
-                break
-            t_end = t = end
-            if not r.segment_whole or r.horizon_spent or not sched.running:
-                break
-        return t_end
-
-    def _price(self, r: Replica, n: int, s0: int, k: int, t: float, t_next: float) -> tuple[list, list]:
-        """Durations [j] and clock [j + 1] (t, then each step's end) of the first j <= k decode steps
-        of n sequences from t (step i attends s0 + i * n keys) that the next arrival leaves."""
-        cm = r.cost_model
-        if t_next != INF and r.last_decode_s > 0:
-            # Price only the steps the next arrival can leave (an estimate; extended below if short).
-            m = min(k, int((t_next - t) / r.last_decode_s) + 2)
-        else:
-            m = k
-        durs = cm.decode_step_times_list(n, s0, m)                # [m] seconds
-        clock = list(accumulate(durs, initial=t))                 # the same additions as the step-by-step path
-        if t_next == INF:
-            return durs, clock
-        while m < k and clock[m] < t_next:
-            more = cm.decode_step_times_list(n, s0 + m * n, min(k, 2 * m) - m)
-            durs += more
-            clock += accumulate(more, initial=clock[m])
-            del clock[m + 1]          # the initial value, already in clock
-            m = len(durs)
-        if self._prerouted:           # steps must start before the replica's next arrival
-            j = bisect_left(clock, t_next, 0, m)
-        else:                         # steps must end before any arrival (routing reads the state)
-            j = bisect_left(clock, t_next, 1, m + 1) - 1
-            if j == 0:
-                r.last_decode_s = durs[0]
-        if j < m:
-            del durs[j:]
-            del clock[j + 1:]
-        return durs, clock
-
-    def _fast_segment(self, r: Replica, t: float, k: int, t_next: float) -> float | None:
-        """Apply up to k pure-decode steps starting at t (sequences may finish in the last one);
-        returns the end time, or None if the next arrival leaves none to take. Sets
-        r.segment_whole: all k steps were taken."""
-        sched = r.scheduler
-        bm = sched.block_manager
-        n = len(sched.running)
-        s0 = sched.horizon_context_sum                            # decode_context_sum of the first step
-        durs, clock = self._price(r, n, s0, k, t, t_next)
-        if not durs:
-            return None
-        # A horizon cut short by free blocks, taken whole: the next step needs a block that is not free.
-        r.segment_whole = len(durs) == k
-        r.horizon_spent = r.segment_whole and sched.horizon_blocked
-        k = len(durs)
-        ends = clock[1:]
-        used0 = bm.num_used_blocks
-        if bm.enable_prefix_caching:
-            free0, cached0 = len(bm.free_ids), bm.num_cached_free_blocks
-        else:                                 # no cached-free blocks ever: nothing to evict
-            free0, cached0 = bm.num_blocks, 0
-        done = []
-        used = sched.advance_decodes(k, ends, self._token_fn(), done, t)   # [k] blocks in use after allocation
-        rec = r.recorder
-        if rec is not None:
-            if used[-1] - used0 > free0:      # allocation takes plain free blocks first, then evicts cached-free
-                cached = [cached0 - max(0, u - used0 - free0) for u in used]
-            else:
-                cached = cached0
-            del clock[-1]
-            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_blocks, cached)
-        if self._track_load:
-            r.outstanding_tokens -= k * n
-        self._count_fast(r, durs, done)
-        return ends[-1]
-
-    def _fast_chain(self, r: Replica, t: float, chain: DecodeChain, t_next: float) -> float | None:
-        """Apply the steps of `chain` that the next arrival leaves, from t (see _fast_segment)."""
-        durs, clock, runs = [], [t], []
-        for n, s0, steps in chain.segments():
-            if self._prerouted and t >= t_next:
-                break
-            d, c = self._price(r, n, s0, steps, t, t_next)
-            if not d:
-                break
-            runs.append((len(d), n, s0))
-            durs += d
-            del c[0]
-            clock += c
-            t = c[-1]
-            if len(d) < steps:
-                break
-        k = len(durs)
-        if not k:
-            return None
-        r.segment_whole = k == chain.num_steps
-        r.horizon_spent = r.segment_whole and r.scheduler.horizon_blocked     # as in _fast_segment
-        done = []
-        ends = clock[1:]
-        used = chain.apply(k, ends, self._token_fn(), done)
-        if r.recorder is not None:
-            del clock[-1]
-            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, 0)
-        if self._track_load:
-            r.outstanding_tokens -= sum(j * n for j, n, _ in runs)
-        self._count_fast(r, durs, done)
-        return ends[-1]
-
-    def _count_fast(self, r: Replica, durs: list, done: list) -> None:
-        r.num_steps += len(durs)
-        r.num_fast_steps += len(durs)
-        r.num_fast_calls += 1
-        r.busy_s = sum(durs, r.busy_s)
-        r.last_decode_s = durs[-1]
-        if done:
-            self._record_finished(r.recorder, done)
 
     def _record_finished(self, rec, done: list) -> None:
         self.num_finished += len(done)
