@@ -124,7 +124,7 @@ def main(argv=None):
     print(json.dumps(summary, indent=2))
     print(prof_table)
     eager = eager_prefill_probe(llm, torch, SamplingParams)
-    print(json.dumps(eager["steps"], indent=2))
+    print(json.dumps({k: eager[k] for k in ("steps", "steps_eager_layers")}, indent=2))
     print(eager["host_table"])
     if args.out:
         args.out.write_text(json.dumps({"summary": summary, "kernels": prof_table, "eager_prefill": eager,
@@ -133,13 +133,39 @@ def main(argv=None):
 
 def eager_prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
     """Lone prefill steps (eager: no CUDA graph) of one prompt of n tokens on an idle engine: wall time
-    against GPU time (CUDA events), and a torch.profiler table of one 16-token step sorted by host time,
-    to tell launch and host overhead from kernel time."""
+    against GPU time (CUDA events), with the compiled elementwise layers and again with their eager
+    torch versions (engine/layers/fused.py; decode graphs are captured already and unaffected), and a
+    torch.profiler table of one 16-token step sorted by host time, to tell launch and host overhead
+    from kernel time."""
+    from engine.layers import fused
+    rows = eager_steps(llm, torch, SamplingParams, reps, first_token=5)
+    was_compiled = fused.compiled
+    fused.disable_compile()
+    try:
+        eager_rows = eager_steps(llm, torch, SamplingParams, reps, first_token=500)
+    finally:
+        if was_compiled:
+            fused.enable_compile()
+    llm.add_request([7] * 16, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        llm.step()
+        torch.cuda.synchronize()
+    while llm.has_unfinished():
+        llm.step()
+    return {"steps": rows, "steps_eager_layers": eager_rows,
+            "host_table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)}
+
+
+def eager_steps(llm, torch, SamplingParams, reps: int, first_token: int) -> list:
+    """Median wall and GPU-span milliseconds of lone prefill steps of 1 to 2,000 tokens. Every prompt is
+    one token repeated, a different token for each (pass, length, repetition): no prefix-cache hits."""
     rows = []
-    for n in (1, 16, 256, 2000):
+    for i, n in enumerate((1, 16, 256, 2000)):
         walls, gpus = [], []
         for r in range(reps):
-            llm.add_request([5 + r] * n, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
+            llm.add_request([first_token + 10 * i + r] * n,
+                            SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             t = time.perf_counter()
@@ -153,14 +179,7 @@ def eager_prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
                 llm.step()
         rows.append({"prompt_tokens": n, "wall_ms_median": 1e3 * sorted(walls)[reps // 2],
                      "gpu_span_ms_median": 1e3 * sorted(gpus)[reps // 2]})
-    llm.add_request([7] * 16, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
-        llm.step()
-        torch.cuda.synchronize()
-    while llm.has_unfinished():
-        llm.step()
-    return {"steps": rows, "host_table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)}
+    return rows
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ def save_real_meta(real_dir, name: str, replayer, device: str, runner_device: st
     real_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(replayer.config.model_path) / "config.json", real_dir / "config.json")
     write_json(real_dir / f"{name}_real.json", {
-        "engine": asdict(replayer.config), "device": device, "runner_device": runner_device, "engine_load_s": load_s, "warmup_s": warm_s,
+        "engine": asdict(replayer.config), "device": device, "runner_device": runner_device,
+        "engine_load_s": load_s, "warmup_s": warm_s,
         "vocab_size": replayer.vocab_size, "max_model_len": replayer.max_model_len,
         "num_kvcache_blocks": replayer.num_kvcache_blocks, "num_cpu_blocks": replayer.num_cpu_blocks,
         "runs": infos})
