@@ -138,7 +138,8 @@ class ModelRunner:
         if self.is_cuda:    # compile the eager prefill and sampling kernels now, not inside the first timed step
             self._dummy_prefill(2, 16)
         self.inputs = StepInputBuilder(self.block_size, self.max_blocks_per_seq,
-                                       self.graph_sizes[-1] if self.graphs else 0)
+                                       self.graph_sizes[-1] if self.graphs else 0,
+                                       self.graph_host["block_tables"] if self.graphs else None)
 
     # -- sizing ---------------------------------------------------------------------
     @torch.inference_mode()
@@ -309,7 +310,8 @@ class ModelRunner:
         h["positions"][:S], h["positions"][S:graph_bs] = step.positions, 0
         h["slot_mapping"][:S], h["slot_mapping"][S:graph_bs] = step.slots, -1
         h["context_lens"][:S], h["context_lens"][S:graph_bs] = step.context_lens, 0
-        h["block_tables"][:graph_bs] = step.block_tables
+        if not np.may_share_memory(step.block_tables, h["block_tables"]):   # rank 0 built them in place
+            h["block_tables"][:graph_bs] = step.block_tables
         for name in h:
             g[name][:graph_bs].copy_(self.graph_host_t[name][:graph_bs], non_blocking=True)
 

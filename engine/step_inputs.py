@@ -41,9 +41,18 @@ class StepInputBuilder:
     of ~60 blocks). Invariant, per row r: table[r, :row_len[r]] == row_list[r][:row_len[r]], zeros after.
     """
 
-    def __init__(self, block_size: int, max_blocks_per_seq: int, max_graph_bs: int = 0):
-        self.block_size, self.max_blocks_per_seq = block_size, max_blocks_per_seq
-        self.graph_tables = np.zeros((max_graph_bs, max_blocks_per_seq), dtype=np.int32)
+    def __init__(self, block_size: int, max_blocks_per_seq: int, max_graph_bs: int = 0,
+                 graph_tables: np.ndarray | None = None):
+        """graph_tables: the [max_graph_bs, max_blocks_per_seq] int32 array to patch (the model runner
+        passes its pinned host mirror of the graphs' block tables, so no copy is made between them);
+        zeros are allocated when None."""
+        self.block_size = block_size
+        if graph_tables is None:
+            graph_tables = np.zeros((max_graph_bs, max_blocks_per_seq), dtype=np.int32)
+        elif graph_tables.shape != (max_graph_bs, max_blocks_per_seq) or graph_tables.any():
+            raise ValueError(f"graph_tables must be an all-zero [{max_graph_bs}, {max_blocks_per_seq}] array, "
+                             f"got shape {graph_tables.shape}")
+        self.graph_tables = graph_tables
         self.row_list: list[list[int] | None] = [None] * max_graph_bs
         self.row_len = [0] * max_graph_bs
 
@@ -72,7 +81,7 @@ class StepInputBuilder:
         if graph_bs is not None:
             tables = self._graph_block_tables(seqs, nblocks.tolist(), graph_bs)
         else:
-            tables = _block_tables(seqs, nblocks, S, int(nblocks.max()))
+            tables = _block_tables(seqs, nblocks)
         slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
         if P == 0:          # every decode entry computes its last token, so every one samples
             sample_rows = np.arange(S)
@@ -100,9 +109,10 @@ class StepInputBuilder:
         return tables[:graph_bs]
 
 
-def _block_tables(seqs, nblocks: np.ndarray, S: int, width: int) -> np.ndarray:
-    """[S, width] int32 block tables of an eager step, padded with 0."""
-    tables = np.zeros((S, width), dtype=np.int32)
+def _block_tables(seqs, nblocks: np.ndarray) -> np.ndarray:
+    """[S, max(nblocks)] int32 block tables of an eager step, padded with 0."""
+    width = int(nblocks.max())
+    tables = np.zeros((len(seqs), width), dtype=np.int32)
     # One flat gather of every block table (row-major), scattered under a length mask: no
     # per-sequence numpy call. A table never holds more blocks than its context needs.
     flat = np.fromiter(chain.from_iterable(seq.block_table for seq in seqs), np.int32)

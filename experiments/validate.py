@@ -262,17 +262,17 @@ def main(argv=None) -> int:
     cpu_blocks = args.num_cpu_blocks
     if cpu_blocks is None:
         cpu_blocks = (args.num_kvcache_blocks or 4096) if "vllm_swap" in policies else 0
-    cfg = EngineRunConfig(model_path=str(args.model), device=args.device, attention_backend=args.attention_backend,
-                          num_kvcache_blocks=args.num_kvcache_blocks, num_cpu_blocks=cpu_blocks,
-                          max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
-                          enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
-                          temperature=args.temperature, seed=args.seed)
     if args.from_real:          # the real side as measured before (experiments/saved_runs.py)
         rep = SavedReplays(args.from_real, args.name)
         cfg, device, model_dir = rep.config, rep.device, rep.model_dir
         load_s, warm_s, runner_device = rep.meta["engine_load_s"], rep.meta["warmup_s"], rep.meta["runner_device"]
     else:
+        cfg = EngineRunConfig(model_path=str(args.model), device=args.device, attention_backend=args.attention_backend,
+                              num_kvcache_blocks=args.num_kvcache_blocks, num_cpu_blocks=cpu_blocks,
+                              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                              max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
+                              enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
+                              temperature=args.temperature, seed=args.seed)
         t0 = time.perf_counter()
         rep = EngineReplayer(cfg)
         load_s = time.perf_counter() - t0

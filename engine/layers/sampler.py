@@ -2,11 +2,11 @@
 
 Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p_i / E_i) with E_i ~ Exp(1)
 draws index i with probability p_i, and needs no cumulative sum or host sync. Without top-k/top-p
-it is argmax(l_i / T - log E_i) on the raw logits (the softmax normaliser drops out): one Triton pass
-over the logits on CUDA (engine/kernels/sample.py), the same expression in torch elsewhere. Unseeded rows share
-one batched noise draw from the sampler's generator; a seeded row draws its noise from its own
-torch.Generator, so its tokens depend only on its seed and never on which other requests share
-the batch.
+it is argmax(l_i / T - log E_i) on the raw logits (the softmax normaliser drops out): one Triton
+pass over the logits on CUDA (engine/kernels/sample.py), the same expression in torch elsewhere.
+Unseeded rows share one batched noise draw from the sampler's generator; a seeded row draws its
+noise from its own torch.Generator, so its tokens depend only on its seed and never on which other
+requests share the batch.
 """
 from __future__ import annotations
 

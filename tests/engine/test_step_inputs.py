@@ -2,6 +2,7 @@
 import random
 
 import numpy as np
+import pytest
 
 from engine.batch import Batch
 from engine.sequence import SamplingParams, Sequence
@@ -54,6 +55,17 @@ def test_graph_block_tables_track_growth_reordering_and_rebuilt_tables():
         assert step_inputs.sample_rows.tolist() == list(range(len(seqs)))
         patched_rows += sum(builder.row_list[i] is s.block_table for i, s in enumerate(seqs))
     assert patched_rows > 0
+
+
+def test_graph_tables_are_built_in_the_given_buffer():
+    """The model runner hands over its pinned host mirror: the step's tables are a view of it, no copy."""
+    buf = np.zeros((MAX_BS, WIDTH), dtype=np.int32)
+    s = Sequence(0, [1] * 9, SamplingParams())
+    s.block_table = [4, 7, 2]
+    step = StepInputBuilder(BS, WIDTH, MAX_BS, buf).build(_decode_batch([s]), 2)
+    assert np.shares_memory(step.block_tables, buf) and buf[0, :3].tolist() == [4, 7, 2]
+    with pytest.raises(ValueError, match="graph_tables"):
+        StepInputBuilder(BS, WIDTH, MAX_BS, np.zeros((MAX_BS, WIDTH + 1), dtype=np.int32))
 
 
 def test_eager_step_tables_and_sample_rows():
