@@ -123,45 +123,54 @@ def main(argv=None):
     summary["prefill_steps"] = int((~dec).sum())
     print(json.dumps(summary, indent=2))
     print(prof_table)
-    eager = eager_prefill_probe(llm, torch, SamplingParams)
-    print(json.dumps({k: eager[k] for k in ("steps", "steps_eager_layers")}, indent=2))
-    print(eager["host_table"])
+    prefill = prefill_probe(llm, torch, SamplingParams)
+    print(json.dumps({k: v for k, v in prefill.items() if not k.startswith("host_table")}, indent=2))
+    print(prefill["host_table_eager"])
     if args.out:
-        args.out.write_text(json.dumps({"summary": summary, "kernels": prof_table, "eager_prefill": eager,
+        args.out.write_text(json.dumps({"summary": summary, "kernels": prof_table, "prefill_steps": prefill,
                                         "command": "python " + " ".join(sys.argv)}, indent=2))
 
 
-def eager_prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
-    """Lone prefill steps (eager: no CUDA graph) of one prompt of n tokens on an idle engine: wall time
-    against GPU time (CUDA events), with the compiled elementwise layers and again with their eager
-    torch versions (engine/layers/fused.py; decode graphs are captured already and unaffected), and a
-    torch.profiler table of one 16-token step sorted by host time, to tell launch and host overhead
-    from kernel time."""
+def prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
+    """Lone prefill steps of one prompt of n tokens on an idle engine, wall time against GPU time (CUDA
+    events): replaying the prefill CUDA graphs (engine/prefill_graphs.py), eagerly, and eagerly with the
+    eager torch versions of the elementwise layers (engine/layers/fused.py; the captured graphs are
+    unaffected); plus a torch.profiler table of one eager 16-token step sorted by host time, to tell
+    launch and host overhead from kernel time."""
     from engine.layers import fused
-    rows = eager_steps(llm, torch, SamplingParams, reps, first_token=5)
-    was_compiled = fused.compiled
-    fused.disable_compile()
+    runner = llm.runner
+    graphs = runner.prefill_graphs
+    out = {"num_prefill_graphs": len(graphs.graphs) if graphs else 0,
+           "prefill_graph_capture_s": getattr(graphs, "capture_s", None),
+           "steps_graph": timed_prefill_steps(llm, torch, SamplingParams, reps, first_token=5) if graphs else None}
+    runner.prefill_graphs = None
     try:
-        eager_rows = eager_steps(llm, torch, SamplingParams, reps, first_token=500)
+        out["steps_eager"] = timed_prefill_steps(llm, torch, SamplingParams, reps, first_token=300)
+        was_compiled = fused.compiled
+        fused.disable_compile()
+        try:
+            out["steps_eager_layers"] = timed_prefill_steps(llm, torch, SamplingParams, reps, first_token=600)
+        finally:
+            if was_compiled:
+                fused.enable_compile()
+        llm.add_request([7] * 16, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            llm.step()
+            torch.cuda.synchronize()
+        while llm.has_unfinished():
+            llm.step()
     finally:
-        if was_compiled:
-            fused.enable_compile()
-    llm.add_request([7] * 16, SamplingParams(max_tokens=1, temperature=0.6, ignore_eos=True))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
-        llm.step()
-        torch.cuda.synchronize()
-    while llm.has_unfinished():
-        llm.step()
-    return {"steps": rows, "steps_eager_layers": eager_rows,
-            "host_table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)}
+        runner.prefill_graphs = graphs
+    out["host_table_eager"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    return out
 
 
-def eager_steps(llm, torch, SamplingParams, reps: int, first_token: int) -> list:
+def timed_prefill_steps(llm, torch, SamplingParams, reps: int, first_token: int) -> list:
     """Median wall and GPU-span milliseconds of lone prefill steps of 1 to 2,000 tokens. Every prompt is
     one token repeated, a different token for each (pass, length, repetition): no prefix-cache hits."""
     rows = []
-    for i, n in enumerate((1, 16, 256, 2000)):
+    for i, n in enumerate((1, 16, 256, 1000, 2000)):
         walls, gpus = [], []
         for r in range(reps):
             llm.add_request([first_token + 10 * i + r] * n,

@@ -142,7 +142,7 @@ def check_prefill(bs: int, hq: int, hkv: int, new: list[int], ctx: list[int], se
     ref_bf16 = prefill_attention_torch(c.q, c.k_cache, c.v_cache, m, c.scale)
     out = torch.full_like(c.q, float("nan"))
     paged_prefill_attention(c.q, c.k_cache, c.v_cache, m.cu_seqlens_q, m.cu_seqlens_k, m.prefill_block_tables,
-                            m.max_seqlen_q, c.scale, out=out)
+                            c.scale, out=out)
     r = rel_err(out, ref)
     r["ref_bf16_rel_err"] = rel_err(ref_bf16, ref)["max_rel_err"]
     r["ok"] = r["nan_count"] == 0 and r["max_rel_err"] < REL_TOL
@@ -283,7 +283,7 @@ def time_prefill(new: list[int], ctx: list[int], hq: int, hkv: int, bs: int, war
 
     def triton_call(**kw):
         return paged_prefill_attention(c.q, c.k_cache, c.v_cache, m.cu_seqlens_q, m.cu_seqlens_k,
-                                       m.prefill_block_tables, m.max_seqlen_q, c.scale, out=out, **kw)
+                                       m.prefill_block_tables, c.scale, out=out, **kw)
 
     ms = cuda_time_ms(triton_call, warmup, iters)
     res = {"tflop": flops / 1e12, "triton_ms": ms, "triton_tflops": flops / ms / 1e9}

@@ -50,6 +50,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
+    prefill_graph_max_tokens: int = 8192         # steps with prefill up to this many tokens replay a CUDA graph (0: eager)
     compile_layers: bool | None = None           # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
     seed: int = 0                                # generator of unseeded sampled requests
     tensor_parallel_size: int = 1                # GPUs (processes) one model is split across, 1..8, one host
@@ -75,6 +76,9 @@ class EngineConfig:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got "
                              f"{self.max_num_seqs} and {self.max_num_batched_tokens}")
+        if self.prefill_graph_max_tokens < 0:
+            raise ValueError(f"prefill_graph_max_tokens must be >= 0 (0: prefill steps run eagerly), "
+                             f"got {self.prefill_graph_max_tokens}")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1 or None, got {self.max_model_len}")
         tp = self.tensor_parallel_size

@@ -30,6 +30,7 @@ from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.layers.sampler import Sampler, SamplingTensors
 from engine.loader import build_model
+from engine.prefill_graphs import PrefillGraphs
 from engine.models import load_hf_config
 
 GIB = 1 << 30
@@ -133,7 +134,13 @@ class ModelRunner:
         self.cpu_cache = torch.zeros(2, shape[0], self.num_cpu_blocks, *shape[1:], dtype=self.dtype,
                                      device="cpu", pin_memory=self.is_cuda and self.num_cpu_blocks > 0)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.prefill_graphs: PrefillGraphs | None = None
+        self.graph_pool = None
         if self.is_cuda and not config.enforce_eager:
+            # Tensor-parallel runs keep prefill steps eager: every rank would have to capture the same
+            # graphs around its all-reduces, which is untested.
+            if config.prefill_graph_max_tokens >= 16 and self.tp_size == 1 and self.attn_backend.graph_safe:
+                self.prefill_graphs = self.make_prefill_graphs()
             self._capture_cuda_graphs()
         if self.is_cuda:    # compile the eager prefill and sampling kernels now, not inside the first timed step
             self._dummy_prefill(2, 16)
@@ -266,7 +273,10 @@ class ModelRunner:
     def _logits(self, step: StepInputs):
         """Forward pass and LM head of the sampling rows: [num_sampled, V] on rank 0, None on other ranks."""
         S = len(step.context_lens)
-        if step.graph_bs is None:
+        padded = self.prefill_graphs.size_for(len(step.input_ids)) if self.prefill_graphs else None
+        if step.graph_bs is None and padded:
+            hidden = self.prefill_graphs.forward(step, padded)
+        elif step.graph_bs is None:
             input_ids, positions, meta = self._to_device(step)
             hidden = self.model(input_ids, positions, meta, self.kv_caches)
         else:
@@ -355,6 +365,24 @@ class ModelRunner:
         temps_t = torch.tensor(temps, dtype=torch.float32).to(self.device, non_blocking=True)
         return SamplingTensors(temps_t, top_ks, top_ps, gens, all_greedy)
 
+    # -- CUDA graphs ------------------------------------------------------------------------
+    def make_prefill_graphs(self, capture: bool = True) -> PrefillGraphs | None:
+        """Padded prefill-step buffers (engine/prefill_graphs.py), their graphs captured if `capture`;
+        None, with a warning, when the capture fails. The graphs' memory pool becomes self.graph_pool."""
+        cfg = self.config
+        graphs = PrefillGraphs(self.model, self.kv_caches, self.device, self.dtype,
+                               min(cfg.prefill_graph_max_tokens, cfg.max_num_batched_tokens), cfg.max_num_seqs,
+                               self.max_blocks_per_seq)
+        try:
+            if capture:
+                self.graph_pool = graphs.capture(self.graph_pool)
+        except Exception as exc:
+            warnings.warn(f"prefill CUDA graph capture failed with attention backend {self.attn_backend.name!r} "
+                          f"({type(exc).__name__}: {exc}); running prefill steps eagerly. Set "
+                          f"prefill_graph_max_tokens=0 to skip the capture.", RuntimeWarning, stacklevel=2)
+            return None
+        return graphs
+
     # -- CUDA graphs for decode-only steps --------------------------------------------------
     @torch.inference_mode()
     def _capture_cuda_graphs(self) -> None:
@@ -375,7 +403,6 @@ class ModelRunner:
                              for k, v in g.items() if k != "outputs"}
         self.graph_host = {k: v.numpy() for k, v in self.graph_host_t.items()}
         empty = torch.zeros(0, dtype=torch.int32, device=dev)
-        pool = None
         try:
             for bs in reversed(self.graph_sizes):
                 meta = AttentionMetadata(
@@ -386,9 +413,9 @@ class ModelRunner:
                 args = (g["input_ids"][:bs], g["positions"][:bs], meta, self.kv_caches)
                 g["outputs"][:bs] = self.model(*args)        # warm-up (lazy init, autotuning) outside the graph
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool):
+                with torch.cuda.graph(graph, self.graph_pool):
                     g["outputs"][:bs] = self.model(*args)
-                pool = graph.pool() if pool is None else pool
+                self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
                 self.graphs[bs] = graph
                 torch.cuda.synchronize(dev)
         except Exception as exc:       # a backend that syncs with the host cannot be captured

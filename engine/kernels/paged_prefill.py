@@ -4,11 +4,16 @@ Prefill entry i has q_len new tokens (rows cu_seqlens_q[i] .. cu_seqlens_q[i+1] 
 in the cache (cached prefix + the new tokens, already stored). New token j sits at position
 k_len - q_len + j and attends to keys at positions <= that.
 
-Grid (num_prefill_seqs, cdiv(max_seqlen_q, BLOCK_M // GROUP), num_kv_heads). A program owns
-TOK = BLOCK_M // GROUP consecutive tokens times the GROUP query heads sharing one kv head, packed as
-BLOCK_M rows (row r = token r // GROUP, head r % GROUP), so each K/V tile is read once for the group.
-Keys below the tile's first query position are visible to every row and are visited without the
-causal mask; only the last tiles (the diagonal) apply it. Tiles past a sequence's q_len do no work.
+A program owns TOK = BLOCK_M // GROUP consecutive tokens of one entry times the GROUP query heads
+sharing one kv head, packed as BLOCK_M rows (row r = token r // GROUP, head r % GROUP), so each K/V
+tile is read once for the group. Keys below the tile's first query position are visible to every
+row and are visited without the causal mask; only the last tiles (the diagonal) apply it.
+
+Grid (num_tokens // TOK + num_seqs, num_kv_heads), a flat list of tiles: entry i owns tiles
+[cu_q[i] // TOK + i, cu_q[i + 1] // TOK + i + 1), at least cdiv(q_len_i, TOK) of them, and a program
+finds its entry by binary search over cu_q. The grid depends only on the two array sizes, never on
+the lengths inside them, so a CUDA graph captured for padded sizes serves any step that fits
+(padding entries have q_len 0; tiles past an entry's q_len do no work).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from engine.kernels.paged_attention_tile import contiguous_q_and_out, dot_precis
 LOG2E = 1.4426950408889634
 
 
-@triton.jit(do_not_specialize=["stride_tb"])       # eager block-table width varies per step
+@triton.jit(do_not_specialize=["stride_tb", "NUM_SEQS"])    # both vary per eager step: no recompiles
 def _prefill_kernel(
     q_ptr,                         # [num_prefill_tokens, Hq, D]
     k_cache_ptr, v_cache_ptr,      # [num_blocks, BLOCK_SIZE, Hkv, D]
@@ -39,12 +44,23 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr,         # rows = tokens x group heads
     BLOCK_N: tl.constexpr,         # keys per tile
     DOT_PRECISION: tl.constexpr,
+    NUM_SEQS,                      # entries (len(cu_q) - 1)
 ):
     TOK: tl.constexpr = BLOCK_M // GROUP
-    seq = tl.program_id(0)
-    tile = tl.program_id(1)
-    kv_head = tl.program_id(2)
+    flat = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    # The entry of this tile: the last i with cu_q[i] // TOK + i <= flat (first tiles are increasing in i).
+    lo: tl.int32 = 0
+    hi: tl.int32 = NUM_SEQS
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tl.load(cu_q_ptr + mid) // TOK + mid <= flat:
+            lo = mid + 1
+        else:
+            hi = mid
+    seq = lo - 1
     q_start = tl.load(cu_q_ptr + seq)
+    tile = flat - (q_start // TOK + seq)
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
     k_len = tl.load(cu_k_ptr + seq + 1) - tl.load(cu_k_ptr + seq)
 
@@ -86,12 +102,13 @@ def _prefill_kernel(
 
 
 def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seqlens_q: Tensor,
-                            cu_seqlens_k: Tensor, block_tables: Tensor, max_seqlen_q: int, scale: float,
+                            cu_seqlens_k: Tensor, block_tables: Tensor, scale: float,
                             out: Tensor | None = None, block_m: int = 64, block_n: int = 64,
                             num_warps: int = 4, num_stages: int = 2) -> Tensor:
     """q [num_prefill_tokens, Hq, D]; caches [num_blocks, bs, Hkv, D] already holding the new keys;
-    cu_seqlens_q / cu_seqlens_k [num_seqs + 1] int32; block_tables [num_seqs, max_blocks] int32
-    -> out [num_prefill_tokens, Hq, D] in q's dtype. Default tiles: the fastest of a sweep on an H200
+    cu_seqlens_q / cu_seqlens_k [num_seqs + 1] int32 (cu_seqlens_q[-1] <= num_prefill_tokens: trailing
+    rows may be padding, left untouched in out); block_tables [num_seqs, max_blocks] int32
+    -> out [num_prefill_tokens, Hq, D] in q's dtype. Reads no tensor on the host (CUDA-graph safe). Default tiles: the fastest of a sweep on an H200
     (bf16, head_dim 128, 16q/8kv and 32q/8kv): block_m 64, block_n 64, 4 warps, 2 stages."""
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -103,7 +120,7 @@ def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seql
     # At least one token per tile, rows a power of two (tl.arange needs it), >= 16 for tl.dot.
     block_m = max(block_m, 16, triton.next_power_of_2(group))
     tok = block_m // group
-    grid = (num_seqs, triton.cdiv(max_seqlen_q, tok), num_kv_heads)
+    grid = (num_tokens // tok + num_seqs, num_kv_heads)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, cu_seqlens_q, cu_seqlens_k, block_tables,
         scale * LOG2E,
@@ -114,6 +131,7 @@ def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seql
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_PRECISION=dot_precision(k_cache),
+        NUM_SEQS=num_seqs,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -63,9 +63,32 @@ def test_prefill_kernel_matches_reference(case_name, block_size, heads):
     expected = prefill_attention_torch(c.q, c.k_cache, c.v_cache, m, c.scale)
     out = torch.full_like(c.q, float("nan"))
     paged_prefill_attention(c.q, c.k_cache, c.v_cache, m.cu_seqlens_q, m.cu_seqlens_k, m.prefill_block_tables,
-                            m.max_seqlen_q, c.scale, out=out, block_m=16, block_n=16)
+                            c.scale, out=out, block_m=16, block_n=16)
     assert not out.isnan().any()
     torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-4)
+
+
+@pytest.mark.parametrize("heads", HEADS)
+def test_prefill_kernel_padded_graph_layout(heads):
+    """A graph-captured step's layout: decode entries as prefill entries of one token, then padding
+    entries (q_len 0, k_len 0) and padding rows. Real rows match the reference (tokens that cross
+    tile boundaries, tiles shared by no entry); padding rows stay untouched (NaN here)."""
+    from engine.kernels.paged_cases import dense_attention
+    hq, hkv, d = heads
+    new, ctx = [13, 1, 1, 40, 1], [13, 30, 5, 47, 64]
+    c = make_paged_case(new, ctx, len(new), hq, hkv, d, 8, seed=hq, num_pad_tokens=11)
+    store_kvcache_torch(c.k, c.v, c.k_cache, c.v_cache, c.meta.slot_mapping)
+    m = c.meta
+    pad_entries = 4
+    T = sum(new)
+    cu_q = torch.cat([m.cu_seqlens_q, torch.full((pad_entries,), T, dtype=torch.int32)])
+    cu_k = torch.cat([m.cu_seqlens_k, torch.full((pad_entries,), int(m.cu_seqlens_k[-1]), dtype=torch.int32)])
+    tables = torch.cat([m.prefill_block_tables, torch.zeros(pad_entries, m.prefill_block_tables.shape[1],
+                                                             dtype=torch.int32)])
+    out = torch.full_like(c.q, float("nan"))
+    paged_prefill_attention(c.q, c.k_cache, c.v_cache, cu_q, cu_k, tables, c.scale, out=out, block_m=16, block_n=16)
+    torch.testing.assert_close(out[:T], dense_attention(c)[:T], atol=ATOL, rtol=1e-4)
+    assert out[T:].isnan().all()
 
 
 @pytest.mark.parametrize("num_splits", [1, 3, None])

@@ -184,6 +184,7 @@ def test_cuda_greedy_matches_transformers_with_swap(ckpt, backend, eager):
     llm = LLM(path, device="cuda", dtype="float32", attention_backend=backend, enforce_eager=eager,
               policy=SwapVLLM(), num_kvcache_blocks=10, num_cpu_blocks=40, max_model_len=64, max_num_seqs=8)
     assert bool(llm.runner.graphs) == (not eager)
+    assert (llm.runner.prefill_graphs is not None) == (backend == "triton" and not eager)   # torch: not graph-safe
     outs = _check(llm, ref, _prompts(5, [20, 30, 25, 12, 28, 17]), [20] * 6)
     assert sum(o.num_swaps for o in outs) > 0
     outs = _check(llm, ref, _prompts(0, [5, 40, 17]), [12, 7, 20])      # 3 decodes run in the graph of 4

@@ -8,6 +8,12 @@ It first stores k, v at meta.slot_mapping (negative slots skipped), then compute
 prefill attention for tokens [0, num_prefill_tokens) and paged decode attention for the next
 num_decode_seqs tokens. Returns [num_tokens, num_q_heads, head_dim] in q's dtype; rows past the
 prefill and decode tokens (padding) are zero.
+
+A backend with padded_prefill = True also serves the padded layout of a graph-captured step
+(engine/prefill_graphs.py): trailing prefill entries with no tokens (cu_seqlens_q repeats its last
+value) and prefill rows past cu_seqlens_q[-1], which come out zero. graph_safe = True: forward
+reads no metadata tensor on the host and sizes no launch by max_seqlen_q / max_seqlen_k, so a CUDA
+graph captured for padded sizes is valid for every step that fits.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ from engine.layers.attention_metadata import AttentionMetadata
 
 class AttentionBackend(Protocol):
     name: str
+    padded_prefill: bool
+    graph_safe: bool
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: AttentionMetadata, scale: float) -> Tensor: ...

@@ -25,6 +25,8 @@ FLASH_PAGE_MULTIPLE = 256
 
 class FlashAttnBackend:
     name = "flash_attn"
+    padded_prefill = False      # untested with padding entries: prefill steps stay eager
+    graph_safe = False
 
     def __init__(self) -> None:
         from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache

@@ -49,6 +49,8 @@ def prefill_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: A
     cu_k = meta.cu_seqlens_k.tolist()
     for i in range(meta.num_prefill_seqs):
         n_q, n_k = cu_q[i + 1] - cu_q[i], cu_k[i + 1] - cu_k[i]
+        if n_q == 0:            # a padding entry (engine/prefill_graphs.py)
+            continue
         table = meta.prefill_block_tables[i]
         qi = q[cu_q[i]:cu_q[i + 1]].transpose(0, 1).unsqueeze(0)            # [1, Hq, n_q, D]
         ki = gather_pages(k_cache, table, n_k).transpose(0, 1).unsqueeze(0)  # [1, Hkv, n_k, D]
@@ -86,6 +88,8 @@ def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
 
 class TorchAttentionBackend:
     name = "torch"
+    padded_prefill = True       # handles the padded layout (engine/prefill_graphs.py)...
+    graph_safe = False          # ...but reads cu_seqlens on the host: no prefill graphs are captured with it
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: AttentionMetadata, scale: float) -> Tensor:

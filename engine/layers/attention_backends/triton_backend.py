@@ -24,17 +24,20 @@ class TritonAttentionBackend:
     prefill_block_n: int = 64       # keys per prefill tile
     decode_block_n: int = 64        # keys per decode tile
     decode_num_splits: int | None = None   # None: chosen from the block-table width and the batch
+    padded_prefill: bool = True     # handles engine/prefill_graphs.py's padded layout...
+    graph_safe: bool = True         # ...with launches sized by array shapes only (CUDA-graph safe)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: AttentionMetadata, scale: float) -> Tensor:
         check_inputs(q, k, v, k_cache, v_cache, meta)
         store_kvcache(k, v, k_cache, v_cache, meta.slot_mapping)
         P, n_dec = meta.num_prefill_tokens, meta.num_decode_seqs
-        # zeros (not empty) so padding rows past the real tokens are defined
-        out = torch.zeros_like(q) if P + n_dec < q.shape[0] else torch.empty_like(q)
+        # zeros (not empty) so padding rows are defined: rows past the real tokens, and prefill rows past
+        # cu_seqlens_q[-1] in a padded graph step (a memset per layer, small next to a prefill)
+        out = torch.zeros_like(q) if P + n_dec < q.shape[0] or meta.num_prefill_seqs else torch.empty_like(q)
         if meta.num_prefill_seqs:
             paged_prefill_attention(q[:P], k_cache, v_cache, meta.cu_seqlens_q, meta.cu_seqlens_k,
-                                    meta.prefill_block_tables, meta.max_seqlen_q, scale, out=out[:P],
+                                    meta.prefill_block_tables, scale, out=out[:P],
                                     block_m=self.prefill_block_m, block_n=self.prefill_block_n)
         if n_dec:
             paged_decode_attention(q[P:P + n_dec], k_cache, v_cache, meta.decode_context_lens,
