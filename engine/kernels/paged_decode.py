@@ -120,17 +120,21 @@ def _num_sms(device: torch.device) -> int:
     return 1
 
 
+MAX_SPLITS = 64     # bounds the reduce pass's tile and the [B, Hq, splits, D] float32 scratch
+
+
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, block_n: int,
                       device: torch.device, min_partition: int = 256) -> int:
     """Splits per sequence. One split when num_seqs * num_kv_heads already gives >= 2 programs per SM
-    (measured fastest on an H200); otherwise enough splits for ~4 programs per SM, each >= min_partition keys."""
+    (measured fastest on an H200 for full batches). Otherwise partitions of min_partition keys over the
+    whole block-table width (at most MAX_SPLITS): in a CUDA graph the width is max_model_len, not the
+    batch's contexts, and sizing partitions to fill the GPU for that width made a program read up to
+    ~800 keys of a short context alone, its latency growing with the batch (decode steps of 9-16
+    sequences ran 0.4-0.8 ms slower than of 8). Splits past a context's end exit at once."""
     programs = max(num_seqs * num_kv_heads, 1)
-    sms = _num_sms(device)
-    if programs >= 2 * sms:
+    if programs >= 2 * _num_sms(device):
         return 1
-    want = math.ceil(4 * sms / programs)
-    most = max(math.ceil(max_context / max(min_partition, block_n)), 1)
-    return max(1, min(want, most))
+    return max(1, min(math.ceil(max_context / max(min_partition, block_n)), MAX_SPLITS))
 
 
 def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_lens: Tensor,

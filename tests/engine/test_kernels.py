@@ -155,3 +155,15 @@ def test_race_sample_kernel_rejects_mismatched_shapes():
     from engine.kernels.sample import race_sample
     with pytest.raises(ValueError, match="must be"):
         race_sample(torch.zeros(2, 10), torch.zeros(2), torch.zeros(2, 11))
+
+
+def test_num_splits_bounds_partition_for_small_batches(monkeypatch):
+    """132 SMs (an H200): a small batch gets 256-key partitions over the whole table width (at most
+    MAX_SPLITS of them); a batch with >= 2 programs per SM gets one split."""
+    from engine.kernels import paged_decode
+    monkeypatch.setattr(paged_decode, "_num_sms", lambda device: 132)
+    choose = paged_decode.choose_num_splits
+    assert [choose(b, 8, 4096, 64, "cuda") for b in (1, 4, 16, 32)] == [16] * 4
+    assert choose(33, 8, 4096, 64, "cuda") == 1                           # 264 programs = 2 per SM
+    assert choose(2, 8, 300, 64, "cuda") == 2
+    assert choose(1, 8, 40960, 64, "cuda") == paged_decode.MAX_SPLITS
