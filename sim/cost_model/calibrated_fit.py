@@ -176,12 +176,35 @@ def robust_nnls(x: np.ndarray, y: np.ndarray, objective: str = "relative", robus
     return coef, float(np.sum((w * (x @ coef - y)) ** 2))
 
 
-# Terms a fit leaves at 0. loop_seqs: a replay's batches are small (the calibration replay's held at most 13
-# sequences), where the loop's per-sequence host cost cannot be told apart from the forward's, and the fit
-# put there what the small-batch decode kernels cost (28 us per sequence): +8 ms per step at 256 sequences,
-# a 33% throughput error on nano-vllm's workload. The loop's per-sequence cost is ~2 us (engine profile);
-# the grid's num_seqs carries the forward's. Set it by hand in a profile file if it matters.
+# Terms a joint fit leaves at 0. loop_seqs: a replay's batches are small (the calibration replay's held at most
+# 17 sequences), where the loop's per-sequence host cost cannot be told apart from the forward's, and a joint
+# fit put there what the small-batch decode kernels cost (28 us per sequence): +8 ms per step at 256 sequences,
+# a 33% throughput error on nano-vllm's workload. Where the run rows keep their measured step duration, the
+# loop terms are fitted on the host gap alone instead (fit_loop_terms), which the forward's cost cannot leak into.
 UNFITTED = ("loop_seqs",)
+LOOP_TERMS = ("loop_step", "loop_seqs")
+
+
+def fit_loop_terms(steps) -> np.ndarray | None:
+    """(loop_step, loop_seqs) fitted on the host gap between steps, or None when no row shows it.
+
+    A real run's row (serving_loop 1) with `measured_duration_s` (experiments.step_tables) has a cycle
+    time `duration_s` = the measured step (schedule + forward + sampling) + the gap to the next step
+    (postprocess, finished requests, arrivals). The gap is host work only, so its per-sequence slope
+    is measurable even from small batches: ~1 us per sequence on the H200 runs, in replays of <= 17
+    sequences and nano-vllm's batches of 256 alike. Robust (Huber) absolute least squares."""
+    if "measured_duration_s" not in steps:
+        return None
+    loop = serving_loop_flags(steps)
+    measured = _col(steps, "measured_duration_s")
+    seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
+    rows = (loop == 1) & np.isfinite(measured) & (seqs > 0)
+    if rows.sum() < 2:
+        return None
+    gap = np.maximum(np.asarray(steps["duration_s"], dtype=np.float64)[rows] - measured[rows], 0.0)
+    x = np.column_stack([np.ones(int(rows.sum())), seqs[rows]])
+    coef, _ = robust_nnls(x, np.maximum(gap, 1e-7), "absolute", True)
+    return coef
 
 
 def source_weights(steps) -> np.ndarray:
@@ -206,12 +229,21 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     eager_tokens = np.where(_col(steps, "num_prefill_seqs") > 0,
                             _col(steps, "num_prefill_tokens") + _col(steps, "num_decode_seqs"), 0.0)
     weights = source_weights(steps)
+    loop_coef = fit_loop_terms(steps)
+    loop_cols = [FEATURES.index(name) for name in LOOP_TERMS]
 
     def fit(knee):
         x = design_matrix(steps, knee, block_size)
-        for name in UNFITTED:
-            x[:, FEATURES.index(name)] = 0.0
-        return robust_nnls(x, y, objective, robust, row_weights=weights)
+        if loop_coef is None:
+            for name in UNFITTED:
+                x[:, FEATURES.index(name)] = 0.0
+            return robust_nnls(x, y, objective, robust, row_weights=weights)
+        # The loop terms are known: fit the rest on what they leave (the relative weights stay those of y).
+        rest = y - x[:, loop_cols] @ loop_coef
+        x[:, loop_cols] = 0.0
+        coef, err = robust_nnls(x, np.maximum(rest, 1e-3 * y), objective, robust, row_weights=weights * rest / y)
+        coef[loop_cols] = loop_coef
+        return coef, err
     best = None
     for knee in knee_candidates:
         if knee is not None and knee >= eager_tokens.max(initial=0.0):

@@ -92,6 +92,22 @@ def test_fit_weighs_profile_and_run_rows_equally_and_leaves_loop_seqs_at_zero():
     assert fitted.coefficients["loop_seqs"] == 0.0 and fitted.coefficients["num_seqs"] > 0
 
 
+def test_loop_terms_come_from_the_host_gap_when_run_rows_keep_their_measured_duration():
+    """Run rows with measured_duration_s: loop_step and loop_seqs are fitted on cycle - measured (the host gap)
+    and recovered exactly, including loop_seqs, which a joint fit leaves at 0; the other terms fit the rest."""
+    truth = CalibratedCostModel(coefficients=dict(COEF, loop_seqs=3e-6), knee_tokens=256)
+    profile, _ = _table(_shapes(), truth, loop=False)
+    run, _ = _table(_shapes() * 4, truth, loop=True)
+    seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
+    gap = np.where(seqs > 0, COEF["loop_step"] + 3e-6 * seqs, 0.0)
+    run = run.assign(measured_duration_s=run["duration_s"] - gap)
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), knee_candidates=(256,))
+    assert fitted.coefficients["loop_seqs"] == pytest.approx(3e-6, rel=1e-6)
+    assert fitted.coefficients["loop_step"] == pytest.approx(COEF["loop_step"], rel=1e-6)
+    for f in ("step", "num_seqs", "decode_context_sum", "prefill_tokens"):
+        assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5), f
+
+
 def test_robust_fit_ignores_a_few_stalled_steps():
     """Noisy times (2% jitter) plus 3 steps stalled 20x (a compile, a host hiccup): the robust fit stays close
     (p90 relative error on the clean steps under 4%; plain NNLS about 9%)."""
