@@ -8,8 +8,9 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
 
     step                     fixed cost of a forward pass: weight reads at small batch, kernel launches or a CUDA
                              graph replay, the sampler's host sync; paid by every step with sequences
-    eager_step               extra fixed cost of a step with prefill entries: it runs eagerly (the engine replays
-                             CUDA graphs only for decode-only batches), so it pays one host launch per kernel
+    eager_step               extra fixed cost of a step with prefill entries (the padded prefill graph's input
+                             copies and first-token bookkeeping; one host launch per kernel where such a step
+                             runs eagerly: beyond prefill_graph_max_tokens, or with graphs off)
     num_seqs                 per scheduled sequence (input preparation, per-sequence kernel work, decode's FLOPs)
     prefill_tokens           per prefill token (linear-layer FLOPs and activations)
     prefill_attention_pairs  per causal query-key pair of prefill entries: sum_j n_j*c_j - n_j*(n_j-1)/2
@@ -22,10 +23,11 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     swap_step                fixed cost of a step's block copies (index tensors, staging, host sync)
     swap_out_blocks          per KV block copied device -> host (gather, device->pinned copy, host scatter)
     swap_in_blocks           per KV block copied host -> device (host gather, pinning, host->device copy)
-    loop_step, loop_seqs     the serving loop's own host time per step and per sequence: schedule(), postprocess,
-                             arrivals, the gap before the next step. A profile (execute() alone) cannot see it; a
-                             real run's steps table can. The simulator always pays it (it emulates that loop).
-                             Fits leave loop_seqs at 0 (calibrated_fit.UNFITTED says why); a file may set it.
+    loop_step, loop_seqs     the serving loop's own host time per step and per sequence between steps:
+                             postprocess, finished requests, arrivals. A profile (execute() alone) cannot see it;
+                             a real run's steps table can. The simulator always pays it (it emulates that loop).
+                             Fitted on that host gap alone (calibrated_fit.fit_loop_terms); a joint fit, for
+                             tables without the measured step, leaves loop_seqs at 0 (calibrated_fit.UNFITTED).
 
 Swap blocks are scaled by block_size / the fitted block size. `step_time_s`
 (what the simulator calls) reads each direction from the batch;
