@@ -68,7 +68,7 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
                           num_fast_steps=int(res.num_fast_steps)))
 
 
-def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int):
+def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
     from engine.models import load_hf_config
     from sim.cost_model.roofline import RooflineCostModel
     from sim.specs.hardware import HardwareSpec
@@ -79,7 +79,12 @@ def roofline_model(model_path, hardware: str | None, device: str, max_model_len:
     if hardware is None:
         hardware = "H200" if device.startswith("cuda") else "cpu-nominal"
     hw = HardwareSpec(**CPU_NOMINAL) if hardware.lower() == "cpu-nominal" else hardware
-    return RooflineCostModel(spec, hw, max_model_len=max_model_len)
+    return RooflineCostModel(spec, hw, max_model_len=max_model_len, latency_floors=latency_floors)
+
+
+def has_latency_floors(model) -> bool:
+    hw = model.hardware
+    return None not in (hw.measured_gemm_floor_us, hw.measured_kernel_floor_us, hw.measured_step_sync_us)
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -284,6 +289,9 @@ def main(argv=None) -> int:
     cost_models = {}
     if not args.no_roofline:
         cost_models["roofline"] = roofline_model(model_dir, args.hardware, runner_device, rep.max_model_len)
+        if has_latency_floors(cost_models["roofline"]):     # the same with the card's measured latency floors
+            cost_models["roofline_floors"] = roofline_model(model_dir, args.hardware, runner_device,
+                                                            rep.max_model_len, latency_floors=True)
     if args.profile:
         cost_models["calibrated"] = CalibratedCostModel.load(args.profile)
 

@@ -18,11 +18,19 @@ run one after another (docs/cost_model.md has the formulas):
   swap      num_swap_blocks * block_size * kv_bytes_per_token over the host link.
   overhead  overhead_s per step + per_seq_overhead_s per scheduled sequence.
 
+latency_floors=True adds what a graph-replayed step pays however small it is, from the
+card's measured floors (HardwareSpec.measured_*_floor_us, benchmarks/gpu_floor.py): each
+matmul-like kernel takes at least the GEMM floor (linear: 4 per layer, the packed qkv, o,
+gate_up and down projections; decode attention 2 per layer, split pass and merge; prefill
+attention 1; LM head 1), so a group costs at least its kernels' floors; and every forward
+step pays 5 elementwise kernels per layer (norms, q/k norm + RoPE, KV store, activation) and
+one launch + sync + token readback.
+
 Rates are the hardware's measured ceilings when recorded (use_measured), else
 datasheet peaks, times the efficiency factors (1.0 gives the lower bound).
 With tensor parallelism every GPU does 1/tp of the FLOPs and bytes (KV heads
 replicated when tp exceeds them). Activation traffic, norms, RoPE, sampling and
-kernel launch gaps are not modelled beyond the overhead terms.
+kernel launch gaps are not modelled beyond the overhead terms and the optional floors.
 """
 from __future__ import annotations
 
@@ -43,7 +51,8 @@ class RooflineCostModel(CostModel):
     def __init__(self, model: ModelSpec | str, hardware: HardwareSpec | str, tensor_parallel_size: int = 1,
                  matmul_efficiency: float = 1.0, attention_efficiency: float = 1.0,
                  memory_efficiency: float = 1.0, overhead_s: float = 0.0, per_seq_overhead_s: float = 0.0,
-                 allreduce_latency_s: float = 0.0, use_measured: bool = True, max_model_len: int | None = None):
+                 allreduce_latency_s: float = 0.0, use_measured: bool = True, max_model_len: int | None = None,
+                 latency_floors: bool = False):
         self.model = get_model_spec(model) if isinstance(model, str) else model
         self.hardware = get_hardware_spec(hardware) if isinstance(hardware, str) else hardware
         for f, v in (("matmul_efficiency", matmul_efficiency), ("attention_efficiency", attention_efficiency),
@@ -87,19 +96,32 @@ class RooflineCostModel(CostModel):
             self.s_allreduce_per_token = 0.0
             self.s_allreduce_fixed = 0.0
         self._decode_fixed: dict[int, float] = {}     # num_seqs -> _fixed_part of a pure decode step
+        self.latency_floors = latency_floors
+        g = k = sync = 0.0
+        if latency_floors:
+            floors = (hw.measured_gemm_floor_us, hw.measured_kernel_floor_us, hw.measured_step_sync_us)
+            if None in floors:
+                raise ValueError(f"latency_floors=True needs the measured floors of {hw.name!r} (HardwareSpec "
+                                 f"measured_gemm_floor_us, measured_kernel_floor_us, measured_step_sync_us; "
+                                 f"benchmarks/gpu_floor.py measures them); use latency_floors=False")
+            g, k, sync = (v * 1e-6 for v in floors)
+        L = m.num_layers
+        self.floor_linear, self.floor_lm = 4 * L * g, g                       # seconds
+        self.floor_decode_attn, self.floor_prefill_attn = 2 * L * g, L * g
+        self.floor_step = 5 * L * k + sync
 
     def __repr__(self) -> str:
         return (f"RooflineCostModel({self.model.name}, {self.hardware.name}, tp={self.tensor_parallel_size}, "
                 f"eff=({self.matmul_efficiency}, {self.attention_efficiency}, {self.memory_efficiency}), "
-                f"overhead_s={self.overhead_s})")
+                f"overhead_s={self.overhead_s}{', latency_floors' if self.latency_floors else ''})")
 
     # -- op groups ----------------------------------------------------------------------
     def _fixed_part(self, num_tokens: int, num_seqs: int, num_samples: int) -> float:
         """Everything but attention and swaps: overheads, linear layers, LM head, all-reduce."""
-        t = self.overhead_s + self.per_seq_overhead_s * num_seqs
-        t += max(num_tokens * self.s_linear_per_token, self.s_linear_weights)
+        t = self.overhead_s + self.floor_step + self.per_seq_overhead_s * num_seqs
+        t += max(num_tokens * self.s_linear_per_token, self.s_linear_weights, self.floor_linear)
         if num_samples:
-            t += max(num_samples * self.s_lm_per_token, self.s_lm_weights)
+            t += max(num_samples * self.s_lm_per_token, self.s_lm_weights, self.floor_lm)
         if self.s_allreduce_per_token:
             t += num_tokens * self.s_allreduce_per_token + self.s_allreduce_fixed
         return t
@@ -121,7 +143,8 @@ class RooflineCostModel(CostModel):
             # causal pairs: sum_j n_j*c_j - n_j*(n_j-1)/2
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
                 - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) / 2
-            t_prefill = max(pairs * self.s_attn_per_pair, (ctx_sum + pre_tokens) * self.s_kv_per_token)
+            t_prefill = max(pairs * self.s_attn_per_pair, (ctx_sum + pre_tokens) * self.s_kv_per_token,
+                            self.floor_prefill_attn)
         samples = n_pre if num_prefill_samples is None else num_prefill_samples
         t = self._fixed_part(pre_tokens + num_decode_seqs, n_pre + num_decode_seqs, samples + num_decode_seqs)
         if num_decode_seqs:
@@ -158,7 +181,8 @@ class RooflineCostModel(CostModel):
                     samples += 1
             pre_tokens = sum(pn)
             pairs = sum(map(mul, pn, pc)) - (sum(map(mul, pn, pn)) - pre_tokens) / 2
-            t_prefill = max(pairs * self.s_attn_per_pair, (sum(pc) + pre_tokens) * self.s_kv_per_token)
+            t_prefill = max(pairs * self.s_attn_per_pair, (sum(pc) + pre_tokens) * self.s_kv_per_token,
+                            self.floor_prefill_attn)
         t = self._fixed_part(pre_tokens + num_decode, p + num_decode, samples + num_decode)
         if num_decode:
             t = t + self._decode_attention(dsum, num_decode)
@@ -166,7 +190,8 @@ class RooflineCostModel(CostModel):
 
     def _decode_attention(self, context_sum, num_seqs):
         # one query per key: pairs == context_sum; read all keys, write the new token's KV
-        return max(context_sum * self.s_attn_per_pair, (context_sum + num_seqs) * self.s_kv_per_token)
+        return max(context_sum * self.s_attn_per_pair, (context_sum + num_seqs) * self.s_kv_per_token,
+                   self.floor_decode_attn)
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
         k = int(k)
@@ -180,7 +205,8 @@ class RooflineCostModel(CostModel):
         self.check_shape((), (), num_seqs, start_context_sum, 0, None)
         self.check_shape((), (), num_seqs, last, 0, None)
         ctx = start_context_sum + num_seqs * np.arange(k, dtype=np.float64)           # [k]
-        attn = np.maximum(ctx * self.s_attn_per_pair, (ctx + num_seqs) * self.s_kv_per_token)
+        attn = np.maximum(np.maximum(ctx * self.s_attn_per_pair, (ctx + num_seqs) * self.s_kv_per_token),
+                          self.floor_decode_attn)
         # Same operation order as step_time_from_shape, so the two agree to the last bit.
         return self._fixed_part(num_seqs, num_seqs, num_seqs) + attn
 
@@ -200,12 +226,14 @@ class RooflineCostModel(CostModel):
         fixed = self._decode_fixed.get(n)
         if fixed is None:
             fixed = self._decode_fixed[n] = self._fixed_part(n, n, n)
-        a, b = self.s_attn_per_pair, self.s_kv_per_token
+        a, b, f = self.s_attn_per_pair, self.s_kv_per_token, self.floor_decode_attn
         if a <= b:
             # bytes bound at every context: c * a <= c * b <= (c + n) * b (rounding is monotonic)
-            return [fixed + c * b for c in range(s0 + n, last + n + 1, n)]
+            if f == 0.0:
+                return [fixed + c * b for c in range(s0 + n, last + n + 1, n)]
+            return [fixed + max(c * b, f) for c in range(s0 + n, last + n + 1, n)]
         out = []
         for c in range(s0, last + 1, n):
             x, y = c * a, (c + n) * b
-            out.append(fixed + (x if x >= y else y))
+            out.append(fixed + max(x if x >= y else y, f))
         return out

@@ -47,6 +47,24 @@ def test_roofline_known_batch_by_hand():
     assert cm.step_time_s(batch) == pytest.approx(expected, rel=1e-12)
 
 
+def test_roofline_latency_floors_by_hand():
+    """H200 floors (gpu_floor_h200.json): 4.33 us per matmul-like kernel, 0.81 us per elementwise kernel,
+    11.5 us per launch + sync. One decode at context 10: every group sits on its floor."""
+    cm = RooflineCostModel("Qwen3-0.6B", "H200", latency_floors=True)
+    linear = max(880_803_840 / 4.26e12, 4 * 28 * 4.33e-6)            # 2.07e-4 < 4.85e-4: the floor
+    attn = max(11 * 114_688 / 4.26e12, 2 * 28 * 4.33e-6)             # split pass + merge per layer
+    lm_head = max(311_164_928 / 4.26e12, 4.33e-6)                     # 7.3e-5: bandwidth
+    fixed = 5 * 28 * 0.81e-6 + 11.5e-6
+    expected = fixed + linear + attn + lm_head
+    assert cm.step_time_from_shape([], [], 1, 10) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(9.254e-4, rel=1e-3)        # 0.93 ms, against ~1.9 ms on the engine
+    pure = RooflineCostModel("Qwen3-0.6B", "H200")
+    big = ([2048], [2048], 200, 200 * 3000)                            # far above every floor: unchanged
+    assert cm.step_time_from_shape(*big) == pytest.approx(pure.step_time_from_shape(*big) + fixed, rel=1e-12)
+    with pytest.raises(ValueError, match="latency_floors=True needs the measured floors of 'L40S'"):
+        RooflineCostModel("Llama-3.1-8B", "L40S", latency_floors=True)
+
+
 def test_roofline_chunked_prefill_chunk_does_not_sample():
     cm = RooflineCostModel("Qwen3-0.6B", "H200")
     # Middle chunk: 256 new tokens after 256 computed, of a 1000-token prompt: context 512, no token sampled.
@@ -103,8 +121,9 @@ def test_constant_model_exact():
                       attention_efficiency=0.6, memory_efficiency=0.8, overhead_s=3e-4, per_seq_overhead_s=2e-6,
                       allreduce_latency_s=5e-6),
     RooflineCostModel("Llama-3.1-8B", "L40S"),
+    RooflineCostModel("Qwen3-0.6B", "H200", latency_floors=True),
     ConstantCostModel(step_s=0.01, per_decode_seq_s=1e-4),
-], ids=["roofline", "roofline-tp4", "roofline-l40s", "constant"])
+], ids=["roofline", "roofline-tp4", "roofline-l40s", "roofline-floors", "constant"])
 @pytest.mark.parametrize("num_seqs,start", [(1, 1), (7, 7 * 300), (256, 256 * 100), (512, 512 * 3000)])
 def test_vectorized_decode_equals_scalar_loop(cm, num_seqs, start):
     k = 200

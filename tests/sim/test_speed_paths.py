@@ -72,9 +72,11 @@ def test_heap_loop_matches_simpy(n):
 
 def test_roofline_list_durations_and_batch_pricing_equal_the_checked_paths():
     rng = random.Random(0)
-    for eff in (1.0, 0.01):     # bytes-bound and FLOP-bound decode attention
+    for eff, floors in ((1.0, False), (0.01, False), (1.0, True), (0.01, True)):
+        # bytes-bound and FLOP-bound decode attention, with and without the latency floors (which the
+        # short contexts below sit on)
         cm = RooflineCostModel("Qwen3-8B", "H200", overhead_s=2e-3, max_model_len=4096, attention_efficiency=eff,
-                               per_seq_overhead_s=1e-5)
+                               per_seq_overhead_s=1e-5, latency_floors=floors)
         for _ in range(300):
             n, k = rng.randint(1, 64), rng.randint(1, 300)
             s0 = rng.randint(n, n * (4096 - k))
