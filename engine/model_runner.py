@@ -4,8 +4,8 @@
     token_ids = runner.execute(batch)      # list aligned with batch.seqs: int where batch.samples(i), else None
 
 KV cache: one tensor [2 (k|v), num_layers, num_blocks, block_size, num_kv_heads, head_dim]; layer l uses
-the contiguous views kv[0, l] and kv[1, l]. The swap space has the same layout with num_cpu_blocks
-blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter over dim 2.
+the contiguous views kv[0, l] and kv[1, l]. The swap space (engine/swap_space.py) has the same layout
+with num_cpu_blocks blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter.
 
 Tensor parallel (config.tensor_parallel_size = tp > 1): the runner of rank 0 (the LLM's) spawns
 ranks 1..tp-1 (engine/distributed.py), each with a runner of its own on GPU `device + rank` holding
@@ -24,6 +24,7 @@ import torch
 
 from engine.batch import Batch
 from engine.step_inputs import StepInputBuilder, StepInputs
+from engine.swap_space import SwapSpace
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
@@ -131,8 +132,8 @@ class ModelRunner:
         self.kv_caches = [(self.kv_cache[0, l], self.kv_cache[1, l]) for l in range(mc.num_hidden_layers)]
         self.num_cpu_blocks = (config.num_cpu_blocks if config.num_cpu_blocks is not None
                                else int(config.swap_space_gib * GIB) // self.block_bytes)
-        self.cpu_cache = torch.zeros(2, shape[0], self.num_cpu_blocks, *shape[1:], dtype=self.dtype,
-                                     device="cpu", pin_memory=self.is_cuda and self.num_cpu_blocks > 0)
+        self.swap_space = SwapSpace(self.num_cpu_blocks, shape, self.dtype, self.device,
+                                    staging_blocks=self.max_blocks_per_seq)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.prefill_graphs: PrefillGraphs | None = None
         self.graph_pool = None
@@ -199,43 +200,6 @@ class ModelRunner:
             temps = torch.ones(rows, device=self.device)
             self.sampler(logits, SamplingTensors(temps, None, None, [None] * rows, all_greedy=False))
 
-    # -- swapping ---------------------------------------------------------------------
-    def swap(self, swap_out: list[tuple[int, int]], swap_in: list[tuple[int, int]]) -> None:
-        """Copies blocks GPU->CPU (swap_out) and CPU->GPU (swap_in), as (src, dst) block ids.
-
-        Swap-in sources are read first and swap-out runs before swap-in writes, so a block freed by
-        one direction and reused by the other in the same step is never clobbered.
-        """
-        staged = None
-        if swap_in:
-            src = torch.tensor([s for s, _ in swap_in], dtype=torch.int64)
-            staged = self.cpu_cache[:, :, src]                                # [2, L, n, bs, Hkv, D]
-            if self.is_cuda:
-                staged = staged.pin_memory()
-        if swap_out:
-            src = torch.tensor([s for s, _ in swap_out], dtype=torch.int64, device=self.device)
-            dst = torch.tensor([d for _, d in swap_out], dtype=torch.int64)
-            gathered = self.kv_cache[:, :, src]                               # [2, L, n, bs, Hkv, D]
-            if self.is_cuda:    # through a reused pinned buffer: a pageable copy runs at ~1 GB/s
-                host = self._pinned_staging(len(swap_out))
-                host.copy_(gathered, non_blocking=True)
-                torch.cuda.current_stream(self.device).synchronize()
-                self.cpu_cache[:, :, dst] = host
-            else:
-                self.cpu_cache[:, :, dst] = gathered
-        if swap_in:
-            dst = torch.tensor([d for _, d in swap_in], dtype=torch.int64, device=self.device)
-            self.kv_cache[:, :, dst] = staged.to(self.device, non_blocking=True)
-
-    def _pinned_staging(self, num_blocks: int) -> torch.Tensor:
-        """A pinned [2, L, num_blocks, bs, Hkv, D] host buffer, grown by doubling and reused."""
-        buf = getattr(self, "_staging", None)
-        if buf is None or buf.shape[2] < num_blocks:
-            shape = list(self.cpu_cache.shape)
-            shape[2] = max(num_blocks, 2 * (buf.shape[2] if buf is not None else 8))
-            buf = self._staging = torch.empty(shape, dtype=self.dtype, pin_memory=True)
-        return buf[:, :, :num_blocks]
-
     # -- one step ---------------------------------------------------------------------
     @torch.inference_mode()
     def execute(self, batch: Batch) -> list[int | None]:
@@ -246,7 +210,7 @@ class ModelRunner:
             self.workers.send(("step", batch.swap_out, batch.swap_in, step))
         try:
             if batch.swap_out or batch.swap_in:
-                self.swap(batch.swap_out, batch.swap_in)
+                self.swap_space.swap(self.kv_cache, batch.swap_out, batch.swap_in)
             if step is None:
                 return []
             logits = self._logits(step)                                       # [num_sampled, V]
@@ -266,7 +230,7 @@ class ModelRunner:
     def serve(self, swap_out, swap_in, step: StepInputs | None) -> None:
         """A tensor-parallel worker's share of one step (rank 0 sent the inputs; it also samples)."""
         if swap_out or swap_in:
-            self.swap(swap_out, swap_in)
+            self.swap_space.swap(self.kv_cache, swap_out, swap_in)
         if step is not None:
             self._logits(step)
 

@@ -1,0 +1,35 @@
+"""SwapSpace: blocks round-trip GPU cache -> CPU cache -> GPU cache bit-exactly, and one step may swap a
+block in and reuse its freed slot for a swap-out (sources are read before destinations are written)."""
+import torch
+
+from engine.swap_space import SwapSpace
+
+SHAPE = (3, 4, 2, 8)            # layers, block_size, kv heads, head_dim
+
+
+def _cache(num_blocks, seed):
+    return torch.randn(2, SHAPE[0], num_blocks, *SHAPE[1:], generator=torch.Generator().manual_seed(seed))
+
+
+def test_round_trip_is_exact():
+    kv = _cache(6, 0)
+    space = SwapSpace(5, SHAPE, torch.float32, torch.device("cpu"), staging_blocks=2)
+    original = kv.clone()
+    space.swap(kv, swap_out=[(4, 0), (1, 3)], swap_in=[])
+    assert torch.equal(space.cpu_cache[:, :, 0], original[:, :, 4]) and torch.equal(space.cpu_cache[:, :, 3],
+                                                                                     original[:, :, 1])
+    kv[:, :, [1, 4]] = float("nan")                             # the GPU blocks get reused meanwhile
+    space.swap(kv, swap_out=[], swap_in=[(3, 2), (0, 5)])
+    assert torch.equal(kv[:, :, 2], original[:, :, 1]) and torch.equal(kv[:, :, 5], original[:, :, 4])
+
+
+def test_same_step_swap_in_source_reused_as_swap_out_destination():
+    kv = _cache(4, 1)
+    space = SwapSpace(3, SHAPE, torch.float32, torch.device("cpu"))
+    space.cpu_cache.copy_(_cache(3, 2))
+    cpu_before, kv_before = space.cpu_cache.clone(), kv.clone()
+    # CPU block 1 swaps in to GPU block 0 while GPU block 2 swaps out into the freed CPU block 1
+    space.swap(kv, swap_out=[(2, 1)], swap_in=[(1, 0)])
+    assert torch.equal(kv[:, :, 0], cpu_before[:, :, 1])
+    assert torch.equal(space.cpu_cache[:, :, 1], kv_before[:, :, 2])
+    assert torch.equal(space.cpu_cache[:, :, [0, 2]], cpu_before[:, :, [0, 2]])      # nothing else touched
