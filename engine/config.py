@@ -50,7 +50,8 @@ class EngineConfig:
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
-    prefill_graph_max_tokens: int = 8192         # steps with prefill up to this many tokens replay a CUDA graph (0: eager)
+    prefill_graph_max_tokens: int = 8192         # steps with prefill of up to this many tokens replay a CUDA
+                                                 # graph (engine/prefill_graphs.py); 0: they run eagerly
     compile_layers: bool | None = None           # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
     seed: int = 0                                # generator of unseeded sampled requests
     tensor_parallel_size: int = 1                # GPUs (processes) one model is split across, 1..8, one host

@@ -24,15 +24,15 @@ import torch
 
 from engine.batch import Batch
 from engine.step_inputs import StepInputBuilder, StepInputs
-from engine.swap_space import SwapSpace
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.layers.sampler import Sampler, SamplingTensors
 from engine.loader import build_model
-from engine.prefill_graphs import PrefillGraphs
 from engine.models import load_hf_config
+from engine.prefill_graphs import PrefillGraphs
+from engine.swap_space import SwapSpace
 
 GIB = 1 << 30
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -237,12 +237,13 @@ class ModelRunner:
     def _logits(self, step: StepInputs):
         """Forward pass and LM head of the sampling rows: [num_sampled, V] on rank 0, None on other ranks."""
         S = len(step.context_lens)
-        padded = self.prefill_graphs.size_for(len(step.input_ids)) if self.prefill_graphs else None
-        if step.graph_bs is None and padded:
-            hidden = self.prefill_graphs.forward(step, padded)
-        elif step.graph_bs is None:
-            input_ids, positions, meta = self._to_device(step)
-            hidden = self.model(input_ids, positions, meta, self.kv_caches)
+        if step.graph_bs is None:
+            padded = self.prefill_graphs.size_for(len(step.input_ids)) if self.prefill_graphs else None
+            if padded:
+                hidden = self.prefill_graphs.forward(step, padded)
+            else:
+                input_ids, positions, meta = self._to_device(step)
+                hidden = self.model(input_ids, positions, meta, self.kv_caches)
         else:
             self._fill_graph_inputs(step)
             self.graphs[step.graph_bs].replay()

@@ -21,6 +21,7 @@ the previous step's copies finished before its sampled tokens reached the host.
 """
 from __future__ import annotations
 
+import bisect
 import time
 
 import numpy as np
@@ -75,9 +76,8 @@ class PrefillGraphs:
 
     def size_for(self, num_tokens: int) -> int | None:
         """The smallest captured size holding num_tokens, None when the step is too large."""
-        if num_tokens > self.sizes[-1]:
-            return None
-        return next(s for s in self.sizes if s >= num_tokens)
+        i = bisect.bisect_left(self.sizes, num_tokens)
+        return self.sizes[i] if i < len(self.sizes) else None
 
     def _args(self, size: int):
         """(input_ids, positions, meta, kv_caches) over the static buffers, for a graph of `size` tokens."""
@@ -86,7 +86,8 @@ class PrefillGraphs:
         meta = AttentionMetadata(
             num_prefill_seqs=P, num_prefill_tokens=size, slot_mapping=d["slot_mapping"][:size],
             cu_seqlens_q=d["cu_seqlens_q"][:P + 1], cu_seqlens_k=d["cu_seqlens_k"][:P + 1],
-            max_seqlen_q=size, max_seqlen_k=d["block_tables"].shape[1],     # bounds only; graph-safe backends ignore them
+            # max_seqlen_*: bounds only; graph-safe backends do not read them
+            max_seqlen_q=size, max_seqlen_k=d["block_tables"].shape[1],
             prefill_block_tables=d["block_tables"][:P],
             decode_context_lens=empty, decode_block_tables=empty.reshape(0, d["block_tables"].shape[1]))
         return d["input_ids"][:size], d["positions"][:size], meta, self.kv_caches

@@ -108,7 +108,8 @@ def paged_prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seql
     """q [num_prefill_tokens, Hq, D]; caches [num_blocks, bs, Hkv, D] already holding the new keys;
     cu_seqlens_q / cu_seqlens_k [num_seqs + 1] int32 (cu_seqlens_q[-1] <= num_prefill_tokens: trailing
     rows may be padding, left untouched in out); block_tables [num_seqs, max_blocks] int32
-    -> out [num_prefill_tokens, Hq, D] in q's dtype. Reads no tensor on the host (CUDA-graph safe). Default tiles: the fastest of a sweep on an H200
+    -> out [num_prefill_tokens, Hq, D] in q's dtype. Reads no tensor on the host (CUDA-graph safe).
+    Default tiles: the fastest of a sweep on an H200
     (bf16, head_dim 128, 16q/8kv and 32q/8kv): block_m 64, block_n 64, 4 warps, 2 stages."""
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
