@@ -337,7 +337,7 @@ class ModelRunner:
         cfg = self.config
         graphs = PrefillGraphs(self.model, self.kv_caches, self.device, self.dtype,
                                min(cfg.prefill_graph_max_tokens, cfg.max_num_batched_tokens), cfg.max_num_seqs,
-                               self.max_blocks_per_seq)
+                               self.max_blocks_per_seq, self.max_model_len)
         try:
             if capture:
                 self.graph_pool = graphs.capture(self.graph_pool)

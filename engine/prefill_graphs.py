@@ -49,12 +49,12 @@ class PrefillGraphs:
     capture=False keeps the same padded inputs but runs the model eagerly on them (CPU, tests)."""
 
     def __init__(self, model, kv_caches, device: torch.device, dtype: torch.dtype, max_tokens: int,
-                 max_num_seqs: int, max_blocks_per_seq: int):
+                 max_num_seqs: int, max_blocks_per_seq: int, max_model_len: int):
         self.model, self.kv_caches, self.device = model, kv_caches, device
         self.sizes = prefill_graph_sizes(max_tokens)
         if not self.sizes:
             raise ValueError(f"prefill_graph_max_tokens must be >= 16 to capture any prefill graph, got {max_tokens}")
-        self.max_num_seqs = max_num_seqs
+        self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
         T, P = self.sizes[-1], self._num_entries(self.sizes[-1])
         host = dict(
             input_ids=torch.zeros(T, dtype=torch.int64),
@@ -87,7 +87,7 @@ class PrefillGraphs:
             num_prefill_seqs=P, num_prefill_tokens=size, slot_mapping=d["slot_mapping"][:size],
             cu_seqlens_q=d["cu_seqlens_q"][:P + 1], cu_seqlens_k=d["cu_seqlens_k"][:P + 1],
             # max_seqlen_*: bounds only; graph-safe backends do not read them
-            max_seqlen_q=size, max_seqlen_k=d["block_tables"].shape[1],
+            max_seqlen_q=size, max_seqlen_k=self.max_model_len,
             prefill_block_tables=d["block_tables"][:P],
             decode_context_lens=empty, decode_block_tables=empty.reshape(0, d["block_tables"].shape[1]))
         return d["input_ids"][:size], d["positions"][:size], meta, self.kv_caches
