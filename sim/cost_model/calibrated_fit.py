@@ -191,8 +191,9 @@ def fit_loop_terms(steps) -> np.ndarray | None:
     A real run's row (serving_loop 1) with `measured_duration_s` (experiments.step_tables) has a cycle
     time `duration_s` = the measured step (schedule + forward + sampling) + the gap to the next step
     (postprocess, finished requests, arrivals). The gap is host work only, so its per-sequence slope
-    is measurable even from small batches: ~1 us per sequence on the H200 runs, in replays of <= 17
-    sequences and nano-vllm's batches of 256 alike. Robust (Huber) absolute least squares."""
+    is measurable even from small batches: fitted on an H200 replay of <= 17 sequences it is ~2 us per
+    sequence, and nano-vllm's batches of up to 256 show a slope of the same size (~1-2 us).
+    Robust (Huber) absolute least squares."""
     if "measured_duration_s" not in steps:
         return None
     loop = serving_loop_flags(steps)

@@ -235,5 +235,6 @@ class RooflineCostModel(CostModel):
         out = []
         for c in range(s0, last + 1, n):
             x, y = c * a, (c + n) * b
-            out.append(fixed + max(x if x >= y else y, f))
+            x = x if x >= y else y
+            out.append(fixed + (x if x >= f else f))
         return out
