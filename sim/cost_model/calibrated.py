@@ -17,12 +17,13 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              (n_j new tokens, c_j context after the step)
     decode_context_sum       per key read by decode attention (sum of decode context lengths: KV bytes)
     lm_head_rows             per sampled row (finished prefills + decodes): LM head and sampler
-    tokens_over_knee         per token of an eager step beyond `knee_tokens` (prefill tokens + decodes): an eager
-                             step's device work overlaps its host launches and shows only once it is the longer
-                             of the two, so the time is flat up to the knee, then linear (absent when knee is None)
+    tokens_over_knee         per token of a step with prefill entries beyond `knee_tokens` (prefill tokens +
+                             decodes): a piecewise-linear token cost. Where such a step runs eagerly, its device
+                             work overlaps its host launches and shows only past the knee; replayed from a graph
+                             it bends little (the H200 fit: +1% per token past 4,096). Absent when knee is None
     swap_step                fixed cost of a step's block copies (index tensors, staging, host sync)
     swap_out_blocks          per KV block copied device -> host (gather, device->pinned copy, host scatter)
-    swap_in_blocks           per KV block copied host -> device (host gather, pinning, host->device copy)
+    swap_in_blocks           per KV block copied host -> device (host gather into pinned staging, host->device copy)
     loop_step, loop_seqs     the serving loop's own host time per step and per sequence between steps:
                              postprocess, finished requests, arrivals. A profile (execute() alone) cannot see it;
                              a real run's steps table can. The simulator always pays it (it emulates that loop).
