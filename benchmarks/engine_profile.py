@@ -141,7 +141,7 @@ def prefill_probe(llm, torch, SamplingParams, reps: int = 5) -> dict:
     runner = llm.runner
     graphs = runner.prefill_graphs
     out = {"num_prefill_graphs": len(graphs.graphs) if graphs else 0,
-           "prefill_graph_capture_s": getattr(graphs, "capture_s", None),
+           "prefill_graph_capture_s": graphs.capture_s if graphs else None,
            "steps_graph": timed_prefill_steps(llm, torch, SamplingParams, reps, first_token=5) if graphs else None}
     runner.prefill_graphs = None
     try:

@@ -46,7 +46,7 @@ def prefill_graph_sizes(max_tokens: int) -> list[int]:
 class PrefillGraphs:
     """Static buffers, captured graphs and the per-step fill/replay for padded prefill steps.
 
-    capture=False keeps the same padded inputs but runs the model eagerly on them (CPU, tests)."""
+    Until capture() has run, forward() runs the model eagerly on the same padded inputs (CPU, tests)."""
 
     def __init__(self, model, kv_caches, device: torch.device, dtype: torch.dtype, max_tokens: int,
                  max_num_seqs: int, max_blocks_per_seq: int, max_model_len: int):
@@ -70,6 +70,7 @@ class PrefillGraphs:
         self.dev = {k: v.to(device, copy=True) for k, v in self.host_t.items()}   # distinct on CPU too
         self.outputs = torch.zeros(T, model.config.hidden_size, dtype=dtype, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.capture_s: float | None = None             # wall seconds capture() took
 
     def _num_entries(self, num_tokens: int) -> int:
         return min(num_tokens, self.max_num_seqs)

@@ -30,10 +30,6 @@ class SwapSpace:
             for direction in ("out", "in"):
                 self._staging_buffer(direction, min(staging_blocks, num_blocks))
 
-    @property
-    def num_blocks(self) -> int:
-        return int(self.cpu_cache.shape[2])
-
     def swap(self, kv_cache: torch.Tensor, swap_out: list[tuple[int, int]], swap_in: list[tuple[int, int]]) -> None:
         """Copies blocks GPU->CPU (swap_out) and CPU->GPU (swap_in), as (src, dst) block ids.
 

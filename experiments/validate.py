@@ -82,11 +82,6 @@ def roofline_model(model_path, hardware: str | None, device: str, max_model_len:
     return RooflineCostModel(spec, hw, max_model_len=max_model_len, latency_floors=latency_floors)
 
 
-def has_latency_floors(model) -> bool:
-    hw = model.hardware
-    return None not in (hw.measured_gemm_floor_us, hw.measured_kernel_floor_us, hw.measured_step_sync_us)
-
-
 # -- comparison -------------------------------------------------------------------------------
 def _rel_stats(sim: np.ndarray, real: np.ndarray) -> dict:
     ok = np.isfinite(sim) & np.isfinite(real) & (real > 0)
@@ -289,7 +284,7 @@ def main(argv=None) -> int:
     cost_models = {}
     if not args.no_roofline:
         cost_models["roofline"] = roofline_model(model_dir, args.hardware, runner_device, rep.max_model_len)
-        if has_latency_floors(cost_models["roofline"]):     # the same with the card's measured latency floors
+        if cost_models["roofline"].hardware.latency_floors_s:     # the same with the card's measured latency floors
             cost_models["roofline_floors"] = roofline_model(model_dir, args.hardware, runner_device,
                                                             rep.max_model_len, latency_floors=True)
     if args.profile:

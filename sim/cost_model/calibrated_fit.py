@@ -232,18 +232,18 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     weights = source_weights(steps)
     loop_coef = fit_loop_terms(steps)
     loop_cols = [FEATURES.index(name) for name in LOOP_TERMS]
+    target, row_weights, dropped = y, weights, [FEATURES.index(name) for name in UNFITTED]
+    if loop_coef is not None:
+        # The loop terms are known: fit the rest on what they leave (the relative weights stay those of y).
+        rest = y - design_matrix(steps, None, block_size)[:, loop_cols] @ loop_coef
+        target, row_weights, dropped = np.maximum(rest, 1e-3 * y), weights * rest / y, loop_cols
 
     def fit(knee):
         x = design_matrix(steps, knee, block_size)
-        if loop_coef is None:
-            for name in UNFITTED:
-                x[:, FEATURES.index(name)] = 0.0
-            return robust_nnls(x, y, objective, robust, row_weights=weights)
-        # The loop terms are known: fit the rest on what they leave (the relative weights stay those of y).
-        rest = y - x[:, loop_cols] @ loop_coef
-        x[:, loop_cols] = 0.0
-        coef, err = robust_nnls(x, np.maximum(rest, 1e-3 * y), objective, robust, row_weights=weights * rest / y)
-        coef[loop_cols] = loop_coef
+        x[:, dropped] = 0.0
+        coef, err = robust_nnls(x, target, objective, robust, row_weights=row_weights)
+        if loop_coef is not None:
+            coef[loop_cols] = loop_coef
         return coef, err
     best = None
     for knee in knee_candidates:

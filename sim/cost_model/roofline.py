@@ -99,12 +99,11 @@ class RooflineCostModel(CostModel):
         self.latency_floors = latency_floors
         g = k = sync = 0.0
         if latency_floors:
-            floors = (hw.measured_gemm_floor_us, hw.measured_kernel_floor_us, hw.measured_step_sync_us)
-            if None in floors:
+            if hw.latency_floors_s is None:
                 raise ValueError(f"latency_floors=True needs the measured floors of {hw.name!r} (HardwareSpec "
                                  f"measured_gemm_floor_us, measured_kernel_floor_us, measured_step_sync_us; "
                                  f"benchmarks/gpu_floor.py measures them); use latency_floors=False")
-            g, k, sync = (v * 1e-6 for v in floors)
+            g, k, sync = hw.latency_floors_s
         L = m.num_layers
         self.floor_linear, self.floor_lm = 4 * L * g, g                       # seconds
         self.floor_decode_attn, self.floor_prefill_attn = 2 * L * g, L * g

@@ -53,6 +53,12 @@ class HardwareSpec:
         return self.hbm_bandwidth_gbps * 1e9
 
     @property
+    def latency_floors_s(self) -> tuple[float, float, float] | None:
+        """(GEMM floor, elementwise-kernel floor, launch + sync) in seconds, None unless all three are measured."""
+        floors = (self.measured_gemm_floor_us, self.measured_kernel_floor_us, self.measured_step_sync_us)
+        return None if None in floors else tuple(v * 1e-6 for v in floors)
+
+    @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * 2**30)
 

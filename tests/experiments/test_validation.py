@@ -121,10 +121,10 @@ def test_cpu_validation_loop(tiny, tmp_path):
 def test_roofline_floors_only_where_the_card_has_measured_floors(tiny):
     """validate adds `roofline_floors` next to `roofline` for hardware with measured latency floors (the H200),
     not for the nominal CPU of smoke runs; the floored model is never faster than the pure one."""
-    from experiments.validate import has_latency_floors, roofline_model
+    from experiments.validate import roofline_model
     h200 = roofline_model(tiny, None, "cuda:0", 256)
     floored = roofline_model(tiny, None, "cuda:0", 256, latency_floors=True)
-    assert has_latency_floors(h200) and floored.latency_floors and not h200.latency_floors
-    assert not has_latency_floors(roofline_model(tiny, None, "cpu", 256))
+    assert h200.hardware.latency_floors_s and floored.latency_floors and not h200.latency_floors
+    assert roofline_model(tiny, None, "cpu", 256).hardware.latency_floors_s is None
     for shape in (([], [], 1, 10), ([100], [100], 3, 300), ([], [], 64, 64 * 200)):
         assert floored.step_time_from_shape(*shape) > h200.step_time_from_shape(*shape)
