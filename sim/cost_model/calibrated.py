@@ -30,6 +30,11 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              Fitted on that host gap alone (calibrated_fit.fit_loop_terms); a joint fit, for
                              tables without the measured step, leaves loop_seqs at 0 (calibrated_fit.UNFITTED).
 
+A fit of a profile and real runs' steps together also fits the profile
+harness's own cost per step (metadata `profile_offset_s`; the H200 profile
+timed the same decode shapes ~0.04 ms slower than the serving loop ran them);
+it is never priced (calibrated_fit.profile_offset_columns).
+
 Swap blocks are scaled by block_size / the fitted block size. `step_time_s`
 (what the simulator calls) reads each direction from the batch;
 `step_time_from_shape`, which gets only the total, prices a block at the mean
@@ -198,11 +203,13 @@ class CalibratedCostModel(FittedCostModel):
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
-        coef, knee = fit_coefficients(table, knee_candidates, block_size, objective, robust)
+        coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta.update(num_fit_rows=int(len(table["duration_s"])), objective=objective, robust=bool(robust))
+        if offset is not None:
+            meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng)
 

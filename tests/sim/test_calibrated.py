@@ -108,6 +108,30 @@ def test_loop_terms_come_from_the_host_gap_when_run_rows_keep_their_measured_dur
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5), f
 
 
+@pytest.mark.parametrize("offset_s", [1e-4, -5e-5])
+def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s):
+    """Profile rows timed `offset_s` slower (or faster) per step than the serving loop runs the same shapes: the
+    fit returns the run's coefficients exactly and the offset in metadata, and never prices it (the run rows
+    keep their measured step, so the loop terms are known). Without run rows there is no offset to fit (it
+    would duplicate `step`)."""
+    truth = CalibratedCostModel(coefficients=COEF, knee_tokens=256)
+    profile, _ = _table(_shapes(), truth, loop=False)
+    runs = (profile["num_prefill_seqs"] + profile["num_decode_seqs"] + profile["num_swap_blocks"]) > 0
+    assert runs.all()
+    profile = profile.assign(duration_s=profile["duration_s"] + offset_s)
+    run, _ = _table(_shapes() * 3, truth, loop=True)
+    seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
+    run = run.assign(measured_duration_s=run["duration_s"] - np.where(seqs > 0, COEF["loop_step"], 0.0))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), knee_candidates=(256,))
+    assert fitted.metadata["profile_offset_s"] == pytest.approx(offset_s, rel=1e-5)
+    for f in FEATURES:
+        assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
+    np.testing.assert_allclose(fitted.predict_table(run), run["duration_s"], rtol=1e-7)
+    alone = CalibratedCostModel.fit(profile, knee_candidates=(256,))
+    assert "profile_offset_s" not in alone.metadata
+    assert alone.coefficients["step"] == pytest.approx(COEF["step"] + offset_s, rel=1e-5)
+
+
 def test_robust_fit_ignores_a_few_stalled_steps():
     """Noisy times (2% jitter) plus 3 steps stalled 20x (a compile, a host hiccup): the robust fit stays close
     (p90 relative error on the clean steps under 4%; plain NNLS about 9%)."""
