@@ -29,6 +29,10 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              a real run's steps table can. The simulator always pays it (it emulates that loop).
                              Fitted on that host gap alone (calibrated_fit.fit_loop_terms); a joint fit, for
                              tables without the measured step, leaves loop_seqs at 0 (calibrated_fit.UNFITTED).
+    loop_prefill_tokens      the serving loop's host time per prefill token inside the step: schedule()'s block
+                             allocation and prefix-cache hashing, which a profile's execute() never runs.
+                             Fitted on the real runs' steps with prefill (the H200 fit: ~0.5 us a token,
+                             0.45 ms of a 5 ms 1k-token prefill step)
 
 A fit of a profile and real runs' steps together also fits the profile
 harness's own cost per step (metadata `profile_offset_s`; the H200 profile
@@ -115,7 +119,8 @@ class CalibratedCostModel(FittedCostModel):
         self.fitted_range = dict(fitted_range or {})
         self.max_model_len = max_model_len
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
-         self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq) = (c[f] for f in FEATURES)
+         self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
+         self._loop_ptok) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         # A decode-only step's cost per sequence: the sequence, its LM-head row, its share of the loop.
         self._decode_seq = self._seq + self._lm + self._loop_seq
@@ -141,8 +146,8 @@ class CalibratedCostModel(FittedCostModel):
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
                 - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
             samples = n_pre if num_prefill_samples is None else num_prefill_samples
-            t += (self._eager + (self._seq + self._loop_seq) * n_pre + self._ptok * pre_tokens + self._pairs * pairs
-                  + self._lm * samples)
+            t += (self._eager + (self._seq + self._loop_seq) * n_pre + (self._ptok + self._loop_ptok) * pre_tokens
+                  + self._pairs * pairs + self._lm * samples)
             if pre_tokens + num_decode_seqs > self._knee:
                 t += self._knee_slope * (pre_tokens + num_decode_seqs - self._knee)
         return t + swap_s

@@ -2,6 +2,7 @@
 model (profile -> calibrate -> engine replay + calibrated simulation -> report), with loose bounds."""
 import json
 
+import numpy as np
 import pytest
 
 from engine.recorder import Recorder
@@ -92,12 +93,23 @@ def test_cpu_validation_loop(tiny, tmp_path):
         assert e["join"] == {"num_real": 24, "num_sim": 24, "num_joined": 24, "num_finished_both": 24,
                              "one_to_one": True}
         for key in ("ttft_s", "tpot_s", "e2e_s"):
-            assert set(e[key]) == {"median_rel_err", "p90_rel_err", "mean_signed_rel_err", "num_requests"}
+            assert set(e[key]) == {"median_rel_err", "p90_rel_err", "mean_signed_rel_err", "num_requests",
+                                   "quantile_rel_err"}
+            assert set(e[key]["quantile_rel_err"]) == {"p50", "p90", "p99"}
         assert set(e["preemptions"]) >= {"real", "sim", "real_swaps", "sim_swaps"}
         assert e["throughput"]["rel_err"] is not None
     cal = entry["sims"]["calibrated"]
     assert cal["e2e_s"]["median_rel_err"] < 1.0          # loose: a shared 2-core CPU is noisy
     assert cal["step_time"]["num_steps"] == entry["real"]["summary"]["num_steps"]
+
+    # the side-by-side table reads the report's numbers back, one row per cost model
+    from experiments.validation_table import to_markdown, validation_table
+    df = validation_table([out / "validation_ci.json"])
+    assert list(df["cost_model"]) == ["roofline", "calibrated"] and set(df["policy"]) == {"vllm"}
+    row = df[df["cost_model"] == "calibrated"].iloc[0]
+    assert row["e2e_median_err"] == cal["e2e_s"]["median_rel_err"]
+    assert row["ttft_p99_err"] == cal["ttft_s"]["quantile_rel_err"]["p99"]
+    assert to_markdown(df).count("\n") == 3                  # header, rule, two rows
 
     # the kept real run re-validates without the engine: same real side, same (deterministic) simulated side
     again = tmp_path / "again"
@@ -116,6 +128,23 @@ def test_cpu_validation_loop(tiny, tmp_path):
     fit = json.loads(both.read_text())["metadata"]
     assert set(fit["heldout_by_source"]) == {"table.csv", "steps.parquet"}
     assert [s["serving_loop"] for s in fit["sources"]] == [False, True]
+
+
+def test_per_request_and_distribution_errors_by_hand():
+    """Per-request errors and percentile errors differ: two requests swapping latencies leave the distribution
+    exact while each request is off."""
+    from experiments.validate import _rel_stats
+    s = _rel_stats(np.array([1.1, 2.0, 3.3]), np.array([1.0, 2.0, 3.0]))
+    assert s["median_rel_err"] == pytest.approx(0.1) and s["p90_rel_err"] == pytest.approx(0.1)
+    assert s["mean_signed_rel_err"] == pytest.approx(0.2 / 3) and s["num_requests"] == 3
+    assert s["quantile_rel_err"]["p50"] == 0.0
+    assert s["quantile_rel_err"]["p99"] == pytest.approx((2 + 0.98 * 1.3 - (2 + 0.98)) / (2 + 0.98))
+    swapped = _rel_stats(np.array([2.0, 1.0]), np.array([1.0, 2.0]))
+    assert swapped["median_rel_err"] == pytest.approx(0.75)
+    assert all(v == 0.0 for v in swapped["quantile_rel_err"].values())
+    with pytest.raises(FileNotFoundError, match="validate writes"):
+        from experiments.validation_table import validation_table
+        validation_table(["no/such/validation_x.json"])
 
 
 def test_roofline_floors_only_where_the_card_has_measured_floors(tiny):

@@ -15,7 +15,8 @@ from sim.cost_model.calibrated import FEATURES, CalibratedCostModel, design_matr
 
 COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, prefill_attention_pairs=1e-9,
             decode_context_sum=2e-8, lm_head_rows=4e-6, tokens_over_knee=2e-6, swap_step=5e-4, swap_out_blocks=3e-4,
-            swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=0.0)      # fits leave loop_seqs at 0 (UNFITTED)
+            swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=0.0,      # fits leave loop_seqs at 0 (UNFITTED)
+            loop_prefill_tokens=5e-7)
 
 
 def test_nnls_satisfies_kkt_conditions():
@@ -157,10 +158,10 @@ def test_hand_computed_step_time():
                                                prefill_attention_pairs=1e4, decode_context_sum=1e5,
                                                lm_head_rows=1e6, tokens_over_knee=1e9, swap_step=1e7,
                                                swap_out_blocks=1e8, swap_in_blocks=3e8, loop_step=0.5,
-                                               loop_seqs=0.25), knee_tokens=5)
+                                               loop_seqs=0.25, loop_prefill_tokens=1e-2), knee_tokens=5)
     # prefill entries (n=3, c=3) and (n=2, c=6, not sampling); 2 decodes with contexts summing to 9; 1 swap block
     # pairs: 3*3 - 3 + 2*6 - 1 = 17; tokens 5 + 2 = 7 -> 2 over the knee; lm rows 1 + 2 = 3; 4 sequences
-    forward = 1 + 10 + 100 * 4 + 1e3 * 5 + 1e4 * 17 + 1e5 * 9 + 1e6 * 3 + 1e9 * 2 + 0.5 + 0.25 * 4
+    forward = 1 + 10 + 100 * 4 + 1e3 * 5 + 1e4 * 17 + 1e5 * 9 + 1e6 * 3 + 1e9 * 2 + 0.5 + 0.25 * 4 + 1e-2 * 5
     t = cm.step_time_from_shape([3, 2], [3, 6], 2, 9, num_swap_blocks=1, num_prefill_samples=1)
     assert t == forward + 1e7 + 0.5 * (1e8 + 3e8)       # direction unknown: the mean per-block cost
     assert cm.step_time_from_shape([], [], 0, 0) == 0.0
@@ -195,11 +196,13 @@ def test_features_of_hand_built_rows():
     assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, num_seqs=2, prefill_tokens=300,
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
-                                       loop_step=0, loop_seqs=0)
+                                       loop_step=0, loop_seqs=0, loop_prefill_tokens=0)
     assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
-                                       loop_step=1, loop_seqs=5)
+                                       loop_step=1, loop_seqs=5, loop_prefill_tokens=0)
+    run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
+    assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
 
 
 def test_decode_fast_path_matches_step_by_step():
