@@ -72,12 +72,20 @@ class SavedReplays:
         cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
         return scheduler_config(kv, cpu, self.config, self.max_model_len)
 
-    def replay(self, requests, policy: str = "vllm", **_) -> RunResult:
+    @property
+    def policies(self) -> list[str]:
+        return list(self.meta["runs"])
+
+    def run(self, policy: str) -> RunResult:
+        """The saved run of `policy`, as it was recorded."""
         req_path, steps_path = _paths(self.real_dir, self.name, policy)
         if not req_path.is_file():
             raise FileNotFoundError(f"no saved real run for policy {policy!r} in {self.real_dir} ({req_path.name})")
-        run = RunResult(pd.read_parquet(req_path), pd.read_parquet(steps_path),
-                        dict(self.meta["runs"].get(policy, {})))
+        return RunResult(pd.read_parquet(req_path), pd.read_parquet(steps_path),
+                         dict(self.meta["runs"].get(policy, {})))
+
+    def replay(self, requests, policy: str = "vllm", **_) -> RunResult:
+        run = self.run(policy)
         wanted = {r.request_id for r in requests}
         saved = set(run.requests["request_id"])
         if wanted != saved:

@@ -122,6 +122,18 @@ def test_cpu_validation_loop(tiny, tmp_path):
     with pytest.raises(FileNotFoundError, match="--real-dir"):
         validate.main(["--from-real", str(tmp_path / "real"), "--out-dir", str(again), "--name", "other", *workload])
 
+    # the engine against itself: a copy of the kept run scores zero on every error, and one run alone is refused
+    import shutil
+    from experiments.real_vs_real import real_vs_real
+    shutil.copytree(tmp_path / "real", tmp_path / "real_copy")
+    rr = real_vs_real([tmp_path / "real", tmp_path / "real_copy"], "ci")
+    assert [p["policy"] for p in rr["pairs"]] == ["vllm"]
+    pair = rr["pairs"][0]
+    assert pair["e2e_s"]["median_rel_err"] == 0.0 and pair["throughput"]["rel_err"] == 0.0
+    assert pair["join"]["one_to_one"] and pair["preemptions"]["real"] == pair["preemptions"]["sim"]
+    with pytest.raises(ValueError, match="at least two"):
+        real_vs_real([tmp_path / "real"], "ci")
+
     # the real run's own steps table calibrates too (fitted together with the profile grid)
     both = tmp_path / "both.json"
     assert calibrate.main([str(table), str(tmp_path / "steps.parquet"), "--out", str(both)]) == 0

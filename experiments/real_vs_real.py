@@ -1,0 +1,81 @@
+"""The engine against itself: how far apart two real replays of one workload are (the floor of any validation).
+
+    python -m experiments.real_vs_real benchmarks/results/real benchmarks/results/repeats/b/real \\
+        benchmarks/results/repeats/c/real --name azure_conv [--out real_vs_real_azure_conv.json]
+
+Each argument is a `--real-dir` a validation kept (experiments.saved_runs). For every pair of them and
+every policy both hold, the second run is scored against the first exactly as a simulated run is scored
+against the real one (experiments.validate.compare): per-request median / p90 of |B - A| / A for TTFT,
+TPOT and E2E, the distributions' percentile errors, throughput and preemptions. A simulator whose error
+against one real run is at this level is as close as a second run of the same engine would be.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import itertools
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.profile import write_atomic
+from experiments.saved_runs import SavedReplays
+from experiments.validate import compare
+
+
+def real_vs_real(real_dirs, name: str, policies=None) -> dict:
+    """{"pairs": [{"a", "b", "policy", <compare() of b against a>}]} over every pair of real_dirs."""
+    if len(real_dirs) < 2:
+        raise ValueError(f"give at least two real-run directories to compare, got {len(real_dirs)}")
+    saved = [SavedReplays(d, name) for d in real_dirs]
+    pairs = []
+    for a, b in itertools.combinations(saved, 2):
+        common = [p for p in a.policies if p in b.policies and (policies is None or p in policies)]
+        if not common:
+            raise ValueError(f"{a.real_dir} and {b.real_dir} share no policy run named {name!r}"
+                             + (f" among {sorted(policies)}" if policies else ""))
+        for policy in common:
+            ra, rb = a.run(policy), b.run(policy)
+            if set(ra.requests["request_id"]) != set(rb.requests["request_id"]):
+                raise ValueError(f"{policy}: {a.real_dir} and {b.real_dir} replayed different requests; "
+                                 f"compare runs of the same workload")
+            entry = compare(ra, rb)
+            entry.pop("summary_sim", None)
+            pairs.append({"a": str(a.real_dir), "b": str(b.real_dir), "policy": policy, **entry})
+    return {"format": "servelab.real_vs_real/v1", "name": name, "pairs": pairs}
+
+
+def table(result: dict) -> pd.DataFrame:
+    rows = []
+    for p in result["pairs"]:
+        rows.append(dict(policy=p["policy"], a=p["a"], b=p["b"], throughput_err=p["throughput"]["rel_err"],
+                         e2e_median_err=p["e2e_s"]["median_rel_err"], e2e_p90_err=p["e2e_s"]["p90_rel_err"],
+                         e2e_mean_signed_err=p["e2e_s"]["mean_signed_rel_err"],
+                         ttft_median_err=p["ttft_s"]["median_rel_err"], tpot_median_err=p["tpot_s"]["median_rel_err"],
+                         preemptions_a=p["preemptions"]["real"], preemptions_b=p["preemptions"]["sim"]))
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.real_vs_real", description=__doc__.split("\n")[0])
+    ap.add_argument("real_dirs", nargs="+", help="directories a validation's --real-dir kept")
+    ap.add_argument("--name", required=True, help="the validation's --name (e.g. azure_conv)")
+    ap.add_argument("--policies", default=None, help="comma-separated (default: every policy both runs hold)")
+    ap.add_argument("--out", default=None, help="write the full comparison as JSON")
+    args = ap.parse_args(argv)
+    result = real_vs_real(args.real_dirs, args.name, args.policies.split(",") if args.policies else None)
+    result.update(command="python -m experiments.real_vs_real " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+                  date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.precision", 4):
+        print(table(result))
+    if args.out:
+        write_atomic(args.out, json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
