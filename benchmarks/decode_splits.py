@@ -7,23 +7,25 @@ For full batches (num_seqs * kv heads >= 2 programs per SM) `choose_num_splits` 
 finish last; a few key splits (partitions over the block-table width, empty ones exit at once) would
 spread them. This times that trade on Qwen3-0.6B's attention shape (16 q / 8 kv heads, head_dim 128,
 bf16, 16-token blocks, tables as wide as max_model_len as in a CUDA graph): each (batch, contexts) case
-for the automatic choice and 1, 2, 4, 8, 16 splits; ratios are against the automatic choice in the same
-run; outputs are checked against it.
+for the automatic choice and 1, 2, 4, 8, 16 splits (gpu_attention_check.cuda_time_ms: clocks settled,
+CUDA events, median); ratios are against the automatic choice in the same run; outputs are checked
+against it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
 from engine.kernels.paged_decode import choose_num_splits, paged_decode_attention  # noqa: E402
+from gpu_attention_check import cuda_time_ms  # noqa: E402
 
 HQ, HKV, HEAD_DIM, BLOCK_SIZE = 16, 8, 128, 16
 SPLITS = [None, 1, 2, 4, 8, 16]
@@ -38,20 +40,6 @@ def cases(max_model_len: int, rng: torch.Generator) -> list[tuple[str, list[int]
         long_tail = [256] * (b - b // 8) + [min(4000, max_model_len)] * (b // 8)     # a few long ones
         out.append((f"{b}x256+{b // 8}x4000", long_tail))
     return out
-
-
-def time_ms(fn, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -77,15 +65,12 @@ def main(argv=None) -> int:
         lens = torch.tensor(ctx, device=dev, dtype=torch.int32)
         ref = paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5)
         auto = choose_num_splits(B, HKV, args.max_model_len, 64, dev)
-        for s in SPLITS:     # compile and warm every variant first: the first timed one would pay the clock ramp
-            time_ms(lambda: paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5, num_splits=s),
-                    args.warmup, 1)
         base = None
         for s in SPLITS:
             out = paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5, num_splits=s)
             err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
-            ms = time_ms(lambda: paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5, num_splits=s),
-                         args.warmup, args.iters)
+            ms = cuda_time_ms(lambda: paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5, num_splits=s),
+                              args.warmup, args.iters)
             base = ms if s is None else base
             rows.append(dict(case=name, num_seqs=B, context_sum=sum(ctx), context_max=max(ctx),
                              splits="auto" if s is None else s, auto_splits=auto, ms=round(ms, 4),

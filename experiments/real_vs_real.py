@@ -24,6 +24,7 @@ import pandas as pd
 from experiments.profile import write_atomic
 from experiments.saved_runs import SavedReplays
 from experiments.validate import compare
+from experiments.validation_table import error_row
 
 
 def real_vs_real(real_dirs, name: str, policies=None) -> dict:
@@ -49,14 +50,8 @@ def real_vs_real(real_dirs, name: str, policies=None) -> dict:
 
 
 def table(result: dict) -> pd.DataFrame:
-    rows = []
-    for p in result["pairs"]:
-        rows.append(dict(policy=p["policy"], a=p["a"], b=p["b"], throughput_err=p["throughput"]["rel_err"],
-                         e2e_median_err=p["e2e_s"]["median_rel_err"], e2e_p90_err=p["e2e_s"]["p90_rel_err"],
-                         e2e_mean_signed_err=p["e2e_s"]["mean_signed_rel_err"],
-                         ttft_median_err=p["ttft_s"]["median_rel_err"], tpot_median_err=p["tpot_s"]["median_rel_err"],
-                         preemptions_a=p["preemptions"]["real"], preemptions_b=p["preemptions"]["sim"]))
-    return pd.DataFrame(rows)
+    """One row per pair and policy; `*_real` columns are run a's, `*_sim` run b's (validation_table.error_row)."""
+    return pd.DataFrame([dict(policy=p["policy"], a=p["a"], b=p["b"], **error_row(p)) for p in result["pairs"]])
 
 
 def main(argv=None) -> int:
@@ -67,7 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the full comparison as JSON")
     args = ap.parse_args(argv)
     result = real_vs_real(args.real_dirs, args.name, args.policies.split(",") if args.policies else None)
-    result.update(command="python -m experiments.real_vs_real " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+    args_text = " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    result.update(command=f"python -m experiments.real_vs_real {args_text}",
                   date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.precision", 4):
         print(table(result))

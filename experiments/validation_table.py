@@ -4,11 +4,12 @@
         benchmarks/results/repeats/*/validation_azure_conv.json [--model calibrated] [--markdown]
     df = validation_table(["a/validation_azure_conv.json", "b/validation_azure_conv.json"])
 
-Reads the JSON reports `python -m experiments.validate` writes (format servelab.validation/v1). Errors are
-fractions: throughput, the mean signed E2E error and the percentile errors (`ttft_p50_err`: the simulated
-distribution's p50 against the real one's) are signed (sim - real) / real, the others are median / p90 of
-per-request |relative error| (NaN where a report predates a field). Repeated runs of one workload show how far the real engine
-itself moves between runs, which bounds how close any simulator can get.
+Reads the JSON reports `python -m experiments.validate` writes (format servelab.validation/v1). Errors
+are fractions: throughput, the mean signed E2E error and the percentile errors (`ttft_p50_err`: the
+simulated distribution's p50 against the real one's) are signed (sim - real) / real, the others are
+median / p90 of per-request |relative error| (NaN where a report predates a field). Repeated runs of one
+workload show how far the real engine itself moves between runs (experiments.real_vs_real), which bounds
+how close any simulator can get.
 """
 from __future__ import annotations
 
@@ -46,6 +47,23 @@ def read_report(path) -> dict:
     return data
 
 
+def error_row(s: dict) -> dict:
+    """The table's error columns of one comparison (a report's `sims.<cost model>` entry, or a pair of
+    experiments.real_vs_real, where "sim" is the second run)."""
+    return dict(
+        throughput_err=_get(s, "throughput", "rel_err"),
+        e2e_median_err=_get(s, "e2e_s", "median_rel_err"), e2e_p90_err=_get(s, "e2e_s", "p90_rel_err"),
+        e2e_mean_signed_err=_get(s, "e2e_s", "mean_signed_rel_err"),
+        ttft_median_err=_get(s, "ttft_s", "median_rel_err"), tpot_median_err=_get(s, "tpot_s", "median_rel_err"),
+        step_time_median_err=_get(s, "step_time", "median_rel_err"),
+        ttft_p50_err=_get(s, "ttft_s", "quantile_rel_err", "p50"),
+        ttft_p99_err=_get(s, "ttft_s", "quantile_rel_err", "p99"),
+        e2e_p50_err=_get(s, "e2e_s", "quantile_rel_err", "p50"),
+        e2e_p99_err=_get(s, "e2e_s", "quantile_rel_err", "p99"),
+        preemptions_real=_get(s, "preemptions", "real"), preemptions_sim=_get(s, "preemptions", "sim"),
+        output_tps_real=_get(s, "throughput", "output_tps_real"))
+
+
 def validation_table(paths, cost_models=None) -> pd.DataFrame:
     """One row per (report, policy, cost model) of the given reports; cost_models: keep only these names."""
     rows = []
@@ -53,22 +71,9 @@ def validation_table(paths, cost_models=None) -> pd.DataFrame:
         rep = read_report(path)
         for policy, entry in rep["policies"].items():
             for model, s in entry.get("sims", {}).items():
-                if cost_models and model not in cost_models:
-                    continue
-                rows.append(dict(
-                    report=str(path), workload=rep.get("name"), policy=policy, cost_model=model,
-                    throughput_err=_get(s, "throughput", "rel_err"),
-                    e2e_median_err=_get(s, "e2e_s", "median_rel_err"), e2e_p90_err=_get(s, "e2e_s", "p90_rel_err"),
-                    e2e_mean_signed_err=_get(s, "e2e_s", "mean_signed_rel_err"),
-                    ttft_median_err=_get(s, "ttft_s", "median_rel_err"),
-                    tpot_median_err=_get(s, "tpot_s", "median_rel_err"),
-                    step_time_median_err=_get(s, "step_time", "median_rel_err"),
-                    ttft_p50_err=_get(s, "ttft_s", "quantile_rel_err", "p50"),
-                    ttft_p99_err=_get(s, "ttft_s", "quantile_rel_err", "p99"),
-                    e2e_p50_err=_get(s, "e2e_s", "quantile_rel_err", "p50"),
-                    e2e_p99_err=_get(s, "e2e_s", "quantile_rel_err", "p99"),
-                    preemptions_real=_get(s, "preemptions", "real"), preemptions_sim=_get(s, "preemptions", "sim"),
-                    output_tps_real=_get(s, "throughput", "output_tps_real")))
+                if not cost_models or model in cost_models:
+                    rows.append(dict(report=str(path), workload=rep.get("name"), policy=policy, cost_model=model,
+                                     **error_row(s)))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -78,11 +83,12 @@ def to_markdown(df: pd.DataFrame) -> str:
             "TPOT median", "step time median", "TTFT p50 / p99 of the distribution", "preemptions real / sim"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in df.itertuples(index=False):
-        lines.append(f"| {r.report} | {r.policy} | {r.cost_model} | {100 * r.throughput_err:+.1f}% | "
-                     f"{100 * r.e2e_median_err:.1f}% / {100 * r.e2e_p90_err:.1f}% ({100 * r.e2e_mean_signed_err:+.1f}%) "
-                     f"| {100 * r.ttft_median_err:.1f}% | {100 * r.tpot_median_err:.1f}% | "
-                     f"{100 * r.step_time_median_err:.1f}% | {100 * r.ttft_p50_err:+.1f}% / {100 * r.ttft_p99_err:+.1f}% "
-                     f"| {r.preemptions_real:g} / {r.preemptions_sim:g} |")
+        e2e = f"{100 * r.e2e_median_err:.1f}% / {100 * r.e2e_p90_err:.1f}% ({100 * r.e2e_mean_signed_err:+.1f}%)"
+        ttft_q = f"{100 * r.ttft_p50_err:+.1f}% / {100 * r.ttft_p99_err:+.1f}%"
+        lines.append(f"| {r.report} | {r.policy} | {r.cost_model} | {100 * r.throughput_err:+.1f}% | {e2e} | "
+                     f"{100 * r.ttft_median_err:.1f}% | {100 * r.tpot_median_err:.1f}% | "
+                     f"{100 * r.step_time_median_err:.1f}% | {ttft_q} | "
+                     f"{r.preemptions_real:g} / {r.preemptions_sim:g} |")
     return "\n".join(lines)
 
 

@@ -34,9 +34,9 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              Fitted on the real runs' steps with prefill (the H200 fit: ~0.5 us a token,
                              0.45 ms of a 5 ms 1k-token prefill step)
 
-A fit of a profile and real runs' steps together also fits the profile
-harness's own cost per step (metadata `profile_offset_s`; the H200 profile
-timed the same decode shapes ~0.04 ms slower than the serving loop ran them);
+A fit of a profile and real runs' steps together also fits a constant per
+profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
+and -0.13 ms between an H200 profile and the replay after it, in two runs);
 it is never priced (calibrated_fit.profile_offset_columns).
 
 Swap blocks are scaled by block_size / the fitted block size. `step_time_s`

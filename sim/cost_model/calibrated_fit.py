@@ -230,13 +230,14 @@ class Fit(NamedTuple):
 def profile_offset_columns(steps) -> np.ndarray | None:
     """[rows, 2]: +1 and -1 on profile rows that run something, or None unless the table mixes profile and run rows.
 
-    A profile times execute() alone in a tight loop; a real run's step is timed inside the serving loop. The
-    same shapes differ by a constant: on the H200, decode steps of 4-8 sequences took 1.97 ms in the profile
-    and 1.86 ms in the calibration replay (schedule() included). Left to the shared `step` term, that
-    offset made the calibrated simulator 2-3% slow on every replay step. A signed nuisance term (a +/-
-    column pair, as NNLS needs) on the profile rows takes it, so `step` is the serving loop's; the profile
-    still fixes every slope (batch size, context, prefill tokens, swaps). It is not a model term: the
-    simulator prices steps as the serving loop runs them. Without run rows it would duplicate `step`."""
+    A profile times execute() alone in a tight loop, at another moment than the calibration replay, whose
+    steps are timed inside the serving loop. The same shapes differ by a constant between the two: +0.04 ms
+    and -0.13 ms per step in two H200 runs (decode steps of 4-8 sequences: 1.97 ms in one profile, 1.86 ms
+    in the replay after it). Left to the shared `step` term, that offset made the calibrated simulator
+    2-3% slow on every replay step. A signed nuisance term (a +/- column pair, as NNLS needs) on the
+    profile rows takes it, so `step` is the serving loop's; the profile still fixes every slope (batch
+    size, context, prefill tokens, swaps). It is not a model term: the simulator prices steps as the
+    serving loop runs them. Without run rows it would duplicate `step`."""
     loop = serving_loop_flags(steps)
     if loop.all() or not loop.any():
         return None
