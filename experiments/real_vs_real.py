@@ -8,6 +8,10 @@ every policy both hold, the second run is scored against the first exactly as a 
 against the real one (experiments.validate.compare): per-request median / p90 of |B - A| / A for TTFT,
 TPOT and E2E, the distributions' percentile errors, throughput and preemptions. A simulator whose error
 against one real run is at this level is as close as a second run of the same engine would be.
+
+`spread` gives, per policy that every run holds, each summary metric across the runs (min, max and
+(max - min) / mean): a difference between two policies smaller than that spread is one the real engine
+does not reproduce from run to run.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import pandas as pd
 
 from experiments.profile import write_atomic
 from experiments.saved_runs import SavedReplays
-from experiments.validate import compare
+from experiments.validate import compare, run_summary
 from experiments.validation_table import error_row
 
 
@@ -46,7 +50,30 @@ def real_vs_real(real_dirs, name: str, policies=None) -> dict:
             entry = compare(ra, rb)
             entry.pop("summary_sim", None)
             pairs.append({"a": str(a.real_dir), "b": str(b.real_dir), "policy": policy, **entry})
-    return {"format": "servelab.real_vs_real/v1", "name": name, "pairs": pairs}
+    return {"format": "servelab.real_vs_real/v1", "name": name, "pairs": pairs,
+            "spread": metric_spread(saved, policies)}
+
+
+SPREAD_METRICS = ("output_throughput_tps", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p90",
+                  "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_preemptions")
+
+
+def metric_spread(saved: list[SavedReplays], policies=None) -> dict:
+    """{policy: {metric: {"min", "max", "rel_range"}}} over the runs that all hold the policy."""
+    out = {}
+    for policy in saved[0].policies:
+        if (policies is not None and policy not in policies) or not all(policy in s.policies for s in saved):
+            continue
+        summaries = [run_summary(s.run(policy)) for s in saved]
+        out[policy] = {}
+        for m in SPREAD_METRICS:
+            vals = [x[m] for x in summaries]
+            if any(v is None for v in vals):
+                continue
+            mean = sum(vals) / len(vals)
+            out[policy][m] = {"min": min(vals), "max": max(vals),
+                              "rel_range": (max(vals) - min(vals)) / mean if mean else 0.0}
+    return out
 
 
 def table(result: dict) -> pd.DataFrame:
@@ -67,6 +94,8 @@ def main(argv=None) -> int:
                   date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.precision", 4):
         print(table(result))
+        print(f"spread of each summary metric over the {len(args.real_dirs)} runs ((max - min) / mean):")
+        print(pd.DataFrame({p: {m: v["rel_range"] for m, v in ms.items()} for p, ms in result["spread"].items()}))
     if args.out:
         write_atomic(args.out, json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -124,13 +124,16 @@ def test_cpu_validation_loop(tiny, tmp_path):
 
     # the engine against itself: a copy of the kept run scores zero on every error, and one run alone is refused
     import shutil
-    from experiments.real_vs_real import real_vs_real
+    from experiments.real_vs_real import SPREAD_METRICS, real_vs_real
     shutil.copytree(tmp_path / "real", tmp_path / "real_copy")
     rr = real_vs_real([tmp_path / "real", tmp_path / "real_copy"], "ci")
     assert [p["policy"] for p in rr["pairs"]] == ["vllm"]
     pair = rr["pairs"][0]
     assert pair["e2e_s"]["median_rel_err"] == 0.0 and pair["throughput"]["rel_err"] == 0.0
     assert pair["join"]["one_to_one"] and pair["preemptions"]["real"] == pair["preemptions"]["sim"]
+    spread = rr["spread"]["vllm"]
+    assert spread["e2e_s_p50"]["rel_range"] == 0.0 and spread["e2e_s_p50"]["min"] == spread["e2e_s_p50"]["max"] > 0
+    assert set(spread) <= set(SPREAD_METRICS)
     with pytest.raises(ValueError, match="at least two"):
         real_vs_real([tmp_path / "real"], "ci")
 
