@@ -29,6 +29,7 @@ from itertools import accumulate
 from engine.batch import Batch
 from engine.block_manager import BlockManager
 from engine.fast_forward import DecodeFastPath
+from engine.scheduler_view import SchedulerView
 from engine.sequence import Sequence, SequenceStatus
 from policies.eviction.base import EvictionPolicy
 from policies.scheduling.base import SchedulingPolicy
@@ -61,48 +62,6 @@ class SchedulerConfig:
                              f"(block_size={self.block_size}); set it to at least {self.block_size}")
         if self.num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
-
-
-class SchedulerView:
-    """What a policy may look at. The sequence collections are the scheduler's own;
-    policies must treat them (and the sequences) as read-only."""
-
-    __slots__ = ("_sched", "now_s")
-
-    def __init__(self, sched: "Scheduler"):
-        self._sched = sched
-        self.now_s = 0.0
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self._sched.block_manager.num_free_blocks
-
-    @property
-    def num_total_blocks(self) -> int:
-        return self._sched.block_manager.num_blocks
-
-    @property
-    def block_size(self) -> int:
-        return self._sched.block_manager.block_size
-
-    @property
-    def running(self) -> list[Sequence]:
-        return self._sched.running
-
-    @property
-    def waiting(self):
-        return self._sched.waiting
-
-    @property
-    def swapped(self) -> list[Sequence]:
-        return self._sched.swapped
-
-    @property
-    def config(self) -> SchedulerConfig:
-        return self._sched.config
-
-    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        return self._sched.block_manager.blocks_needed(seq, num_new_tokens)
 
 
 class Scheduler(DecodeFastPath):

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from engine.batch import Batch
-from engine.block_manager import BlockManager, FreeBlockQueue
+from engine.block_manager import BlockManager
+from engine.free_blocks import FreeBlockQueue
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SamplingParams, Sequence
 from experiments.workloads import Poisson, Uniform, synthetic_workload
