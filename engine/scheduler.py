@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate
 
 from engine.batch import Batch
 from engine.block_manager import BlockManager

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from engine.batch import Batch
 from engine.recorder import Recorder
 from engine.sequence import SamplingParams, Sequence
+from experiments.results import atomic_write_text, write_json
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 GRIDS = ("small", "full")
@@ -173,16 +172,6 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
     return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
 
 
-def write_atomic(path, text: str) -> Path:
-    """Writes text to path via a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
 def device_name(runner) -> str:
     if getattr(runner, "is_cuda", False):
         import torch
@@ -242,7 +231,7 @@ def main(argv=None) -> int:
     shapes = grid_shapes(args.grid, runner.max_model_len, cfg.max_num_batched_tokens, cfg.max_num_seqs, args.seed)
     table = profile(runner, shapes, warmup=args.warmup, repeats=args.repeats, temperature=args.temperature,
                     seed=args.seed, log=lambda m: print(m, flush=True))
-    write_atomic(args.out, table.to_csv(index=False))
+    atomic_write_text(args.out, table.to_csv(index=False))
     mc = runner.model.config
     meta = dict(
         command="python -m experiments.profile " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
@@ -262,7 +251,7 @@ def main(argv=None) -> int:
         meta["torch"] = torch.__version__
     except ImportError:
         pass
-    write_atomic(str(args.out) + ".meta.json", json.dumps(meta, indent=2) + "\n")
+    write_json(str(args.out) + ".meta.json", meta)
     print(f"wrote {args.out} ({len(table)} shapes) and {args.out}.meta.json", flush=True)
     return 0
 

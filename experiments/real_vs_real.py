@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import itertools
-import json
 import shlex
 import sys
-from pathlib import Path
 
 import pandas as pd
 
-from experiments.profile import write_atomic
+from experiments.results import write_json
 from experiments.saved_runs import SavedReplays
 from experiments.validate import compare, run_summary
 from experiments.validation_table import error_row
@@ -97,7 +95,7 @@ def main(argv=None) -> int:
         print(f"spread of each summary metric over the {len(args.real_dirs)} runs ((max - min) / mean):")
         print(pd.DataFrame({p: {m: v["rel_range"] for m, v in ms.items()} for p, ms in result["spread"].items()}))
     if args.out:
-        write_atomic(args.out, json.dumps(result, indent=1) + "\n")
+        write_json(args.out, result)
         print(f"wrote {args.out}")
     return 0
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
-import math
 import shlex
 import sys
 import time
@@ -33,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.metrics import summary
-from experiments.profile import set_threads, write_atomic
-from experiments.results import write_parquet
+from experiments.profile import set_threads
+from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
 from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run
 from experiments.step_tables import calibration_table
@@ -158,19 +156,6 @@ def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
 
 
 # -- the command ------------------------------------------------------------------------------
-def _clean(x):
-    """JSON-safe: NaN / inf -> None, numpy scalars -> Python."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def _length_range(text: str, flag: str) -> tuple[int, int]:
     try:
         lo, _, hi = text.partition(":")
@@ -346,11 +331,11 @@ def main(argv=None) -> int:
             entry["sims"][name]["info"] = sim.info
             if args.save_tables:
                 for kind in ("requests", "steps"):
-                    write_atomic(out_dir / f"validation_{args.name}_{policy}_{name}_{kind}.csv",
+                    atomic_write_text(out_dir / f"validation_{args.name}_{policy}_{name}_{kind}.csv",
                                  getattr(sim, kind).to_csv(index=False))
         if args.save_tables:
             for kind in ("requests", "steps"):
-                write_atomic(out_dir / f"validation_{args.name}_{policy}_real_{kind}.csv",
+                atomic_write_text(out_dir / f"validation_{args.name}_{policy}_real_{kind}.csv",
                              getattr(real, kind).to_csv(index=False))
         runs_by_policy[policy] = runs
         print(_one_line(policy, entry), flush=True)
@@ -358,7 +343,7 @@ def main(argv=None) -> int:
         png = overlay_plot(runs_by_policy, out_dir / f"validation_{args.name}.png",
                            title=f"{args.name}: real vs simulated ({report['device']})")
         report["plot"] = png.name
-    path = write_atomic(out_dir / f"validation_{args.name}.json", json.dumps(_clean(report), indent=2) + "\n")
+    path = write_json(out_dir / f"validation_{args.name}.json", report)
     print(f"wrote {path}", flush=True)
     return 0
 

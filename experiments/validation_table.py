@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-FORMAT = "servelab.validation/v1"
+from experiments.validate import FORMAT
+
 COLUMNS = ("report", "workload", "policy", "cost_model", "throughput_err", "e2e_median_err", "e2e_p90_err",
            "e2e_mean_signed_err", "ttft_median_err", "tpot_median_err", "step_time_median_err",
            "ttft_p50_err", "ttft_p99_err", "e2e_p50_err", "e2e_p99_err",
