@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from engine.token_budget import resolve_max_num_batched_tokens
+
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 MAX_TENSOR_PARALLEL_SIZE = 8
@@ -45,7 +47,7 @@ class EngineConfig:
     num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
     swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 16384
+    max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.token_budget)
     max_model_len: int | None = None             # None: min(4096, max_position_embeddings)
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
@@ -74,7 +76,7 @@ class EngineConfig:
         if self.swap_space_gib < 0 or self.cpu_kvcache_gib <= 0:
             raise ValueError(f"swap_space_gib must be >= 0 and cpu_kvcache_gib > 0, got "
                              f"{self.swap_space_gib} and {self.cpu_kvcache_gib}")
-        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+        if self.max_num_seqs < 1 or (self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1):
             raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got "
                              f"{self.max_num_seqs} and {self.max_num_batched_tokens}")
         if self.prefill_graph_max_tokens < 0:
@@ -119,3 +121,11 @@ class EngineConfig:
             raise ValueError(f"max_model_len ({self.max_model_len}) exceeds the model's max_position_embeddings "
                              f"({max_position_embeddings}); set max_model_len <= {max_position_embeddings}")
         return self.max_model_len
+
+    def resolve_max_num_batched_tokens(self) -> int:
+        """Fills max_num_batched_tokens (engine.token_budget's rule) once max_model_len is resolved."""
+        if self.max_model_len is None:
+            raise ValueError("resolve_max_model_len must run before resolve_max_num_batched_tokens")
+        self.max_num_batched_tokens, _ = resolve_max_num_batched_tokens(self.max_num_batched_tokens,
+                                                                        self.max_model_len, self.enable_chunked_prefill)
+        return self.max_num_batched_tokens

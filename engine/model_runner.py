@@ -114,6 +114,7 @@ class ModelRunner:
         mc = self.model.config
         kv_heads = self.model.num_kv_heads_per_rank
         self.max_model_len = config.resolve_max_model_len(mc.max_position_embeddings)
+        config.resolve_max_num_batched_tokens()
         self.block_size = config.block_size
         self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
         # bytes of one block across all layers, K and V

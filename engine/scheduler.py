@@ -23,13 +23,14 @@ make room for a better-ranked waiting one (phase 0).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.batch import Batch
 from engine.block_manager import BlockManager
 from engine.fast_forward import DecodeFastPath
 from engine.scheduler_view import SchedulerView
 from engine.sequence import Sequence, SequenceStatus
+from engine.token_budget import resolve_max_num_batched_tokens
 from policies.eviction.base import EvictionPolicy
 from policies.scheduling.base import SchedulingPolicy
 
@@ -41,8 +42,8 @@ class SchedulerConfig:
     num_kvcache_blocks: int
     block_size: int = 16
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 16384
-    max_model_len: int = 4096
+    max_num_batched_tokens: int | None = None   # None: derived (engine.token_budget), see Scheduler
+    max_model_len: int = 4096                   # the engine's default limit (engine.config.EngineConfig)
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     num_cpu_blocks: int = 0
@@ -56,7 +57,7 @@ class SchedulerConfig:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
         if self.max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
-        if self.max_num_batched_tokens < self.block_size:
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.block_size:
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than one block "
                              f"(block_size={self.block_size}); set it to at least {self.block_size}")
         if self.num_cpu_blocks < 0:
@@ -78,21 +79,30 @@ class Scheduler(DecodeFastPath):
         if policy.preemption_mode == "swap" and config.num_cpu_blocks == 0:
             raise ValueError(f"policy {policy.name!r} preempts by swap but num_cpu_blocks is 0; "
                              "give the scheduler a swap space (num_cpu_blocks > 0)")
-        self.config = config
         self.policy = policy
         # The policy may force the step shape and tighten the token budget (e.g. sarathi).
         self.chunked = config.enable_chunked_prefill if policy.chunked_prefill is None else policy.chunked_prefill
+        # A derived budget follows the step shape actually used (the policy's, if it forces one);
+        # self.config then carries the number, so every reader sees the value in force.
+        budget, self.max_num_batched_tokens_reason = resolve_max_num_batched_tokens(
+            config.max_num_batched_tokens, config.max_model_len, self.chunked)
+        if config.max_num_batched_tokens is None:
+            config = replace(config, max_num_batched_tokens=budget)
+        self.config = config
         self.token_budget = config.max_num_batched_tokens
         if policy.token_budget is not None:
             if policy.token_budget < config.block_size:
                 raise ValueError(f"policy {policy.name!r}: token_budget ({policy.token_budget}) is smaller than one "
                                  f"block (block_size={config.block_size}); use at least {config.block_size}")
+            if policy.token_budget < self.token_budget:
+                self.max_num_batched_tokens_reason += (f"; policy {policy.name!r} caps a step at "
+                                                       f"{policy.token_budget} tokens")
             self.token_budget = min(self.token_budget, policy.token_budget)
         if not self.chunked and self.token_budget < config.max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.token_budget}) < max_model_len ({config.max_model_len}) with chunked "
                 "prefill off: a long prompt could never be scheduled. Raise max_num_batched_tokens to >= "
-                "max_model_len, or set enable_chunked_prefill=True")
+                "max_model_len (or leave it unset: derived), or set enable_chunked_prefill=True")
         self.block_manager = BlockManager(config.num_kvcache_blocks, config.block_size,
                                           config.enable_prefix_caching, eviction, config.num_cpu_blocks)
         self.waiting: deque[Sequence] = deque()    # WAITING and PREEMPTED, arrival order (preempted first)

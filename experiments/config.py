@@ -92,8 +92,12 @@ class ServelabConfig:
     swap_space_gib: float = 4.0                 # host memory for swapped KV (vLLM's default), per replica
     num_cpu_blocks: Optional[int] = None        # None: from swap_space_gib
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 4096                   # prompt + output; longer requests are clipped (workload.too_long)
+    # tokens per step; None: derived (engine/token_budget.py): max(max_model_len, 8192) with chunked prefill
+    # off, 8192 with it on
+    max_num_batched_tokens: Optional[int] = None
+    # prompt + output; longer requests are clipped (workload.too_long). None: the model's context window in
+    # the simulator (sim.specs), the engine's limit for the checkpoint on backend=engine
+    max_model_len: Optional[int] = None
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     # goodput SLOs (seconds; None = no limit)

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import experiments.config  # noqa: F401  (registers the schema before Hydra composes)
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
+from experiments.workloads.changes import describe_input
 
 GROUPS = ("backend", "backend/cost_model", "model", "hardware", "scheduler", "eviction", "router", "workload",
           "experiment")
@@ -73,6 +74,10 @@ def format_summary(summary: dict) -> str:
                   f"eviction={summary.get('choices', {}).get('eviction')}"),
         ("workload", f"{meta.get('num_workload_requests')} requests at {_fmt(meta.get('request_rate_rps'), ' req/s')}"
                      f" ({meta.get('workload_source')})"),
+        ("input", describe_input(meta)),
+        ("limits", f"max_model_len {meta.get('max_model_len')} ({meta.get('max_model_len_source')}), "
+                   f"max_num_batched_tokens {meta.get('max_num_batched_tokens')} "
+                   f"({meta.get('max_num_batched_tokens_source')})"),
         ("KV cache", f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks)"),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),

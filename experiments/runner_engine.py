@@ -51,8 +51,8 @@ class EngineRunConfig:
     num_cpu_blocks: int | None = 0          # swap blocks the runner allocates (vllm_swap needs > 0); None: swap_space_gib
     swap_space_gib: float = 0.0
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 16384
-    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None   # None: derived (engine.token_budget)
+    max_model_len: int | None = None            # None: the engine's limit for the checkpoint (EngineConfig)
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
@@ -259,7 +259,8 @@ def run_engine(cfg, desc: str = "engine"):
     from hydra.utils import to_absolute_path
 
     from experiments.runner_sim import RunResult as TableResult
-    from experiments.runner_sim import build_workload, make_scheduler, offered_rate_rps
+    from experiments.runner_sim import build_workload, check_input, limits_meta, make_scheduler, offered_rate_rps
+    from experiments.workloads.changes import add_input_columns
 
     b = cfg.backend
     if b.get("model_path") is None:
@@ -268,19 +269,29 @@ def run_engine(cfg, desc: str = "engine"):
     if int(cfg.num_replicas) != 1 or int(cfg.tensor_parallel_size) != 1:
         raise ValueError(f"the engine backend runs one replica without tensor parallelism; got num_replicas="
                          f"{cfg.num_replicas}, tensor_parallel_size={cfg.tensor_parallel_size}")
+    given_len, given_budget = cfg.get("max_model_len"), cfg.get("max_num_batched_tokens")
     rcfg = EngineRunConfig(
         model_path=to_absolute_path(str(b.model_path)), device=str(b.device), dtype=str(b.dtype),
         attention_backend=str(b.attention_backend), block_size=int(cfg.block_size),
         num_kvcache_blocks=cfg.num_kvcache_blocks, gpu_memory_utilization=float(cfg.gpu_memory_utilization),
         num_cpu_blocks=cfg.num_cpu_blocks, swap_space_gib=float(cfg.swap_space_gib),
-        max_num_seqs=int(cfg.max_num_seqs), max_num_batched_tokens=int(cfg.max_num_batched_tokens),
-        max_model_len=int(cfg.max_model_len), enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
+        max_num_seqs=int(cfg.max_num_seqs),
+        max_num_batched_tokens=None if given_budget is None else int(given_budget),
+        max_model_len=None if given_len is None else int(given_len),
+        enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
         enable_prefix_caching=bool(cfg.enable_prefix_caching), enforce_eager=bool(b.enforce_eager),
         temperature=float(b.get("temperature", 0.6)), seed=int(cfg.seed))
-    wl = build_workload(cfg)
+    # The engine settles max_model_len (a given value is checked against the checkpoint), so the workload
+    # is clipped to the limit the engine really has.
     rep = EngineReplayer(rcfg)
+    positions = rep.runner.model.config.max_position_embeddings
+    max_len = rep.max_model_len
+    max_len_source = "given" if given_len is not None else (
+        f"the engine's default for this checkpoint: min(4096, max_position_embeddings={positions})")
+    wl = build_workload(cfg, max_len)
+    in_meta = check_input(wl, max_len, positions)
     warm_s = rep.warmup()
-    sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks)
+    sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len)
     seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,
                           record_token_times=bool(cfg.record_token_times))
     rec = Recorder()
@@ -290,13 +301,11 @@ def run_engine(cfg, desc: str = "engine"):
         info = run_loop(sched, rep.runner.execute, rep._sync, seqs, rec, release=rep.runner.release)
     except KeyboardInterrupt:          # keep what finished
         interrupted = True
-    s = wl.stats
     meta = {"backend": "engine", "model": Path(rcfg.model_path).name, "hardware": _device_label(rep.runner),
             "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
-            "request_rate_rps": offered_rate_rps(cfg, wl), "num_workload_requests": len(wl),
-            "workload_source": s.source, "num_clipped": s.num_clipped, "warmup_s": warm_s,
-            "interrupted": interrupted, **info}
-    req = rec.requests_frame()
+            "request_rate_rps": offered_rate_rps(cfg, wl), "warmup_s": warm_s,
+            "interrupted": interrupted, **info, **in_meta, **limits_meta(sched, max_len_source)}
+    req = add_input_columns(rec.requests_frame(), wl)
     meta["num_unfinished"] = len(wl) - len(req)
     token_times = rec.token_times_frame() if cfg.record_token_times else None
     return TableResult(req, rec.steps_frame(), token_times, meta, complete=not interrupted)

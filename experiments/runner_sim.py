@@ -23,6 +23,7 @@ from engine.recorder import Recorder, concat_frames
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SamplingParams, Sequence
 from experiments.workloads import Workload, prompt_token_ids
+from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
 from sim.specs.capacity import kv_heads_per_gpu, num_kv_blocks
 
 
@@ -88,20 +89,53 @@ def _absolute_paths(node) -> None:
                 _absolute_paths(v)
 
 
-def build_workload(cfg: DictConfig) -> Workload:
-    """The run's requests: cfg.workload instantiated with the root seed and max_model_len."""
+def model_max_model_len(cfg: DictConfig, model=None) -> tuple[int, str]:
+    """(max_model_len, where it comes from) for the simulator: cfg.max_model_len if given (checked
+    against the model's context window), else the model's own window (sim.specs ModelSpec.max_model_len)."""
+    if model is None:
+        from experiments.config import ModelConfig
+        model = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)).to_spec()
+    given = cfg.get("max_model_len")
+    if given is None:
+        return int(model.max_model_len), f"{model.name}'s context window"
+    if int(given) > model.max_model_len:
+        raise ValueError(f"max_model_len={given} exceeds {model.name}'s {model.max_model_len} positions; "
+                         f"set max_model_len <= {model.max_model_len}, or leave it null (the model's)")
+    return int(given), "given"
+
+
+def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workload:
+    """The run's requests: cfg.workload instantiated with the root seed and the run's max_model_len
+    (None: model_max_model_len(cfg))."""
     missing = _null_paths(cfg.workload, "workload")
     if missing:
         raise ValueError(f"{missing[0]} is null: this workload reads a file; give it on the command line, e.g. "
                          f"workload=azure {missing[0]}=traces/AzureLLMInferenceTrace_conv.csv")
+    if max_model_len is None:
+        max_model_len, _ = model_max_model_len(cfg)
     wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
     wcfg = OmegaConf.create(wcfg)
     _absolute_paths(wcfg)
-    wl = instantiate(wcfg, seed=int(cfg.seed), max_model_len=int(cfg.max_model_len), _convert_="all")
+    wl = instantiate(wcfg, seed=int(cfg.seed), max_model_len=int(max_model_len), _convert_="all")
     if not isinstance(wl, Workload):
         raise TypeError(f"workload._target_ {cfg.workload.get('_target_')!r} returned {type(wl).__name__}, "
                         "expected an experiments.workloads.Workload")
     return wl
+
+
+def limits_meta(scheduler: Scheduler, max_model_len_source: str) -> dict:
+    """The length limits a run used and why (summary.json meta; the printed summary shows them)."""
+    return {"max_model_len": scheduler.config.max_model_len, "max_model_len_source": max_model_len_source,
+            "max_num_batched_tokens": scheduler.config.max_num_batched_tokens,
+            "max_num_batched_tokens_source": scheduler.max_num_batched_tokens_reason}
+
+
+def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> dict:
+    """The input counts for summary.json meta (experiments.workloads.changes.input_meta); prints the
+    WARNING line on stderr now, before the run, when the workload lost too much."""
+    meta = {"max_model_len": int(max_model_len), **input_meta(wl)}
+    warn_if_lossy(meta, model_max_len)
+    return meta
 
 
 def offered_rate_rps(cfg: DictConfig, wl: Workload) -> float | None:
@@ -144,18 +178,25 @@ def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
 
 def make_cost_model(cfg: DictConfig, model, hardware):
     factory = instantiate(cfg.backend.cost_model, _convert_="all")
+    max_model_len, _ = model_max_model_len(cfg, model)
     supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": int(cfg.tensor_parallel_size),
-                "max_model_len": int(cfg.max_model_len)}
+                "max_model_len": int(max_model_len)}
     if not callable(factory) or not hasattr(factory, "func"):
         return factory          # a fully built cost model (no _partial_)
     params = inspect.signature(factory.func).parameters
     return factory(**{k: v for k, v in supplied.items() if k in params and k not in factory.keywords})
 
 
-def make_scheduler(cfg: DictConfig, num_gpu_blocks: int, num_cpu_blocks: int) -> Scheduler:
+def make_scheduler(cfg: DictConfig, num_gpu_blocks: int, num_cpu_blocks: int,
+                   max_model_len: int | None = None) -> Scheduler:
+    """A fresh Scheduler for one replica; max_model_len None: model_max_model_len(cfg);
+    max_num_batched_tokens null: derived by the Scheduler (engine.token_budget)."""
+    if max_model_len is None:
+        max_model_len, _ = model_max_model_len(cfg)
+    budget = cfg.get("max_num_batched_tokens")
     sched_cfg = SchedulerConfig(
         num_kvcache_blocks=num_gpu_blocks, block_size=int(cfg.block_size), max_num_seqs=int(cfg.max_num_seqs),
-        max_num_batched_tokens=int(cfg.max_num_batched_tokens), max_model_len=int(cfg.max_model_len),
+        max_num_batched_tokens=None if budget is None else int(budget), max_model_len=int(max_model_len),
         enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
         enable_prefix_caching=bool(cfg.enable_prefix_caching), num_cpu_blocks=num_cpu_blocks)
     policy = instantiate(cfg.scheduler, _convert_="all")
@@ -187,10 +228,9 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     hardware = HardwareConfig(**OmegaConf.to_container(cfg.hardware, resolve=True)).to_spec()
     if int(cfg.num_replicas) < 1:
         raise ValueError(f"num_replicas must be >= 1, got {cfg.num_replicas}")
-    if cfg.max_model_len > model.max_model_len:
-        raise ValueError(f"max_model_len={cfg.max_model_len} exceeds {model.name}'s {model.max_model_len} positions; "
-                         f"set max_model_len <= {model.max_model_len}")
-    wl = build_workload(cfg)
+    max_len, max_len_source = model_max_model_len(cfg, model)
+    wl = build_workload(cfg, max_len)
+    in_meta = check_input(wl, max_len, model.max_model_len)
     gpu_blocks, cpu_blocks = kv_capacity(cfg, model, hardware)
     cost_model = make_cost_model(cfg, model, hardware)
     # Specs become Sequences on arrival (prompt ids from the root seed); token times need prebuilt ones.
@@ -198,7 +238,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
 
     bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
     recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
-    replicas = [Replica(make_scheduler(cfg, gpu_blocks, cpu_blocks), cost_model, rec, index=i)
+    replicas = [Replica(make_scheduler(cfg, gpu_blocks, cpu_blocks, max_len), cost_model, rec, index=i)
                 for i, rec in enumerate(recorders)]
     router = instantiate(cfg.router, _convert_="all")
     sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
@@ -220,15 +260,15 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     token_times = None
     if cfg.record_token_times:
         token_times = pd.concat([r.token_times_frame() for r in recorders], ignore_index=True)
-    s = wl.stats
     meta = {
         "backend": "sim", "model": model.name, "hardware": hardware.name, "cost_model": repr(cost_model),
         "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": gpu_blocks,
         "num_cpu_blocks": cpu_blocks, "request_rate_rps": offered_rate_rps(cfg, wl),
         "measured_rate_rps": float(wl.mean_rate_rps) if np.isfinite(wl.mean_rate_rps) else None,
-        "num_workload_requests": len(wl), "workload_source": s.source, "num_clipped": s.num_clipped,
-        "num_dropped_too_long": s.num_dropped_too_long, "sim_end_time_s": float(end_s),
+        "sim_end_time_s": float(end_s),
         "sim_wall_time_s": wall_s, "num_steps": num_steps, "num_fast_steps": num_fast_steps,
         "interrupted": interrupted, "num_unfinished": len(wl) - len(req_df),
+        **in_meta, **limits_meta(replicas[0].scheduler, max_len_source),
     }
+    req_df = add_input_columns(req_df, wl)
     return RunResult(req_df, steps_df, token_times, meta, complete=not interrupted)

@@ -165,10 +165,11 @@ def _length_range(text: str, flag: str) -> tuple[int, int]:
     return lo, hi
 
 
-def build_workload(args):
+def build_workload(args, max_model_len: int | None = None):
+    """The workload the flags describe, clipped to max_model_len (None: --max-model-len)."""
     from experiments.workloads import (AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace,
                                        synthetic_workload)
-    opts = dict(max_requests=args.max_requests, max_model_len=args.max_model_len, seed=args.seed,
+    opts = dict(max_requests=args.max_requests, max_model_len=max_model_len or args.max_model_len, seed=args.seed,
                 skip_requests=args.skip_requests)
     if args.target_rate_rps is not None:
         opts["target_rate_rps"] = args.target_rate_rps
@@ -217,9 +218,10 @@ def parse_args(argv=None):
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
                    "when vllm_swap runs, else 0)")
-    e.add_argument("--max-model-len", type=int, default=4096)
+    e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
     e.add_argument("--max-num-seqs", type=int, default=256)
-    e.add_argument("--max-num-batched-tokens", type=int, default=16384)
+    e.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: derived from max_model_len "
+                   "(engine/token_budget.py)")
     e.add_argument("--enable-chunked-prefill", action="store_true")
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--enforce-eager", action="store_true")
@@ -251,8 +253,6 @@ def main(argv=None) -> int:
         raise ValueError(f"--policies must be a comma-separated list of {POLICIES}, got {args.policies!r}")
     set_threads(args.threads, args.device)
     out_dir = Path(args.out_dir)
-    workload = build_workload(args)
-    specs = workload.specs()
     cpu_blocks = args.num_cpu_blocks
     if cpu_blocks is None:
         cpu_blocks = (args.num_kvcache_blocks or 4096) if "vllm_swap" in policies else 0
@@ -272,6 +272,9 @@ def main(argv=None) -> int:
         load_s = time.perf_counter() - t0
         warm_s = rep.warmup()
         device, model_dir, runner_device = _device_name(rep.runner), args.model, str(rep.runner.device)
+    # Clipped to the limit the engine settled on (a given --max-model-len was checked against the checkpoint).
+    workload = build_workload(args, rep.max_model_len)
+    specs = workload.specs()
     print(f"engine ready: load {load_s:.1f} s, warm-up {warm_s:.1f} s, {rep.num_kvcache_blocks} KV blocks, "
           f"{rep.num_cpu_blocks} swap blocks; workload {workload.stats.source}: {len(specs)} requests over "
           f"{workload.duration_s:.1f} s", flush=True)

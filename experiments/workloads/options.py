@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments.workloads.spec import MOONCAKE_BLOCK_TOKENS, Workload, WorkloadStats
+from experiments.workloads.spec import (CLIPPED_OUTPUT, CLIPPED_PROMPT, MAX_LISTED_LINES, MOONCAKE_BLOCK_TOKENS,
+                                        REORDERED, Workload, WorkloadStats)
 
 STREAMS = ("arrivals", "prompt_lengths", "output_lengths", "priorities")
 TOO_LONG_MODES = ("clip", "drop")
@@ -52,7 +53,7 @@ class TraceOptions:
     make every request fit `max_model_len` (prompt + output tokens): with
     too_long="clip" the prompt is cut to max_model_len - 1 if needed and the
     output to what is left; with "drop" the request is removed. Both are counted
-    in the stats.
+    in the stats, and each request carries what was changed (Workload.input_change).
     """
     time_scale: float | None = None
     target_rate_rps: float | None = None
@@ -101,36 +102,47 @@ def make_options(options: TraceOptions | None, kwargs: dict) -> TraceOptions:
 def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts: TraceOptions,
              stats: WorkloadStats, hashes: list | None = None, source_line: np.ndarray | None = None,
              block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Workload:
-    """Apply `opts` to raw columns (one row per request) and build the Workload."""
-    arrival_s = np.asarray(arrival_s, dtype=np.float64)
-    prompt = np.asarray(prompt, dtype=np.int64)
-    output = np.asarray(output, dtype=np.int64)
-    if len(arrival_s) == 0:
+    """Apply `opts` to raw columns (one row per request) and build the Workload.
+
+    Every change to a request is kept with it: the Workload's input_change bits
+    (REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT) and the trace's own lengths; the
+    stats count them and list the lines of dropped rows.
+    """
+    rows = {"arrival": np.asarray(arrival_s, dtype=np.float64), "prompt": np.asarray(prompt, dtype=np.int64),
+            "output": np.asarray(output, dtype=np.int64)}
+    if source_line is not None:
+        rows["line"] = np.asarray(source_line, dtype=np.int64)
+
+    def keep(index) -> None:        # index: a slice, a boolean mask or a permutation of the rows
+        nonlocal hashes
+        for k in rows:
+            rows[k] = rows[k][index]
+        if hashes is not None:
+            hashes = (hashes[index] if isinstance(index, slice) else
+                      [hashes[i] for i in np.flatnonzero(index)] if index.dtype == bool else [hashes[i] for i in index])
+
+    if len(rows["arrival"]) == 0:
         raise ValueError(f"{stats.source or 'workload'}: no requests left to run "
                          f"({stats.num_rows_read} rows read, {stats.num_rows_skipped} skipped)")
-    if np.any(np.diff(arrival_s) < 0):
-        stats.num_reordered = int(np.sum(np.diff(arrival_s) < 0))
-        order = np.argsort(arrival_s, kind="stable")
-        arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
-        hashes = None if hashes is None else [hashes[i] for i in order]
-        source_line = None if source_line is None else source_line[order]
+    t = rows["arrival"]
+    # A row is reordered when the file lists it after a row that arrives later: the sort moves it up.
+    earlier_max = np.maximum.accumulate(np.concatenate([[-np.inf], t[:-1]]))
+    rows["change"] = np.where(t < earlier_max, REORDERED, 0).astype(np.int8)
+    if np.any(np.diff(t) < 0):
+        stats.num_reordered = int(np.count_nonzero(rows["change"]))
+        keep(np.argsort(t, kind="stable"))
     if opts.skip_requests:
         k = opts.skip_requests
-        if k >= len(arrival_s):
-            raise ValueError(f"{stats.source or 'workload'}: skip_requests={k} leaves none of its {len(arrival_s)} "
-                             f"requests; lower skip_requests")
+        if k >= len(rows["arrival"]):
+            raise ValueError(f"{stats.source or 'workload'}: skip_requests={k} leaves none of its "
+                             f"{len(rows['arrival'])} requests; lower skip_requests")
         stats.num_skipped_head = k
-        arrival_s, prompt, output = arrival_s[k:], prompt[k:], output[k:]
-        hashes = None if hashes is None else hashes[k:]
-        source_line = None if source_line is None else source_line[k:]
-    if opts.max_requests is not None and len(arrival_s) > opts.max_requests:
-        k = opts.max_requests
-        stats.num_truncated += len(arrival_s) - k
-        arrival_s, prompt, output = arrival_s[:k], prompt[:k], output[:k]
-        hashes = None if hashes is None else hashes[:k]
-        source_line = None if source_line is None else source_line[:k]
+        keep(slice(k, None))
+    if opts.max_requests is not None and len(rows["arrival"]) > opts.max_requests:
+        stats.num_truncated += len(rows["arrival"]) - opts.max_requests
+        keep(slice(None, opts.max_requests))
 
-    arrival_s = arrival_s - arrival_s[0]
+    arrival_s = rows["arrival"] - rows["arrival"][0]
     if opts.time_scale is not None:
         arrival_s = arrival_s * opts.time_scale
     elif opts.target_rate_rps is not None:
@@ -138,31 +150,42 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
             raise ValueError("target_rate_rps needs at least two requests at different times")
         current_rate = (len(arrival_s) - 1) / arrival_s[-1]
         arrival_s = arrival_s * (current_rate / opts.target_rate_rps)
-    arrival_s = arrival_s + opts.start_offset_s
+    rows["arrival"] = arrival_s + opts.start_offset_s
 
+    rows["trace_prompt"], rows["trace_output"] = rows["prompt"].copy(), rows["output"].copy()
     if opts.max_model_len is not None:
         m = opts.max_model_len
-        too_long = prompt + output > m
+        stats.max_model_len, stats.too_long = m, opts.too_long
+        total = rows["prompt"] + rows["output"]
+        stats.num_checked_requests, stats.num_checked_tokens = len(total), int(total.sum())
+        too_long = total > m
         if opts.too_long == "drop":
-            keep = ~too_long
             stats.num_dropped_too_long = int(too_long.sum())
-            arrival_s, prompt, output = arrival_s[keep], prompt[keep], output[keep]
-            hashes = None if hashes is None else [h for h, k in zip(hashes, keep) if k]
-            source_line = None if source_line is None else source_line[keep]
-            if len(arrival_s) == 0:
+            stats.num_dropped_tokens = int(total[too_long].sum())
+            if "line" in rows:
+                stats.dropped_lines = rows["line"][too_long][:MAX_LISTED_LINES].tolist()
+            keep(~too_long)
+            if len(rows["arrival"]) == 0:
                 raise ValueError(f"{stats.source}: every request is longer than max_model_len={m}")
         else:
+            cut_prompt = rows["prompt"] > m - 1
             stats.num_clipped = int(too_long.sum())
-            stats.num_clipped_prompt = int((prompt > m - 1).sum())
-            prompt = np.minimum(prompt, m - 1)
-            output = np.minimum(output, m - prompt)
+            stats.num_clipped_prompt = int(cut_prompt.sum())
+            rows["prompt"] = np.minimum(rows["prompt"], m - 1)
+            rows["output"] = np.minimum(rows["output"], m - rows["prompt"])
+            stats.num_clipped_tokens = int((total - rows["prompt"] - rows["output"]).sum())
+            rows["change"] |= np.where(cut_prompt, CLIPPED_PROMPT,
+                                       np.where(too_long, CLIPPED_OUTPUT, 0)).astype(np.int8)
 
+    prompt = rows["prompt"]
     if hashes is not None:
         # Keep only the blocks the (possibly clipped) prompt still covers.
         hashes = [tuple(h[: -(-p // block_tokens)]) for h, p in zip(hashes, prompt.tolist())]
 
-    priority = (opts.priorities.sample(len(arrival_s), spawn_streams(opts.seed)["priorities"])
-                if opts.priorities is not None else np.zeros(len(arrival_s), dtype=np.int64))
-    return Workload(arrival_time_s=arrival_s, num_prompt_tokens=prompt, num_output_tokens=output,
+    n = len(prompt)
+    priority = (opts.priorities.sample(n, spawn_streams(opts.seed)["priorities"])
+                if opts.priorities is not None else np.zeros(n, dtype=np.int64))
+    return Workload(arrival_time_s=rows["arrival"], num_prompt_tokens=prompt, num_output_tokens=rows["output"],
                     priority=priority, prefix_hash_ids=hashes, prefix_block_tokens=block_tokens, stats=stats,
-                    source_line=source_line)
+                    source_line=rows.get("line"), trace_num_prompt_tokens=rows["trace_prompt"],
+                    trace_num_output_tokens=rows["trace_output"], input_change=rows["change"])

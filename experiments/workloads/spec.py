@@ -14,6 +14,10 @@ from typing import Iterator
 import numpy as np
 
 MOONCAKE_BLOCK_TOKENS = 512     # tokens per Mooncake prefix-hash block
+# Workload.input_change bits: what the reader changed in a request (0 = run as recorded).
+REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT = 1, 2, 4
+INPUT_CHANGE_NAMES = ((REORDERED, "reordered"), (CLIPPED_PROMPT, "clipped_prompt"), (CLIPPED_OUTPUT, "clipped_output"))
+MAX_LISTED_LINES = 100          # line numbers kept per kind of lost row (skipped, dropped)
 
 
 class WorkloadFormatError(ValueError):
@@ -47,13 +51,20 @@ class WorkloadStats:
     num_skipped_head: int = 0       # first rows dropped by skip_requests, not used
     num_clipped: int = 0            # requests whose lengths were clipped to max_model_len
     num_clipped_prompt: int = 0     # ... of which the prompt was shortened
+    num_clipped_tokens: int = 0     # prompt + output tokens the clipping removed
     num_dropped_too_long: int = 0   # requests dropped because too_long="drop"
-    num_reordered: int = 0          # rows that were out of arrival order in the file (sorted, stable)
+    num_dropped_tokens: int = 0     # prompt + output tokens of those requests
+    num_checked_requests: int = 0   # requests checked against max_model_len (run + dropped)
+    num_checked_tokens: int = 0     # their prompt + output tokens as the trace gives them
+    num_reordered: int = 0          # rows listed after a row that arrives later (moved up by the stable sort)
+    max_model_len: int | None = None    # the limit requests were checked against (None: not checked)
+    too_long: str = "clip"              # what was done to longer requests: clip | drop
     skipped_lines: list[int] = field(default_factory=list)   # 1-based line numbers of skipped rows (first 100)
+    dropped_lines: list[int] = field(default_factory=list)   # ... of rows dropped as too long (first 100)
 
     def note_skip(self, line: int) -> None:
         self.num_rows_skipped += 1
-        if len(self.skipped_lines) < 100:
+        if len(self.skipped_lines) < MAX_LISTED_LINES:
             self.skipped_lines.append(line)
 
     def summary(self) -> str:
@@ -74,11 +85,19 @@ class Workload:
     prefix_block_tokens: int = MOONCAKE_BLOCK_TOKENS
     stats: WorkloadStats = field(default_factory=WorkloadStats)
     source_line: np.ndarray | None = None           # [n] 1-based line in the source file, for traceability
+    # What the reader changed, per request (None: nothing): the lengths the trace gives and a bit mask
+    # of REORDERED / CLIPPED_PROMPT / CLIPPED_OUTPUT.
+    trace_num_prompt_tokens: np.ndarray | None = None   # [n] int64
+    trace_num_output_tokens: np.ndarray | None = None   # [n] int64
+    input_change: np.ndarray | None = None              # [n] int8 bit mask
 
     def __post_init__(self):
         n = len(self.arrival_time_s)
         for name in ("num_prompt_tokens", "num_output_tokens", "priority"):
             if len(getattr(self, name)) != n:
+                raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
+        for name in ("source_line", "trace_num_prompt_tokens", "trace_num_output_tokens", "input_change"):
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
         if self.prefix_hash_ids is not None and len(self.prefix_hash_ids) != n:
             raise ValueError(f"Workload.prefix_hash_ids has {len(self.prefix_hash_ids)} rows, expected {n}")
@@ -123,6 +142,25 @@ class Workload:
             "request_id": np.arange(len(self), dtype=np.int64), "arrival_time_s": self.arrival_time_s,
             "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,
             "priority": self.priority})
+
+    def input_columns(self) -> dict[str, np.ndarray]:
+        """Per request (index = request_id): source_line (1-based file line; 0 when the request has no
+        line of its own, e.g. synthetic), input_change ("" = as recorded, else names joined by "+"),
+        trace_num_prompt_tokens and trace_num_output_tokens (the lengths before clipping)."""
+        n = len(self)
+        codes = np.zeros(n, dtype=np.int8) if self.input_change is None else self.input_change
+        names = np.empty(8, dtype=object)        # every combination of the three bits
+        for code in range(8):
+            names[code] = "+".join(name for bit, name in INPUT_CHANGE_NAMES if code & bit)
+        return {
+            "source_line": (np.zeros(n, dtype=np.int64) if self.source_line is None
+                            else np.asarray(self.source_line, dtype=np.int64)),
+            "input_change": names[codes.astype(np.int64)],
+            "trace_num_prompt_tokens": (self.num_prompt_tokens if self.trace_num_prompt_tokens is None
+                                        else self.trace_num_prompt_tokens).astype(np.int64),
+            "trace_num_output_tokens": (self.num_output_tokens if self.trace_num_output_tokens is None
+                                        else self.trace_num_output_tokens).astype(np.int64),
+        }
 
 
 # -- prompt token ids ------------------------------------------------------------

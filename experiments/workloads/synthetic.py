@@ -15,7 +15,7 @@ import numpy as np
 
 from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
 from experiments.workloads.spec import Workload, WorkloadStats
-from experiments.workloads.traces import read_length_file
+from experiments.workloads.traces import read_length_file, read_length_rows
 
 
 # -- arrival processes: sample(n, rng) -> [n] float64 seconds, first request at 0 --
@@ -163,7 +163,7 @@ def sharegpt_workload(path, arrival, num_requests: int | None = None, *, sample:
     the prompt-lengths stream.
     """
     opts = make_options(options, kwargs)
-    prompt, output, stats = read_length_file(path, on_error=on_error)
+    prompt, output, lines, stats = read_length_rows(path, on_error=on_error)
     n_file = len(prompt)
     if num_requests is None:
         if sample:
@@ -181,4 +181,4 @@ def sharegpt_workload(path, arrival, num_requests: int | None = None, *, sample:
         stats.num_truncated = n_file - num_requests
         rows = np.arange(num_requests)
     arrival_s = arrival.sample(num_requests, rng["arrivals"])
-    return finalize(arrival_s, prompt[rows], output[rows], opts, stats)
+    return finalize(arrival_s, prompt[rows], output[rows], opts, stats, source_line=lines[rows])

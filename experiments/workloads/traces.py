@@ -79,8 +79,14 @@ def read_length_file(path, *, on_error: str = "raise") -> tuple[np.ndarray, np.n
 
     Returns (prompt lengths [n], output lengths [n], stats), in file order.
     """
-    cols, _, stats = read_csv_columns(path, LENGTH_COLUMNS, on_error)
-    return cols["num_prefill_tokens"], cols["num_decode_tokens"], stats
+    prompt, output, _, stats = read_length_rows(path, on_error=on_error)
+    return prompt, output, stats
+
+
+def read_length_rows(path, *, on_error: str = "raise"):
+    """read_length_file plus the 1-based file line of each row: (prompt [n], output [n], lines [n], stats)."""
+    cols, lines, stats = read_csv_columns(path, LENGTH_COLUMNS, on_error)
+    return cols["num_prefill_tokens"], cols["num_decode_tokens"], lines, stats
 
 
 FORMATS = ("azure", "vidur", "mooncake")

@@ -124,7 +124,7 @@ def test_kv_capacity_forced_blocks():
 @pytest.mark.parametrize("lengths", ["sharegpt_like", "fixed", "uniform"])
 def test_synthetic_workloads_build(workload, lengths):
     cfg = make_cfg([f"workload={workload}", f"workload/prompt_len={lengths}", f"workload/output_len={lengths}",
-                    "workload.num_requests=40"])
+                    "workload.num_requests=40", "max_model_len=4096"])
     wl = build_workload(cfg)
     assert len(wl) == 40 and wl.arrival_time_s[0] == 0.0
     assert (wl.num_prompt_tokens + wl.num_output_tokens).max() <= cfg.max_model_len
