@@ -59,6 +59,9 @@ if [ -z "$TRACE" ]; then
   done
 fi
 
+# The committed results ran with 16,384 tokens per step (the former default of experiments.validate; its
+# default is now derived from max_model_len, engine/token_budget.py): pinned so that a re-run reproduces them.
+BATCHED_TOKENS="${BATCHED_TOKENS:-16384}"
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512
   RATE_RPS="${RATE_RPS:-20}"; MAX_REQUESTS="${MAX_REQUESTS:-24}"; KV_BLOCKS="${KV_BLOCKS:-40}"
@@ -131,7 +134,7 @@ stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$
 if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
   stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
     --trace "$TRACE" --skip-requests "$CAL_SKIP" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" \
-    --max-model-len "$MAX_MODEL_LEN" --policies vllm_swap --num-kvcache-blocks "$KV_BLOCKS" \
+    --max-model-len "$MAX_MODEL_LEN" --max-num-batched-tokens "$BATCHED_TOKENS" --policies vllm_swap --num-kvcache-blocks "$KV_BLOCKS" \
     --num-cpu-blocks "$CPU_BLOCKS" --max-wall-s "$MAX_WALL_S" --no-roofline --out-dir "$WORK" --name calib \
     --steps-out "$CAL_STEPS"
 else
@@ -155,7 +158,7 @@ fi
 if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
   stage validate_azure "$T_AZURE" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
     --trace "$TRACE" --target-rate-rps "$RATE_RPS" --max-requests "$MAX_REQUESTS" --max-model-len "$MAX_MODEL_LEN" \
-    --policies fcfs,vllm,vllm_swap --num-kvcache-blocks "$KV_BLOCKS" --num-cpu-blocks "$CPU_BLOCKS" \
+    --max-num-batched-tokens "$BATCHED_TOKENS" --policies fcfs,vllm,vllm_swap --num-kvcache-blocks "$KV_BLOCKS" --num-cpu-blocks "$CPU_BLOCKS" \
     --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name azure_conv --real-dir "$OUT_DIR/real"
 else
   FAILED+=(validate_azure); log "!!! [validate_azure] skipped: no trace file (give --trace PATH)"
@@ -163,7 +166,8 @@ fi
 
 # 6. nano-vllm's offline benchmark: everything at once -------------------------------------------------------
 stage validate_nanovllm "$T_NANO" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
-  --arrival all_at_once "${NANO[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm \
+  --arrival all_at_once "${NANO[@]}" --max-model-len "$MAX_MODEL_LEN" --max-num-batched-tokens "$BATCHED_TOKENS" \
+  --policies vllm \
   --max-wall-s "$MAX_WALL_S" "${PROFILE_ARGS[@]}" --out-dir "$OUT_DIR" --name nanovllm --real-dir "$OUT_DIR/real"
 
 # The tables travel as one archive (a device run returns at most 8 files): the calibration replay's steps and
