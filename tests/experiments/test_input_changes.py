@@ -169,20 +169,34 @@ def test_synthetic_requests_have_no_source_line_and_sharegpt_rows_do(tmp_path):
     np.testing.assert_array_equal(wl.num_prompt_tokens, (lines - 1) * 10)     # line k holds prompt 10 * (k - 1)
 
 
-def test_engine_backend_writes_the_same_input_columns(tmp_path):
+@pytest.fixture(scope="module")
+def tiny64(tmp_path_factory):
     pytest.importorskip("torch")
+    from tests.engine.tiny_model import make_tiny_qwen3
+    ckpt = tmp_path_factory.mktemp("tiny64")
+    make_tiny_qwen3(ckpt, max_position_embeddings=64)        # the engine's limit: min(4096, 64)
+    return ckpt
+
+
+def engine_cfg(ckpt, *extra):
+    return cfg_of("backend=engine", f"backend.model_path={ckpt}", "backend.device=cpu", "backend.enforce_eager=true",
+                  "workload=all_at_once", "workload.num_requests=2", "workload/prompt_len=fixed",
+                  "workload.prompt_len.tokens=100", "workload/output_len=fixed", "workload.output_len.tokens=2",
+                  "num_kvcache_blocks=32", "num_cpu_blocks=0", *extra, *QUIET)
+
+
+def test_engine_backend_writes_the_same_input_columns(tiny64, tmp_path):
     from engine.recorder import REQUEST_COLUMNS
     from experiments.workloads.changes import INPUT_COLUMNS
-    from tests.engine.tiny_model import make_tiny_qwen3
-    ckpt = tmp_path / "tiny"
-    make_tiny_qwen3(ckpt, max_position_embeddings=64)        # the engine's limit: min(4096, 64)
-    s = execute(cfg_of("backend=engine", f"backend.model_path={ckpt}", "backend.device=cpu", "backend.enforce_eager=true",
-                       "workload=all_at_once", "workload.num_requests=2", "workload/prompt_len=fixed",
-                       "workload.prompt_len.tokens=100", "workload/output_len=fixed", "workload.output_len.tokens=2",
-                       "num_kvcache_blocks=32", "num_cpu_blocks=0", *QUIET), tmp_path / "run")
+    s = execute(engine_cfg(tiny64), tmp_path / "run")
     assert s["meta"]["max_model_len"] == 64 and "max_position_embeddings=64" in s["meta"]["max_model_len_source"]
     assert s["meta"]["num_clipped"] == 2 and s["meta"]["max_num_batched_tokens"] == 8192
     req = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert list(req.columns) == list(REQUEST_COLUMNS) + list(INPUT_COLUMNS)
     assert (req["input_change"] == "clipped_prompt").all() and (req["trace_num_prompt_tokens"] == 100).all()
     assert (req["num_prompt_tokens"] == 63).all() and (req["status"] == "finished").all()
+
+
+def test_engine_backend_checks_a_given_max_model_len(tiny64, tmp_path):
+    with pytest.raises(ValueError, match=r"max_model_len \(100\) exceeds the model's max_position_embeddings \(64\)"):
+        execute(engine_cfg(tiny64, "max_model_len=100"), tmp_path / "run")
