@@ -74,11 +74,15 @@ def describe_input(meta: dict) -> str:
         parts.append(f"{meta['num_rows_skipped']} malformed rows skipped (on_error=skip)")
     if meta.get("num_reordered"):
         parts.append(f"{meta['num_reordered']} re-sorted by arrival time (listed after a later request)")
+    # Rows left out on request (skip_requests, max_requests) are not lost, but the reader should see them.
+    used = (f"; {meta.get('num_workload_requests')} of {meta.get('num_rows_read')} rows used "
+            "(skip_requests / max_requests)" if meta.get("num_truncated") or meta.get("num_skipped_head") else "")
     if not parts:
-        return "run as recorded (nothing clipped, dropped, skipped or re-sorted)"
+        return "run as recorded (nothing clipped, dropped, skipped or re-sorted)" + used
     lost = meta.get("lost_request_fraction", 0.0)
-    return "; ".join(parts) + (f" -- {_pct(lost)} of requests, {_pct(meta.get('lost_token_fraction', 0.0))} of "
-                               "tokens lost; per request: requests.parquet input_change, lines: summary.json meta")
+    return "; ".join(parts) + used + (f" -- {_pct(lost)} of requests, {_pct(meta.get('lost_token_fraction', 0.0))} "
+                                      "of tokens lost; per request: requests.parquet input_change, lines: "
+                                      "summary.json meta")
 
 
 def loss_warning(meta: dict, model_max_len: int | None = None) -> str | None:

@@ -62,6 +62,8 @@ def test_default_sim_run_clips_only_what_the_model_cannot_hold(tmp_path, capsys)
             assert r.input_change == "clipped_prompt" and r.num_prompt_tokens + r.num_output_tokens <= 40960
     err = capsys.readouterr().err
     assert "WARNING" in err and f"{len(longer)} clipped to max_model_len=40960" in err
+    num_lines = len(MOONCAKE.read_text().splitlines())
+    assert f"200 of {num_lines} rows used (skip_requests / max_requests)" in format_summary(s)
 
 
 def test_clipped_and_reordered_rows_carry_their_change_and_line(tmp_path):
