@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # engine/ and tests/ (the shared cases)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
 import torch  # noqa: E402
@@ -117,7 +119,7 @@ def _float_case(c):
 # -- checks -------------------------------------------------------------------------------------------
 
 def check_store(bs: int, hq: int, hkv: int, seed: int) -> dict:
-    from engine.kernels.paged_cases import make_paged_case
+    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.store_kvcache import store_kvcache
     from engine.layers.attention_backends.torch_backend import store_kvcache_torch
     c = make_paged_case([300, 1, 1], [300, 5000, 77], 1, hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed,
@@ -131,7 +133,7 @@ def check_store(bs: int, hq: int, hkv: int, seed: int) -> dict:
 
 
 def check_prefill(bs: int, hq: int, hkv: int, new: list[int], ctx: list[int], seed: int) -> dict:
-    from engine.kernels.paged_cases import make_paged_case
+    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.paged_prefill import paged_prefill_attention
     from engine.layers.attention_backends.torch_backend import prefill_attention_torch, store_kvcache_torch
     c = make_paged_case(new, ctx, len(new), hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed)
@@ -150,7 +152,7 @@ def check_prefill(bs: int, hq: int, hkv: int, new: list[int], ctx: list[int], se
 
 
 def check_decode(bs: int, hq: int, hkv: int, ctx: list[int], num_splits: int | None, seed: int) -> dict:
-    from engine.kernels.paged_cases import make_paged_case
+    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.paged_decode import paged_decode_attention
     from engine.layers.attention_backends.torch_backend import decode_attention_torch, store_kvcache_torch
     c = make_paged_case([1] * len(ctx), ctx, 0, hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed)
@@ -171,7 +173,7 @@ def check_decode(bs: int, hq: int, hkv: int, ctx: list[int], num_splits: int | N
 
 def check_backend(name: str, bs: int, hq: int, hkv: int, seed: int) -> dict:
     """A whole mixed step (2 prefills, one with a cached prefix, 3 decodes, 5 padding tokens) vs torch in fp32."""
-    from engine.kernels.paged_cases import make_paged_case
+    from tests.engine.paged_cases import make_paged_case
     from engine.layers.attention_backends import get_attention_backend
     new, ctx = [100, 37, 1, 1, 1], [100, 5000, 1, 3000, 16384]
     c = make_paged_case(new, ctx, 2, hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed, num_pad_tokens=5)
@@ -270,7 +272,7 @@ def causal_flops(new: list[int], ctx: list[int], hq: int) -> float:
 
 def time_prefill(new: list[int], ctx: list[int], hq: int, hkv: int, bs: int, warmup: int, iters: int,
                  sweep: bool) -> dict:
-    from engine.kernels.paged_cases import make_paged_case
+    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.paged_prefill import paged_prefill_attention
     from engine.layers.attention_backends.torch_backend import prefill_attention_torch, store_kvcache_torch
     c = make_paged_case(new, ctx, len(new), hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", 0)

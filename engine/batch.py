@@ -12,7 +12,8 @@ Per entry i (sequence `seqs[i]`):
     samples a token     = context_i == len(seqs[i].token_ids)  (an intermediate prefill chunk samples nothing)
 
 The slot of token position p is block_table[p // block_size] * block_size + p % block_size.
-Slot mapping and positions are built on demand (the simulator never needs them).
+The engine builds positions and slot mappings from this in engine/step_inputs.py (the simulator
+never needs them).
 """
 from __future__ import annotations
 
@@ -61,28 +62,3 @@ class Batch:
     def samples(self, i: int) -> bool:
         """Whether entry i produces a token this step."""
         return self.context_lens[i] == len(self.seqs[i].token_ids)
-
-    # -- executor inputs (built on demand; the engine's hot path) -----------------
-    def positions(self) -> list[int]:
-        out: list[int] = []
-        for seq, n, ctx in zip(self.seqs, self.num_new_tokens, self.context_lens):
-            out.extend(range(ctx - n, ctx))
-        return out
-
-    def input_ids(self) -> list[int]:
-        out: list[int] = []
-        for seq, n, ctx in zip(self.seqs, self.num_new_tokens, self.context_lens):
-            out.extend(seq.token_ids[ctx - n: ctx])
-        return out
-
-    def slot_mapping(self) -> list[int]:
-        bs = self.block_size
-        out: list[int] = []
-        for seq, n, ctx in zip(self.seqs, self.num_new_tokens, self.context_lens):
-            table = seq.block_table
-            for p in range(ctx - n, ctx):
-                out.append(table[p // bs] * bs + p % bs)
-        return out
-
-    def block_tables(self) -> list[list[int]]:
-        return [seq.block_table for seq in self.seqs]

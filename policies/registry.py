@@ -10,38 +10,52 @@
 ValueError listing the allowed ones; bad parameters raise from the policy's
 constructor with the allowed range. Each call builds fresh objects (policies
 keep per-run state, so they are never shared between runs).
+
+The tables are discovered, not listed: every module of a family package
+(`policies/scheduling/`, `eviction/`, `victim/`, `predictors/`) whose name does not
+start with "_" and is not `base` is imported, and each subclass of the family's
+base class defined there is registered under its `name`. Adding a policy is one
+file there plus one YAML under `conf/`; tests derive the expected sets from these tables.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 
-from policies.eviction.fifo import FIFOEviction
-from policies.eviction.lfu import LFUEviction
-from policies.eviction.lru import LRUEviction
-from policies.eviction.none import NoEviction
-from policies.predictors.noisy import NoisyPredictor
-from policies.predictors.oracle import OraclePredictor
-from policies.scheduling.fcfs import FCFSPolicy
-from policies.scheduling.mlfq import MLFQPolicy
-from policies.scheduling.priority import PriorityPolicy
-from policies.scheduling.sarathi import SarathiPolicy
-from policies.scheduling.sjf import SJFPolicy
-from policies.scheduling.srpt import SRPTPolicy
-from policies.scheduling.vllm import VLLMPolicy
-from policies.scheduling.vllm_swap import VLLMSwapPolicy
-from policies.victim.longest_remaining import LongestRemainingVictim
-from policies.victim.lowest_priority import LowestPriorityVictim
-from policies.victim.most_blocks import MostBlocksVictim
-from policies.victim.newest import NewestVictim
+import policies.eviction
+import policies.predictors
+import policies.scheduling
+import policies.victim
+from policies.eviction.base import EvictionPolicy
+from policies.predictors.base import OutputLengthPredictor
+from policies.scheduling.base import SchedulingPolicy
+from policies.victim.base import VictimPolicy
 
-SCHEDULING_POLICIES = {cls.name: cls for cls in (
-    FCFSPolicy, VLLMPolicy, VLLMSwapPolicy, PriorityPolicy, SJFPolicy, SRPTPolicy, MLFQPolicy, SarathiPolicy)}
-EVICTION_POLICIES = {cls.name: cls for cls in (LRUEviction, FIFOEviction, LFUEviction, NoEviction)}
-VICTIM_POLICIES = {cls.name: cls for cls in (NewestVictim, LowestPriorityVictim, MostBlocksVictim,
-                                             LongestRemainingVictim)}
-PREDICTORS = {cls.name: cls for cls in (OraclePredictor, NoisyPredictor)}
-# Scheduling policies that take an output-length predictor.
-USES_PREDICTOR = frozenset({"sjf", "srpt"})
+
+def discover(package, base: type) -> dict[str, type]:
+    """name -> class for every `base` subclass defined in a policy module of `package`."""
+    table: dict[str, type] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for obj in vars(module).values():
+            if inspect.isclass(obj) and issubclass(obj, base) and obj.__module__ == module.__name__:
+                if obj.name in table or obj.name == base.name:
+                    raise TypeError(f"{obj.__module__}.{obj.__qualname__}: policy name {obj.name!r} is "
+                                    f"{'taken' if obj.name in table else 'the base class name'}; give it its own")
+                table[obj.name] = obj
+    return table
+
+
+SCHEDULING_POLICIES = discover(policies.scheduling, SchedulingPolicy)
+EVICTION_POLICIES = discover(policies.eviction, EvictionPolicy)
+VICTIM_POLICIES = discover(policies.victim, VictimPolicy)
+PREDICTORS = discover(policies.predictors, OutputLengthPredictor)
+# Scheduling policies that take an output-length predictor (a `predictor` constructor argument).
+USES_PREDICTOR = frozenset(n for n, cls in SCHEDULING_POLICIES.items()
+                           if "predictor" in inspect.signature(cls.__init__).parameters)
 
 
 def _lookup(kind: str, table: dict, name: str):

@@ -1,21 +1,28 @@
-"""Model architectures, looked up by the `architectures` field of a checkpoint's config.json."""
+"""Model architectures, looked up by the `architectures` field of a checkpoint's config.json.
+
+The registry maps each architecture name to "module:Class" and imports the module only when a
+checkpoint asks for it, so importing `engine.models` pulls in no model code (and no import cycle
+through the layers). Adding an architecture: one file under engine/models/ (usually a config
+mapping onto engine/models/decoder.py's shared blocks) plus one line here.
+"""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
-from engine.models.qwen3 import Qwen3ForCausalLM
-
 MODEL_REGISTRY = {
-    "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Qwen3ForCausalLM": "engine.models.qwen3:Qwen3ForCausalLM",
+    "Qwen2ForCausalLM": "engine.models.qwen2:Qwen2ForCausalLM",
+    "LlamaForCausalLM": "engine.models.llama:LlamaForCausalLM",
 }
 
 
 def load_hf_config(model_path: str | Path) -> dict:
     """Reads <model_path>/config.json."""
-    path = Path(model_path) / "config.json"
+    path = Path(model_path).expanduser() / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no config.json in {model_path!r}; pass a Hugging Face checkpoint directory "
+        raise FileNotFoundError(f"no config.json in {str(model_path)!r}; pass a Hugging Face checkpoint directory "
                                 f"(config.json + *.safetensors)")
     with open(path) as f:
         return json.load(f)
@@ -26,9 +33,10 @@ def get_model_class(hf_config: dict):
     archs = hf_config.get("architectures") or []
     for arch in archs:
         if arch in MODEL_REGISTRY:
-            return MODEL_REGISTRY[arch]
+            module, name = MODEL_REGISTRY[arch].split(":")
+            return getattr(importlib.import_module(module), name)
     raise ValueError(f"unsupported architecture {archs or '(config.json has no architectures field)'}; "
                      f"supported: {', '.join(sorted(MODEL_REGISTRY))}")
 
 
-__all__ = ["MODEL_REGISTRY", "get_model_class", "load_hf_config", "Qwen3ForCausalLM"]
+__all__ = ["MODEL_REGISTRY", "get_model_class", "load_hf_config"]

@@ -1,8 +1,7 @@
-"""KV-block eviction policies: which cached-but-free block is reused first."""
-from policies.eviction.base import EvictionPolicy
-from policies.eviction.fifo import FIFOEviction
-from policies.eviction.lfu import LFUEviction
-from policies.eviction.lru import LRUEviction
-from policies.eviction.none import NoEviction
+"""KV-block eviction policies: which cached-but-free block is reused first.
 
-__all__ = ["EvictionPolicy", "LRUEviction", "FIFOEviction", "LFUEviction", "NoEviction"]
+One file per policy; policies/registry.py discovers them.
+"""
+from policies.eviction.base import EvictionPolicy
+
+__all__ = ["EvictionPolicy"]

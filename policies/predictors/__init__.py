@@ -1,6 +1,7 @@
-"""Output-length predictors for length-aware scheduling (sjf, srpt)."""
-from policies.predictors.base import OutputLengthPredictor
-from policies.predictors.noisy import NoisyPredictor
-from policies.predictors.oracle import OraclePredictor
+"""Output-length predictors for length-aware scheduling (sjf, srpt).
 
-__all__ = ["OutputLengthPredictor", "OraclePredictor", "NoisyPredictor"]
+One file per policy; policies/registry.py discovers them.
+"""
+from policies.predictors.base import OutputLengthPredictor
+
+__all__ = ["OutputLengthPredictor"]

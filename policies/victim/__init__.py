@@ -1,8 +1,7 @@
-"""Preemption-victim policies: which running sequence a preemptive scheduler evicts."""
-from policies.victim.base import VictimPolicy
-from policies.victim.longest_remaining import LongestRemainingVictim
-from policies.victim.lowest_priority import LowestPriorityVictim
-from policies.victim.most_blocks import MostBlocksVictim
-from policies.victim.newest import NewestVictim
+"""Preemption-victim policies: which running sequence a preemptive scheduler evicts.
 
-__all__ = ["VictimPolicy", "NewestVictim", "LowestPriorityVictim", "MostBlocksVictim", "LongestRemainingVictim"]
+One file per policy; policies/registry.py discovers them.
+"""
+from policies.victim.base import VictimPolicy
+
+__all__ = ["VictimPolicy"]

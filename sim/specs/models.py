@@ -127,6 +127,15 @@ class ModelSpec:
             source="config.json",
         )
 
+    # Dimensions that decide a model's cost and KV footprint (what a checkpoint must agree on).
+    SHAPE_FIELDS = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_dim", "intermediate_size",
+                    "vocab_size")
+
+    def shape_mismatches(self, other: "ModelSpec") -> list[str]:
+        """'field: self vs other' for every SHAPE_FIELDS dimension the two specs disagree on."""
+        return [f"{f}: {getattr(self, f)} vs {getattr(other, f)}" for f in self.SHAPE_FIELDS
+                if getattr(self, f) != getattr(other, f)]
+
 
 def _qwen3(size: str, layers: int, hidden: int, q_heads: int, inter: int, tied: bool) -> ModelSpec:
     # All Qwen3 dense models: 8 KV heads, head_dim 128, vocab 151936, bf16, 40960 positions, q/k norm.

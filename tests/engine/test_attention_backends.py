@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.kernels.paged_cases import PagedCase, dense_attention, make_paged_case
+from tests.engine.paged_cases import PagedCase, dense_attention, make_paged_case
 from engine.layers.attention_backends import flash_attn_available, get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
 

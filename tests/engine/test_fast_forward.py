@@ -5,7 +5,8 @@ from hypothesis import given, settings
 
 from engine.fast_forward import DecodeChain, chain_ok
 from engine.scheduler import Scheduler, SchedulerConfig
-from policies.scheduling import FCFSPolicy, VLLMPolicy
+from policies.scheduling.fcfs import FCFSPolicy
+from policies.scheduling.vllm import VLLMPolicy
 from tests.helpers import make_seq
 
 

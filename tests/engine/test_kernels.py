@@ -10,7 +10,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is first import
 import pytest
 import torch
 
-from engine.kernels.paged_cases import make_paged_case
+from tests.engine.paged_cases import make_paged_case
 from engine.kernels.paged_decode import paged_decode_attention
 from engine.kernels.paged_prefill import paged_prefill_attention
 from engine.kernels.store_kvcache import store_kvcache
@@ -73,7 +73,7 @@ def test_prefill_kernel_padded_graph_layout(heads):
     """A graph-captured step's layout: decode entries as prefill entries of one token, then padding
     entries (q_len 0, k_len 0) and padding rows. Real rows match the reference (tokens that cross
     tile boundaries, tiles shared by no entry); padding rows stay untouched (NaN here)."""
-    from engine.kernels.paged_cases import dense_attention
+    from tests.engine.paged_cases import dense_attention
     hq, hkv, d = heads
     new, ctx = [13, 1, 1, 40, 1], [13, 30, 5, 47, 64]
     c = make_paged_case(new, ctx, len(new), hq, hkv, d, 8, seed=hq, num_pad_tokens=11)

@@ -200,3 +200,24 @@ def test_cuda_kv_cache_sized_from_memory_utilization(ckpt):
     assert llm.runner.num_kvcache_blocks * llm.runner.block_bytes <= 0.05 * total
     assert llm.runner.num_kvcache_blocks > 1000
     _check(llm, ref, _prompts(3, [50, 7, 23, 2]), [8, 12, 6, 10])
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_other_architectures_greedy_match_transformers(tmp_path, arch):
+    """The same token-for-token check for the other registered architectures (Llama with Llama 3 RoPE
+    scaling, Qwen2 with q/k/v biases), through chunked prefill and preemption by recompute."""
+    from tests.engine.tiny_model import make_tiny_checkpoint
+    hf = make_tiny_checkpoint(tmp_path, arch)
+
+    def ref(prompt, max_tokens):
+        with torch.no_grad():
+            ids = torch.tensor([prompt])
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                              do_sample=False, eos_token_id=None, pad_token_id=0)
+        return out[0, len(prompt):].tolist()
+
+    prompts = _prompts(7, [70, 9, 33, 1, 48])
+    llm = LLM(tmp_path, num_kvcache_blocks=12, max_model_len=128, enable_chunked_prefill=True,
+              max_num_batched_tokens=32)
+    outs = _check(llm, ref, prompts, [24, 30, 12, 20, 16])
+    assert sum(o.num_preemptions for o in outs) > 0

@@ -1,4 +1,4 @@
-"""Qwen3 model pieces against transformers, on CPU in float32."""
+"""Model pieces (Qwen3, Qwen2, Llama with Llama 3 RoPE scaling) against transformers, on CPU in float32."""
 import pytest
 import torch
 
@@ -7,15 +7,16 @@ from engine.layers.attention_metadata import AttentionMetadata
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 from engine.loader import build_model
-from engine.models import get_model_class
+from engine.models import MODEL_REGISTRY, get_model_class
+from engine.models.llama import LlamaConfig
 from engine.models.qwen3 import Qwen3Config
-from tests.engine.tiny_model import TINY, make_tiny_qwen3
+from tests.engine.tiny_model import ARCHITECTURES, LLAMA3_ROPE, TINY, make_tiny_checkpoint
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    path = tmp_path_factory.mktemp("qwen3")
-    hf = make_tiny_qwen3(path)
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def ckpt(tmp_path_factory, request):
+    path = tmp_path_factory.mktemp(request.param)
+    hf = make_tiny_checkpoint(path, request.param)
     model = build_model(path, "cpu", torch.float32, get_attention_backend("torch", "cpu"))
     return path, hf, model
 
@@ -38,8 +39,39 @@ def test_config_reads_old_and_new_rope_fields():
 
 
 def test_unsupported_architecture_lists_supported():
-    with pytest.raises(ValueError, match="unsupported architecture.*supported: Qwen3ForCausalLM"):
-        get_model_class({"architectures": ["LlamaForCausalLM"]})
+    with pytest.raises(ValueError, match="unsupported architecture.*supported: LlamaForCausalLM, Qwen2ForCausalLM, "
+                                         "Qwen3ForCausalLM"):
+        get_model_class({"architectures": ["GPT2LMHeadModel"]})
+
+
+def test_registry_is_lazy_and_every_entry_resolves():
+    import subprocess
+    import sys
+    code = ("import sys, engine.models; assert not [m for m in sys.modules if m.startswith('engine.models.')], "
+            "sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    for arch in MODEL_REGISTRY:
+        assert get_model_class({"architectures": [arch]}).__name__ == arch
+
+
+def test_llama3_rope_config_and_frequencies_match_transformers():
+    from transformers import LlamaConfig as HFLlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=10,
+                head_dim=16, max_position_embeddings=1024)
+    cfg = LlamaConfig.from_hf({**base, "rope_scaling": dict(LLAMA3_ROPE)})      # the old field name
+    assert cfg.rope_scaling is not None and cfg.rope_scaling.factor == 8.0
+    assert cfg.rope_scaling.original_max_position_embeddings == 64 and not cfg.qk_norm
+    ref, _ = ROPE_INIT_FUNCTIONS["llama3"](HFLlamaConfig(**base, rope_parameters=dict(LLAMA3_ROPE)), "cpu")
+    ours = cfg.rope_scaling.apply(rope_inv_freq(16, 10000.0))
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    assert not torch.equal(ours, rope_inv_freq(16, 10000.0))          # the scaling changes something
+    table = RotaryEmbedding(16, 128, 10000.0, cfg.rope_scaling).cos_sin
+    assert not torch.equal(table, RotaryEmbedding(16, 128, 10000.0).cos_sin)
+    with pytest.raises(ValueError, match="rope type 'yarn' is not supported for Llama"):
+        LlamaConfig.from_hf({**base, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0, "factor": 2.0}})
 
 
 def test_rotary_matches_transformers():

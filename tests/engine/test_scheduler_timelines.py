@@ -7,7 +7,8 @@ import pytest
 
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SequenceStatus
-from policies.scheduling import FCFSPolicy, VLLMPolicy
+from policies.scheduling.fcfs import FCFSPolicy
+from policies.scheduling.vllm import VLLMPolicy
 from tests.helpers import make_seq, run_timeline
 
 

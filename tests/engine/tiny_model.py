@@ -1,4 +1,4 @@
-"""Builds a tiny random Qwen3 checkpoint with transformers, for CPU tests of the engine.
+"""Builds tiny random checkpoints (Qwen3, Qwen2, Llama) with transformers, for CPU tests of the engine.
 
 The default initializer (std 0.02) gives nearly flat logits, so greedy choices would hinge on
 float rounding and two correct implementations could disagree. We redraw the embedding with std 1
@@ -18,16 +18,30 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             rms_norm_eps=1e-6, rope_theta=10000.0)
 
 
-def make_tiny_qwen3(path: str | Path, *, tie_word_embeddings: bool = False, seed: int = 0,
-                    max_shard_size: str | None = None, **overrides):
-    """Saves config.json + safetensors weights into `path`; returns the transformers model (float32, eval)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+# Llama 3.1's RoPE scaling, with an original context short enough that all three frequency bands
+# (kept, blended, divided) occur at head_dim 16.
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+ARCHITECTURES = ("qwen3", "qwen2", "llama")
 
+
+def make_tiny_checkpoint(path: str | Path, arch: str = "qwen3", *, tie_word_embeddings: bool = False, seed: int = 0,
+                         max_shard_size: str | None = None, **overrides):
+    """Saves config.json + safetensors weights of a tiny `arch` model into `path`; returns the transformers
+    model (float32, eval). llama gets Llama 3 RoPE scaling unless `rope_parameters` is overridden."""
+    import transformers
+
+    config_cls, model_cls = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+                             "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+                             "llama": ("LlamaConfig", "LlamaForCausalLM")}[arch]
     fields = {**TINY, **overrides}
-    cfg = Qwen3Config(**fields, tie_word_embeddings=tie_word_embeddings, bos_token_id=None, eos_token_id=None,
-                      pad_token_id=None)
+    if arch == "llama":
+        fields.setdefault("rope_parameters", dict(LLAMA3_ROPE))
+        fields.pop("rope_theta", None)
+    cfg = getattr(transformers, config_cls)(**fields, tie_word_embeddings=tie_word_embeddings, bos_token_id=None,
+                                            eos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).float().eval()
+    model = getattr(transformers, model_cls)(cfg).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -43,6 +57,10 @@ def make_tiny_qwen3(path: str | Path, *, tie_word_embeddings: bool = False, seed
         kwargs["max_shard_size"] = max_shard_size
     model.save_pretrained(str(path), **kwargs)
     return model
+
+
+def make_tiny_qwen3(path: str | Path, **kwargs):
+    return make_tiny_checkpoint(path, "qwen3", **kwargs)
 
 
 def make_tiny_tokenizer(path: str | Path, vocab_size: int = TINY["vocab_size"]):

@@ -3,16 +3,17 @@ scheduler step per event (fast_path=False), across workloads, policies, memory p
 import pandas as pd
 import pytest
 
-import policies.scheduling as sched_policies
 from engine.fast_forward import DecodeChain
 from engine.scheduler import Scheduler, SchedulerConfig
 from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, synthetic_workload
+from policies.registry import SCHEDULING_POLICIES
+from policies.scheduling.base import SchedulingPolicy
+from policies.scheduling.vllm import VLLMPolicy
 from sim.cost_model import ConstantCostModel, RooflineCostModel
 from sim.replica import Replica
 from sim.simulator import Simulator
 
-FAST_OK = [getattr(sched_policies, n) for n in sched_policies.__all__
-           if getattr(sched_policies, n).fast_forward_ok]
+FAST_OK = [cls for cls in SCHEDULING_POLICIES.values() if cls.fast_forward_ok]
 ARRIVALS = {"poisson": Poisson(rate_rps=40.0), "bursty": Gamma(rate_rps=40.0, cv=4.0), "all_at_once": AllAtOnce()}
 
 
@@ -86,7 +87,7 @@ def test_fast_calls_run_past_finishes(policy, blocks, prefix, monkeypatch):
         _, fast = assert_same(wl(arrival, prompt=(64, 200), output=(40, 120)), policy, blocks=blocks, prefix=prefix)
         assert fast.num_fast_steps > 0
     assert max(finishes) > 1                   # several sequences finished inside one call
-    in_order = not policy.ranked and policy.order_running is sched_policies.SchedulingPolicy.order_running
+    in_order = not policy.ranked and policy.order_running is SchedulingPolicy.order_running
     assert bool(chains) == (in_order and not prefix)
 
 
@@ -101,14 +102,13 @@ def test_integer_times_arrivals_coincide_with_step_ends():
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding_tokens", "prefix_affinity"])
 def test_fast_path_with_replicas_and_routers(router):
     for arrival in ("poisson", "bursty"):
-        _, fast = assert_same(wl(ARRIVALS[arrival], n=80, seed=3), sched_policies.VLLMPolicy, replicas=3,
+        _, fast = assert_same(wl(ARRIVALS[arrival], n=80, seed=3), VLLMPolicy, replicas=3,
                               router=router, blocks=60)
         assert fast.num_fast_steps > 0
         assert fast.requests["replica"].nunique() == 3
 
 
-SLOW_ONLY = [getattr(sched_policies, n) for n in sched_policies.__all__
-             if n != "SchedulingPolicy" and not getattr(sched_policies, n).fast_forward_ok]
+SLOW_ONLY = [cls for cls in SCHEDULING_POLICIES.values() if not cls.fast_forward_ok]
 
 
 @pytest.mark.parametrize("policy", SLOW_ONLY, ids=lambda c: c.name)

@@ -120,3 +120,12 @@ def test_sim_imports_without_torch():
     code = ("import sys, sim, sim.specs, sim.cost_model, sim.lower_bound, sim.simulator; "
             "assert 'torch' not in sys.modules, 'sim imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_shape_mismatches_name_each_differing_dimension():
+    from sim.specs.models import get_model_spec
+    a, b = get_model_spec("qwen3_8b"), get_model_spec("qwen3_0p6b")
+    assert a.shape_mismatches(a) == []
+    diff = a.shape_mismatches(b)
+    assert "num_layers: 36 vs 28" in diff and "hidden_size: 4096 vs 1024" in diff
+    assert all(d.split(":")[0] in a.SHAPE_FIELDS for d in diff)
