@@ -36,7 +36,7 @@ class PrefixAffinityRouter(Router):
     name = "prefix_affinity"
 
     def __init__(self, min_hit_blocks: int = 1, cache_threshold_fraction: float = 0.3, load_weight: float = 1.0,
-                 balance_abs_threshold_tokens: int = 16384, balance_rel_threshold: float = 1.5):
+                 balance_abs_threshold_tokens: int = 131072, balance_rel_threshold: float = 1.5):
         def number(v):
             return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         _check("min_hit_blocks", min_hit_blocks, isinstance(min_hit_blocks, int) and not isinstance(
