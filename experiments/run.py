@@ -114,8 +114,7 @@ def replica_rows(summary: dict) -> list[tuple[str, str]]:
         busiest = max(table, key=lambda r: r["num_tokens"]) if table else None
         where = f"replica {busiest['replica']} " if busiest else "the busiest replica "
         rows.append(("WARNING", f"load imbalanced: {where}carries {ratio:.3g}x the mean replica's tokens"
-                                f" ({m.get('num_idle_replicas')} replicas idle); see replica_load.png, "
-                                "or try another router="))
+                                f" ({m.get('num_idle_replicas')} replicas idle); check the router choice"))
     return rows
 
 
