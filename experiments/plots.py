@@ -107,3 +107,36 @@ def step_timeline(steps_df: pd.DataFrame, path, title: str | None = None) -> Pat
     if title:
         axes[0].set_title(title)
     return _save(fig, path)
+
+
+def replica_load(table: pd.DataFrame, path, title: str | None = None) -> Path:
+    """Per-replica load, one bar per replica: requests served, busy fraction, KV-cache use (mean bars,
+    max dots) and prefix-cache hit rate; table: experiments.metrics.per_replica's rows."""
+    if len(table) == 0:
+        raise ValueError("replica_load: the per-replica table is empty")
+    table = pd.DataFrame(table)
+    x = table["replica"].to_numpy()
+    fair = table["num_requests"].sum() / len(table)
+    fig, axes = plt.subplots(4, 1, figsize=(max(6.0, 0.35 * len(x) + 3), 7.5), sharex=True)
+    axes[0].bar(x, table["num_requests"], color="C0")
+    axes[0].axhline(fair, color="k", lw=0.8, ls="--", label="fair share")
+    axes[0].set_ylabel("requests")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(x, table["busy_fraction"].astype(float), color="C1")
+    axes[1].set_ylabel("busy fraction")
+    axes[1].set_ylim(0, 1.05)
+    axes[2].bar(x, table["kv_usage_mean"].astype(float), color="C2", label="mean")
+    axes[2].plot(x, table["kv_usage_max"].astype(float), "k_", ms=12, mew=2, label="max")
+    axes[2].set_ylabel("KV-cache use")
+    axes[2].set_ylim(0, 1.05)
+    axes[2].legend(fontsize=8)
+    axes[3].bar(x, table["prefix_cache_hit_rate"].astype(float), color="C3")
+    axes[3].set_ylabel("prefix hit rate")
+    axes[3].set_ylim(0, 1.05)
+    axes[3].set_xlabel("replica")
+    axes[3].set_xticks(x)
+    for ax in axes:
+        ax.grid(alpha=0.3, axis="y")
+    if title:
+        axes[0].set_title(title, fontsize=8, wrap=True)
+    return _save(fig, path)

@@ -96,13 +96,38 @@ def format_summary(summary: dict) -> str:
         ("mean batch / KV use", f"{_fmt(m.get('mean_batch_size'))} / {_fmt(m.get('kv_usage_mean'))} "
                                 f"(max {_fmt(m.get('kv_usage_max'))})"),
     ]
+    rows += replica_rows(summary)
     if meta.get("sim_wall_time_s") is not None:
         rows.append(("simulation wall time", _fmt(meta["sim_wall_time_s"], " s")))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def _plot(result, label: str):
+def replica_rows(summary: dict) -> list[tuple[str, str]]:
+    """One line per replica (summary["replicas"], runs with more than one), then a WARNING line when the
+    busiest replica carries more than metrics.IMBALANCE_WARN_RATIO times the mean replica's tokens."""
+    from experiments.metrics import IMBALANCE_WARN_RATIO
+
+    table, m = summary.get("replicas") or [], summary["metrics"]
+    rows = [(f"replica {r['replica']}", f"{r['num_requests']} req ({_fmt(100 * r['request_share'], '%')}), "
+                                       f"busy {_fmt(_pct(r.get('busy_fraction')), '%')}, "
+                                       f"KV mean/max {_fmt(r.get('kv_usage_mean'))}/{_fmt(r.get('kv_usage_max'))}, "
+                                       f"prefix hits {_fmt(_pct(r.get('prefix_cache_hit_rate')), '%')}, "
+                                       f"TTFT p50 {_fmt(r.get('ttft_s_p50'), ' s')}") for r in table]
+    ratio = m.get("replica_tokens_max_over_mean")
+    if ratio is not None and ratio > IMBALANCE_WARN_RATIO:
+        busiest = max(table, key=lambda r: r["num_tokens"]) if table else None
+        where = f"replica {busiest['replica']} " if busiest else "the busiest replica "
+        rows.append(("WARNING", f"load imbalanced: {where}carries {ratio:.3g}x the mean replica's tokens"
+                                f" ({m.get('num_idle_replicas')} replicas idle); check the router choice"))
+    return rows
+
+
+def _pct(x):
+    return None if x is None else 100 * x
+
+
+def _plot(result, label: str, replicas=None):
     def draw(run_dir: Path) -> None:
         from experiments import plots
         fin = result.requests
@@ -111,12 +136,15 @@ def _plot(result, label: str):
         if len(result.steps):
             steps = result.steps[result.steps["replica"] == result.steps["replica"].min()]
             plots.step_timeline(steps, run_dir / "step_timeline.png", title=label)
+        if replicas is not None:
+            plots.replica_load(replicas, run_dir / "replica_load.png", title=label)
     return draw
 
 
 def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: list | None = None,
             label: str | None = None) -> dict:
     """Run one composed config into out_dir (or skip it when already complete); returns its summary."""
+    from experiments.metrics import per_replica
     from experiments.metrics import summary as summarize
 
     out_dir = Path(out_dir)
@@ -133,10 +161,14 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
         return read_summary(out_dir)
     t0 = time.perf_counter()
     result = get_runner(cfg.backend.name)(cfg, desc=label)
-    metrics = summarize(result.requests, result.steps, slo_of(cfg), result.token_times)
+    num_replicas = int(result.meta.get("num_replicas") or 1)
+    metrics = summarize(result.requests, result.steps, slo_of(cfg), result.token_times, num_replicas=num_replicas)
     extra = {"choices": choices, "overrides": list(overrides or []), "name": cfg.name, "seed": int(cfg.seed),
              "wall_time_s": time.perf_counter() - t0}
-    plot = _plot(result, label) if cfg.plots and len(result.requests) else None
+    replicas = per_replica(result.requests, result.steps, num_replicas) if num_replicas > 1 else None
+    if replicas is not None:
+        extra["replicas"] = replicas.to_dict("records")
+    plot = _plot(result, label, replicas) if cfg.plots and len(result.requests) else None
     summary = save_run(out_dir, result, metrics, config_yaml, extra, before_summary=plot)
     if cfg.print_summary:
         print(format_summary(summary), flush=True)

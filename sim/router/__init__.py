@@ -3,7 +3,7 @@
     from sim.router import get_router
     router = get_router("prefix_affinity")
 """
-from sim.router.base import ReplicaView, Router
+from sim.router.base import ReplicaView, RoutedTally, Router
 from sim.router.least_outstanding_tokens import LeastOutstandingTokensRouter
 from sim.router.prefix_affinity import PrefixAffinityRouter
 from sim.router.round_robin import RoundRobinRouter
@@ -22,5 +22,5 @@ def get_router(name: str, **kwargs) -> Router:
     return cls(**kwargs)
 
 
-__all__ = ["ROUTERS", "LeastOutstandingTokensRouter", "PrefixAffinityRouter", "ReplicaView", "RoundRobinRouter",
+__all__ = ["ROUTERS", "LeastOutstandingTokensRouter", "PrefixAffinityRouter", "ReplicaView", "RoundRobinRouter", "RoutedTally",
            "Router", "get_router"]

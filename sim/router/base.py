@@ -8,7 +8,8 @@ finishes or starts a step, so a view shows each busy replica in the middle of
 a step: what was scheduled is allocated, what it will emit is not yet counted.
 
 A router must not mutate the sequence or reach through a view into the
-scheduler; it may keep its own state (reset in `reset`, one run per reset).
+scheduler; it may keep its own state (reset in `reset`, one run per reset),
+e.g. a `RoutedTally` of what it sent where.
 
 `reads_replica_state = False` declares that `route` ignores the views (it may
 read only the request and its own state). The simulator then routes requests
@@ -63,7 +64,8 @@ class ReplicaView:
         return self._r.outstanding_tokens
 
     def cached_prefix_blocks(self, seq) -> int:
-        """Leading full blocks of seq's prompt that this replica's prefix cache holds now."""
+        """Leading full blocks of seq's prompt that this replica's prefix cache holds now
+        (at most (len(prompt) - 1) // block_size: the last prompt token is always computed)."""
         return len(self._r.scheduler.block_manager.find_cached_prefix(seq))
 
 
@@ -81,11 +83,30 @@ class Router:
         return f"{type(self).__name__}()"
 
 
-def least_loaded(candidates, replicas: list[ReplicaView]) -> int:
-    """Index among `candidates` with the fewest outstanding tokens (lowest index on ties)."""
-    best, best_load = -1, None
+class RoutedTally:
+    """Tokens (prompt + output cap) a router has sent to each replica so far this run.
+
+    The tie-break among equally loaded replicas: idle replicas all show 0 outstanding tokens,
+    and sending every such tie to the lowest index piles a lightly loaded cluster's traffic
+    onto replica 0; the replica that has received the least work so far spreads it instead.
+    """
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, num_replicas: int = 0):
+        self.tokens = [0] * num_replicas
+
+    def add(self, i: int, seq) -> int:
+        self.tokens[i] += seq.num_prompt_tokens + seq.max_output_tokens
+        return i
+
+
+def least_loaded(candidates, replicas: list[ReplicaView], tally: RoutedTally | None = None) -> int:
+    """Index among `candidates` with the fewest outstanding tokens; ties to the fewest tokens
+    routed so far (when a tally is given), then the lowest index."""
+    best, best_key = -1, None
     for i in candidates:
-        load = replicas[i].outstanding_tokens
-        if best_load is None or load < best_load:
-            best, best_load = i, load
+        key = (replicas[i].outstanding_tokens, tally.tokens[i] if tally is not None else 0)
+        if best_key is None or key < best_key:
+            best, best_key = i, key
     return best

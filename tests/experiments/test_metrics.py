@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from engine.recorder import REQUEST_COLUMNS, STEP_COLUMNS
-from experiments.metrics import SLO, itl_values, summaries_frame, summary
+from experiments.metrics import PER_REPLICA_COLUMNS, SLO, itl_values, per_replica, summaries_frame, summary
 
 
 def requests_table():
@@ -60,6 +60,40 @@ def test_summary_hand_computed():
     assert "itl_s_p50" not in s
 
 
+def two_replicas_and_an_idle_one():
+    req = requests_table().assign(replica=[0, 1, 0, 1, 1])
+    return req, steps_table().assign(replica=[0, 1])
+
+
+def test_per_replica_hand_computed():
+    req, steps = two_replicas_and_an_idle_one()
+    t = per_replica(req, steps, num_replicas=3)
+    assert list(t.columns) == list(PER_REPLICA_COLUMNS) and t["replica"].tolist() == [0, 1, 2]
+    assert t["num_requests"].tolist() == [2, 3, 0] and t["num_finished"].tolist() == [2, 2, 0]
+    assert t["request_share"].tolist() == pytest.approx([0.4, 0.6, 0.0])
+    assert t["num_tokens"].tolist() == [13 + 31, 25 + 49 + 50, 0]       # prompt + output, rejected included
+    # busy: step durations 1.0 (replica 0) and 0.5 (replica 1) over the run's makespan of 7 s
+    assert t["busy_time_s"].tolist() == [1.0, 0.5, 0.0]
+    assert t["busy_fraction"].tolist() == pytest.approx([1 / 7, 0.5 / 7, 0.0])
+    assert t["kv_usage_mean"].tolist()[:2] == [0.3, 0.5] and t["kv_usage_max"].tolist()[:2] == [0.3, 0.5]
+    assert t["prefix_cache_hit_rate"].tolist()[:2] == [0.0, 0.5]           # 0/40 and 30/60 (finished only)
+    assert t["ttft_s_p50"].tolist()[:2] == [0.375, 1.5]
+    assert t["ttft_s_p99"].tolist()[:2] == pytest.approx([0.4975, 1.99])
+    assert t.loc[2, ["kv_usage_mean", "prefix_cache_hit_rate", "ttft_s_p50"]].isna().all()   # idle: no data
+
+
+def test_summary_adds_replica_balance_only_with_several_replicas():
+    req, steps = two_replicas_and_an_idle_one()
+    s = summary(req, steps, num_replicas=3)
+    assert s["num_idle_replicas"] == 1
+    assert s["replica_requests_max_over_mean"] == pytest.approx(3 / (5 / 3))
+    assert s["replica_tokens_max_over_mean"] == pytest.approx(124 / (168 / 3))
+    assert s["replica_busy_fraction_min"] == 0.0 and s["replica_busy_fraction_max"] == pytest.approx(1 / 7)
+    assert summary(req, steps)["num_idle_replicas"] == 0                  # without num_replicas: replicas seen
+    assert "num_idle_replicas" not in summary(requests_table(), steps_table())
+    assert per_replica(requests_table(), None)["busy_fraction"].isna().all()
+
+
 def test_slo_variants():
     req = requests_table()
     assert "goodput_rps" not in summary(req)                      # no SLO, no goodput
@@ -101,7 +135,8 @@ def test_plots_write_png(tmp_path):
                          for pol in ("fcfs", "sjf") for r in (1.0, 2.0, 4.0)])
     p3 = plots.throughput_latency(rows, tmp_path / "tl.png", metric="ttft_s")
     p4 = plots.step_timeline(steps_table(), tmp_path / "steps.png", title="run")
-    for path in (p, p2, p3, p4):
+    p5 = plots.replica_load(per_replica(*two_replicas_and_an_idle_one(), num_replicas=3), tmp_path / "rl.png")
+    for path in (p, p2, p3, p4, p5):
         data = path.read_bytes()
         assert path.exists() and len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="lack column"):

@@ -135,3 +135,24 @@ def test_engine_backend_is_dispatched(tmp_path):
     err, match = (ValueError, "model_path") if wired else (NotImplementedError, "^engine backend: ")
     with pytest.raises(err, match=match):
         execute(cfg_of("backend=engine", *QUIET), tmp_path)
+
+
+def test_several_replicas_get_a_load_table_lines_and_a_plot(tmp_path, capsys):
+    overrides = [*HAND, "progress=false", "num_replicas=2"]          # round_robin: 4 requests each
+    s = execute(cfg_of(*overrides), tmp_path / "even")
+    out = capsys.readouterr().out
+    assert [r["num_requests"] for r in s["replicas"]] == [4, 4] and s["metrics"]["num_idle_replicas"] == 0
+    assert read_summary(tmp_path / "even")["replicas"][1]["busy_fraction"] == pytest.approx(1.0)
+    assert "replica 0" in out and "replica 1" in out and "4 req (50%), busy 100%" in out
+    assert "WARNING" not in out and (tmp_path / "even" / "replica_load.png").is_file()
+    # one request on four replicas: three idle, the busy one carries 4x the mean
+    s = execute(cfg_of(*overrides, "num_replicas=4", "workload.num_requests=1"), tmp_path / "skewed")
+    out = capsys.readouterr().out
+    assert s["metrics"]["replica_tokens_max_over_mean"] == 4.0
+    assert "WARNING" in out and "replica 0 carries 4x the mean replica's tokens (3 replicas idle)" in out
+
+
+def test_one_replica_has_no_load_table(tmp_path, capsys):
+    s = execute(cfg_of(*HAND, "progress=false"), tmp_path)
+    assert "replicas" not in s and "replica 0" not in capsys.readouterr().out
+    assert not (tmp_path / "replica_load.png").exists()

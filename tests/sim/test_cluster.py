@@ -76,15 +76,80 @@ def test_least_outstanding_tokens_through_the_public_api():
 
 @pytest.mark.parametrize("fast", [False, True], ids=["step_by_step", "fast_path"])
 def test_prefix_affinity_follows_the_cache(fast):
+    # Load ignored and the balance guard off: pure affinity, the most cached blocks wins.
     shared = list(range(1, 65))                           # 4 full blocks of 16
     a = seq(0, shared + [900, 901], 40, 0.0)              # -> r0 (no hits anywhere; both idle)
     b = seq(1, 20, 3, 0.0)                                # -> r1 (r0 has more outstanding)
     c = seq(2, shared + [700, 701, 702], 3, 5.0)          # r0 holds the 4 blocks -> r0 despite its load
     d = seq(3, 20, 3, 5.0)                                # no hits: least outstanding -> r1
     e = seq(4, shared[:40], 3, 5.0)                       # 2 blocks cached on r0 only -> r0
-    res = Simulator(cluster(2), PrefixAffinityRouter(), fast_path=fast).run([a, b, c, d, e])
+    pure = PrefixAffinityRouter(load_weight=0, cache_threshold_fraction=0, balance_abs_threshold_tokens=10**9)
+    res = Simulator(cluster(2), pure, fast_path=fast).run([a, b, c, d, e])
     assert replica_of(res) == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0}
     assert (c.num_cached_tokens, e.num_cached_tokens, d.num_cached_tokens) == (64, 32, 0)
+
+
+def weighing_workload():
+    shared = list(range(1, 65))                           # 4 full blocks of 16
+    return [seq(0, shared + [900, 901], 40, 0.0),         # A -> r0 (no hits; both idle)
+            seq(1, 20, 3, 0.0),                           # B -> r1 (r0 has more outstanding)
+            seq(2, shared + [700, 701, 702], 3, 5.0),     # C: r0 caches 64 of its 67 prompt tokens
+            seq(3, 20, 3, 5.0),                           # D: no hits
+            seq(4, shared[:40], 3, 5.0)]                  # E: r0 caches 32 of its 40 prompt tokens
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["step_by_step", "fast_path"])
+def test_prefix_affinity_weighs_cached_tokens_against_load(fast):
+    # 1 s steps. At t=5, mid-step: r0 holds A with 36 outputs to go (prefill at 1, tokens at 2, 3, 4);
+    # r1 is empty (B done at 3).
+    # C: loads [36, 0]; cost r0 = 3 uncached + 36 = 39 < r1 = 67 + 0       -> r0
+    # D: no hits: least loaded, [106, 0]                                    -> r1
+    # E: 32/40 cached on r0 (>= 0.3): cost r0 = 8 + 106 = 114 > r1 = 40 + 23 -> r1 (pure affinity sent it to r0)
+    spy = Spy(PrefixAffinityRouter(), lambda: sim.env)
+    sim = Simulator(cluster(2), spy, fast_path=fast)
+    res = sim.run(weighing_workload())
+    assert [(t, rid, load, i) for t, rid, load, i in spy.log] == [
+        (0.0, 0, [0, 0], 0), (0.0, 1, [106, 0], 1), (5.0, 2, [36, 0], 0), (5.0, 3, [106, 0], 1),
+        (5.0, 4, [106, 23], 1)]
+    assert res.num_finished == 5
+
+
+@pytest.mark.parametrize("knobs, c_goes_to", [
+    ({}, 0),
+    ({"balance_abs_threshold_tokens": 35}, 1),            # 36 - 0 > 35 and 36 > 1.5 * 0: imbalanced -> least loaded
+    ({"cache_threshold_fraction": 0.96}, 1),              # 64/67 = 0.955 cached: not a useful hit -> least loaded
+    ({"min_hit_blocks": 5}, 1),
+    ({"load_weight": 2.0}, 1),                            # r0 = 3 + 2 * 36 = 75 > r1 = 67
+])
+def test_prefix_affinity_knobs(knobs, c_goes_to):
+    res = Simulator(cluster(2), PrefixAffinityRouter(**knobs)).run(weighing_workload())
+    assert replica_of(res)[2] == c_goes_to
+
+
+def test_imbalance_needs_both_thresholds():
+    r = PrefixAffinityRouter(balance_abs_threshold_tokens=10, balance_rel_threshold=2.0)
+    assert r.imbalanced([30, 14]) and r.imbalanced([5, 20])
+    assert not r.imbalanced([30, 16])       # spread 14 > 10, but 30 <= 2 * 16
+    assert not r.imbalanced([12, 5])        # 12 > 2 * 5, but spread 7 <= 10
+
+
+@pytest.mark.parametrize("field, value", [
+    ("min_hit_blocks", 0), ("min_hit_blocks", 1.5), ("cache_threshold_fraction", 1.2),
+    ("cache_threshold_fraction", float("nan")), ("load_weight", -1), ("balance_abs_threshold_tokens", -5),
+    ("balance_abs_threshold_tokens", 2.5), ("balance_rel_threshold", 0.5), ("balance_rel_threshold", "x")])
+def test_prefix_affinity_refuses_bad_knobs_in_one_line(field, value):
+    with pytest.raises(ValueError, match=rf"^router\.{field} must be [^\n]*router\.{field}=") as e:
+        PrefixAffinityRouter(**{field: value})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["least_outstanding_tokens", "prefix_affinity"])
+def test_idle_cluster_is_filled_evenly(name):
+    # Every request finishes before the next arrives, so all replicas show 0 outstanding tokens at each
+    # arrival: ties go to the replica sent the fewest tokens so far, not always to replica 0.
+    seqs = [seq(i, 8, 2, 10.0 * i) for i in range(6)]
+    res = Simulator(cluster(3), name).run(seqs)
+    assert replica_of(res) == {i: i % 3 for i in range(6)}
 
 
 def test_prefix_affinity_needs_one_block_size():
