@@ -93,7 +93,7 @@ def build_workload(cfg: DictConfig) -> Workload:
     missing = _null_paths(cfg.workload, "workload")
     if missing:
         raise ValueError(f"{missing[0]} is null: this workload reads a file; give it on the command line, e.g. "
-                         f"workload=azure {missing[0]}=traces/AzureLLMInferenceTrace_conv.csv")
+                         f"workload=azure {missing[0]}=../shared/traces/AzureLLMInferenceTrace_conv.csv")
     wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
     wcfg = OmegaConf.create(wcfg)
     _absolute_paths(wcfg)
