@@ -69,7 +69,7 @@ def readme_commands(text: str) -> list[Shown]:
         i += 1
         if lang == "python":
             shown.append(Shown("\n".join(body).strip(), "python"))
-        elif lang in ("bash", "sh", "shell", "console", ""):
+        elif lang in ("bash", "sh", "shell"):
             for line in _join_continuations(body):
                 line = " ".join(_strip_comment(line).split())
                 if line and not line.startswith("#"):
