@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sim-vs-real validation on one GPU (about 8 minutes on an H200), or a CPU smoke run of the same stages.
 #
-#   benchmarks/gpu_validate.sh --trace PATH/AzureLLMInferenceTrace_conv.csv [--out DIR]
+#   benchmarks/gpu_validate.sh --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv [--out DIR]
 #   benchmarks/gpu_validate.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, a minute or two
 #
 # Stages (each logs, and a failing stage never stops the next):
@@ -52,8 +52,10 @@ if ! "$PY" -c "import simpy" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; the
   export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
+# Default trace: ../shared/traces/ beside the repository root; the other two are where the GPU machine finds
+# it when it is carried inside the repository.
 if [ -z "$TRACE" ]; then
-  for cand in shared/traces/AzureLLMInferenceTrace_conv.csv ../shared/traces/AzureLLMInferenceTrace_conv.csv \
+  for cand in ../shared/traces/AzureLLMInferenceTrace_conv.csv shared/traces/AzureLLMInferenceTrace_conv.csv \
               tmp/traces/AzureLLMInferenceTrace_conv.csv; do
     if [ -f "$cand" ]; then TRACE="$cand"; break; fi
   done

@@ -10,7 +10,8 @@ Three scenarios (default: all, each in a fresh Python process so start-up is cou
 
 It prints requests/s, steps/s, the share of steps taken by the decode fast path, wall times,
 and ratios against Vidur's speed on the same trace (VIDUR_RPS requests per wall-second on a
-2-core machine).
+2-core machine). The traces are read from ../shared/traces/ beside the repository root
+(SERVELAB_TRACES=DIR reads them from DIR instead).
 
     python benchmarks/sim_speed.py                                  # all three scenarios
     python benchmarks/sim_speed.py --scenario poisson --requests 100000

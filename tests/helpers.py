@@ -1,8 +1,26 @@
-"""Shared test helpers: drive a Scheduler with a null executor on a step clock."""
+"""Shared test helpers: the public trace files, and a Scheduler driven with a null executor on a step clock."""
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from engine.scheduler import Scheduler
 from engine.sequence import SamplingParams, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+# The public traces sit beside the repository root, never inside it: ../shared/traces/<file>.
+TRACES_REL = "../shared/traces"
+TRACES = ROOT.parent / "shared" / "traces"
+
+
+def trace_file(name: str) -> Path:
+    """The trace ../shared/traces/<name>; skips the calling test, naming that path, when it is absent."""
+    path = TRACES / name
+    if not path.is_file():
+        pytest.skip(f"trace {TRACES_REL}/{name} not found (looked for {path}): place the public traces in "
+                    f"{TRACES_REL}/ beside the repository root")
+    return path
 
 
 def make_seq(rid, prompt, max_tokens, arrival_time_s=0.0, priority=0, **kw) -> Sequence:

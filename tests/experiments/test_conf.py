@@ -11,10 +11,10 @@ import experiments.config  # noqa: F401  (registers the schema)
 from experiments.config import HardwareConfig, ModelConfig
 from experiments.runner_sim import build_workload, kv_capacity, make_cost_model, make_scheduler
 from sim.specs import get_hardware_spec, get_model_spec
+from tests.helpers import trace_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
-TRACES = ROOT.parent / "shared" / "traces"
 TRACE_FILES = {"azure": "AzureLLMInferenceTrace_conv.csv", "azure_conv": "splitwise_conv.csv",
                "mooncake": "conversation_trace.jsonl", "sharegpt": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"}
 
@@ -145,9 +145,7 @@ def test_trace_workloads_need_a_path(workload):
 
 @pytest.mark.parametrize("workload", sorted(TRACE_FILES))
 def test_trace_workloads_read_the_shared_files(workload):
-    path = TRACES / TRACE_FILES[workload]
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = trace_file(TRACE_FILES[workload])
     extra = ["workload.num_requests=30"] if workload == "sharegpt" else ["workload.max_requests=30"]
     wl = build_workload(make_cfg([f"workload={workload}", f"workload.path={path}"] + extra))
     assert len(wl) == 30

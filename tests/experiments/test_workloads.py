@@ -8,8 +8,8 @@ from experiments.workloads import (AllAtOnce, Constant, Fixed, FromFile, Gamma, 
                                    Uniform, WorkloadFormatError, detect_format, prompt_token_ids, read_azure_trace,
                                    read_length_file, read_mooncake_trace, read_trace, read_vidur_trace,
                                    sharegpt_workload, synthetic_workload)
+from tests.helpers import TRACES, trace_file
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 AZURE = TRACES / "AzureLLMInferenceTrace_conv.csv"
 VIDUR = TRACES / "splitwise_conv.csv"
 MOONCAKE = TRACES / "conversation_trace.jsonl"
@@ -18,9 +18,7 @@ SHAREGPT = TRACES / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 
 
 def need(path):
-    if not path.is_file():
-        pytest.skip(f"trace file {path.name} not found under {TRACES.resolve()} (shared/traces beside the repository)")
-    return path
+    return trace_file(path.name)
 
 
 # -- real traces -------------------------------------------------------------------
