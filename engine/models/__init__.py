@@ -1,24 +1,12 @@
 """Model architectures, looked up by the `architectures` field of a checkpoint's config.json."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+from engine.hf_config import load_hf_config
 from engine.models.qwen3 import Qwen3ForCausalLM
 
 MODEL_REGISTRY = {
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
 }
-
-
-def load_hf_config(model_path: str | Path) -> dict:
-    """Reads <model_path>/config.json."""
-    path = Path(model_path) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no config.json in {model_path!r}; pass a Hugging Face checkpoint directory "
-                                f"(config.json + *.safetensors)")
-    with open(path) as f:
-        return json.load(f)
 
 
 def get_model_class(hf_config: dict):
