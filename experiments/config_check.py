@@ -71,7 +71,7 @@ def _backend_keys(name: str) -> set[str] | None:
 def _unknown(node: DictConfig, allowed: set[str], prefix: str) -> None:
     for key in node:
         if key not in allowed:
-            near = nearest(f"{prefix}{key}", [f"{prefix}{k}" for k in sorted(allowed)])
+            near = nearest(key, sorted(allowed - HYDRA_KEYS), prefix)
             raise ValueError(f"unknown key {prefix}{key}{near} (`servelab --cfg job` prints every key; a leading "
                              "+ does not add new ones)")
 

@@ -37,25 +37,23 @@ def fail(message: str, status: int = 2):
     raise SystemExit(status)
 
 
-def nearest(word: str, choices) -> str:
-    """`; did you mean 'x'?` for the closest choice, or ''."""
+def nearest(word: str, choices, prefix: str = "") -> str:
+    """`; did you mean 'prefix+x'?` for the choice closest to word, or ''."""
     best = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {best[0]!r}?" if best else ""
+    return f"; did you mean {prefix + best[0]!r}?" if best else ""
 
 
 def _flat(text: str) -> str:
     return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
-def _schema_keys(dotted: str) -> list[str]:
-    """Valid dotted keys beside `dotted` where a typed schema (experiments/config.py) knows them."""
+def _schema_keys(head: str) -> list[str]:
+    """Keys of the node `head` ('' = top level) where a typed schema (experiments/config.py) knows them."""
     import dataclasses
 
     from experiments.config import HardwareConfig, ModelConfig, ServelabConfig
-    head, _, _ = dotted.rpartition(".")
     schema = {"": ServelabConfig, "model": ModelConfig, "hardware": HardwareConfig}.get(head)
-    prefix = f"{head}." if head else ""
-    return [prefix + f.name for f in dataclasses.fields(schema)] if schema else []
+    return [f.name for f in dataclasses.fields(schema)] if schema else []
 
 
 def _hydra_message(exc) -> str | None:
@@ -86,10 +84,13 @@ def _hydra_message(exc) -> str | None:
         unknown = re.match(r"Could not override '([^']+)'\.", text)
         if unknown and cause is not None and "not in" in str(cause):
             key = unknown.group(1)
-            return (f"unknown key {key}{nearest(key, _schema_keys(key))} (`servelab --cfg job` prints every key; "
-                    "a leading + does not add new ones)")
+            head, _, leaf = key.rpartition(".")
+            near = nearest(leaf, _schema_keys(head), f"{head}." if head else "")
+            return (f"unknown key {key}{near} (`servelab --cfg job` prints every key; a leading + does not add "
+                    "new ones)")
         if cause is not None:
-            return f"{_flat(text)}: {str(cause).splitlines()[0]}"
+            head = re.sub(r"^Error merging override ", "", _flat(text))
+            return f"{head}: {str(cause).splitlines()[0]}"
         return _flat(text)
     return None
 
