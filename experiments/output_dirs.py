@@ -108,6 +108,7 @@ class OutputGuard(Callback):
                 config.hydra.sweep.dir = sweep_dir
                 config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{sweep_dir}'")
         _last_output["sweep"] = str(config.hydra.sweep.dir)
+        print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
 
 
 def interrupted_message() -> str:
@@ -126,6 +127,7 @@ def interrupted_message() -> str:
         if s is not None and s.get("complete") is False:
             n = (s.get("metrics") or {}).get("num_finished")
             return (f"interrupted: the {n} requests finished so far were written to {run_dir} "
-                    "(summary.json complete=false); run the command again for complete results")
+                    "(summary.json complete=false); run the command again for complete results (in a new folder: "
+                    "a run never writes into one that holds results)")
         return f"interrupted: no results were written ({run_dir} holds no summary.json)"
     return "interrupted before any run started: nothing was written"

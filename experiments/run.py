@@ -176,10 +176,13 @@ def hydra_main(cfg: DictConfig) -> dict:
 
 def _quote_tilde(arg: str) -> str:
     """`key=~/x` as `key='~/x'`: Hydra's override grammar has no unquoted `~` inside a value (the
-    shell leaves it alone after `key.sub=`); the path fields expand it (experiments/config_check.py)."""
+    shell leaves it alone after `key.sub=`); the path fields expand it (experiments/config_check.py).
+    Hydra's own folders (hydra.run.dir, hydra.sweep.dir) are used before that check: expanded here."""
     key, sep, value = arg.partition("=")
     if arg.startswith("-") or not sep or not value.startswith("~") or any(c in value for c in "'\"[]{}()"):
         return arg
+    if key.lstrip("+").startswith("hydra."):
+        return key + sep + os.path.expanduser(value)
     return key + sep + ",".join(f"'{v}'" if v.startswith("~") else v for v in value.split(","))
 
 

@@ -89,6 +89,8 @@ def test_tilde_in_a_path(in_tmp, monkeypatch, capsys, traces):
     assert f"path: {traces / 'azure.csv'}" in (in_tmp / "run" / "config.yaml").read_text()
     line = error_line(monkeypatch, capsys, *QUIET, "backend=engine", "backend.model_path=~/models/x")
     assert str(traces / "models" / "x") in line and "~" not in line
+    assert servelab(monkeypatch, capsys, *SMALL, "hydra.run.dir=~/out")[0] == 0
+    assert (traces / "out" / "summary.json").is_file() and not (in_tmp / "~").exists()
 
 
 @pytest.mark.parametrize("victim", sorted(p.stem for p in (CONF / "victim").glob("*.yaml")))

@@ -3,7 +3,6 @@ import datetime as dt
 import json
 
 import hydra.core.utils
-import pytest
 
 import experiments.runner_sim as runner_sim
 from experiments.output_dirs import sweep_name, unique_dir

@@ -1,5 +1,4 @@
 """The servelab entry point: files written, hand-checked numbers, resume, Ctrl-C, engine dispatch."""
-import importlib
 import json
 import os
 import subprocess
