@@ -7,6 +7,7 @@
   would be accepted and ignored, or fail deep inside a constructor. Every key must be a field of
   its schema (experiments/config.py), a parameter of its node's `_target_`, or, for `backend`,
   a key of the chosen conf/backend/<name>.yaml; the error names the nearest valid key.
+- Mandatory values (`???`, e.g. backend.cost_model.profile of the calibrated model) must be given.
 - Paths. `~` is expanded in every path field (`path`, `*_path`, `*_dir`, `*_file`, `profile`); a
   workload file given as a folder is refused.
 - `trace_format_hint(cfg)`: when a trace reader fails, which workload reads the file instead.
@@ -35,13 +36,25 @@ def _schema_fields(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-def _target_params(target: str) -> set[str] | None:
-    """Keyword parameters the `_target_` accepts, or None when it takes **kwargs we cannot list."""
+def _locate(target: str, key: str):
+    """The object a `_target_` names, or a ValueError naming the key (and the nearest name in its module)."""
+    import importlib
+
     from hydra.utils import get_object
     try:
-        obj = get_object(target)
-    except Exception:           # an unimportable target: instantiate reports it with its own message
-        return None
+        return get_object(target)
+    except Exception as e:
+        module, _, name = target.rpartition(".")
+        try:
+            near = nearest(name, [n for n in dir(importlib.import_module(module)) if not n.startswith("_")],
+                           f"{module}.")
+        except Exception:
+            near = ""
+        raise ValueError(f"{key}={target}: cannot import it ({type(e).__name__}){near}") from None
+
+
+def _target_params(obj) -> set[str] | None:
+    """Keyword parameters `obj` accepts, or None when it takes **kwargs we cannot list."""
     try:
         params = inspect.signature(obj).parameters
     except (TypeError, ValueError):
@@ -82,7 +95,7 @@ def _check_targets(node, prefix: str) -> None:
         return
     target = node.get("_target_") if "_target_" in node else None
     if isinstance(target, str):
-        params = _target_params(target)
+        params = _target_params(_locate(target, f"{prefix}_target_"))
         if params is not None:
             _unknown(node, params | HYDRA_KEYS, prefix)
     for key in node:
@@ -130,8 +143,20 @@ def check_workload_files(cfg: DictConfig) -> None:
     walk(cfg.workload, "workload.")
 
 
+def check_given(node, prefix: str = "") -> None:
+    """A mandatory value (`???` in its file) left out fails naming the key."""
+    for key in node:
+        child = node._get_node(key)
+        if child._is_missing():
+            raise ValueError(f"{prefix}{key} must be given (its config file leaves it ???); add {prefix}{key}=... "
+                             "to the command")
+        if isinstance(child, DictConfig) and not child._is_none():
+            check_given(child, f"{prefix}{key}.")
+
+
 def check_config(cfg: DictConfig) -> None:
     """All of the above, in place on cfg (path expansion) or raising ValueError."""
+    check_given(cfg)
     check_keys(cfg)
     expand_user_paths(cfg)
     check_workload_files(cfg)

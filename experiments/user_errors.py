@@ -96,7 +96,12 @@ def _hydra_message(exc) -> str | None:
 
 
 def is_user_error(exc: BaseException) -> bool:
-    from hydra.errors import HydraException
+    """Bad input rather than a bug: USER_ERRORS, Hydra's composition errors, and a constructor that
+    `instantiate` called with bad arguments (TypeError) or a `_target_` that does not import."""
+    from hydra.errors import HydraException, InstantiationException
+    if isinstance(exc, InstantiationException):
+        cause = exc.__cause__
+        return cause is None or isinstance(cause, (*USER_ERRORS, TypeError, ImportError))
     return isinstance(exc, (*USER_ERRORS, HydraException))
 
 

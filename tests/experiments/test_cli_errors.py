@@ -35,6 +35,7 @@ def traces(tmp_path):
     (["num_replicas=many"], "error: num_replicas=many: Value 'many' of type 'str' could not be converted"),
     (["workload.arrival.rate_rps=[1"], "error: cannot parse the override"),
     (["max_model_lenn=5"], "error: unknown key max_model_lenn; did you mean 'max_model_len'?"),
+    (["backend/cost_model=calibrated"], "error: backend.cost_model.profile must be given"),
 ])
 def test_one_line_errors(in_tmp, monkeypatch, capsys, args, expected):
     assert error_line(monkeypatch, capsys, *QUIET, *args).startswith(expected)
@@ -149,3 +150,19 @@ def test_validate_from_real_runs_without_torch(tmp_path):
     proc = sim_only(tmp_path, "-c", code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["28", "False"]
+
+
+def test_a_bug_keeps_its_traceback(in_tmp, monkeypatch, capsys):
+    import experiments.runner_sim as runner_sim
+
+    def broken(cfg, desc="x"):
+        raise AttributeError("a bug, not a user's mistake")
+    monkeypatch.setattr(runner_sim, "run_sim", broken)
+    with pytest.raises(AttributeError, match="a bug"):
+        servelab(monkeypatch, capsys, *SMALL)
+
+
+def test_a_misspelt_target_is_one_line(in_tmp, monkeypatch, capsys):
+    line = error_line(monkeypatch, capsys, *SMALL, "eviction._target_=policies.eviction.lru.LRUEvictionn")
+    assert line == ("error: eviction._target_=policies.eviction.lru.LRUEvictionn: cannot import it (ImportError); "
+                    "did you mean 'policies.eviction.lru.LRUEviction'?")
