@@ -9,7 +9,12 @@
 Each run writes into Hydra's output dir (outputs/<name>/<time>/ for a single
 run, sweeps/<name>/<overrides>/ for a sweep job): requests.parquet,
 steps.parquet, config.yaml, plots and summary.json (see experiments/results.py).
-A job whose folder already holds a complete summary.json is skipped (resume=true).
+A job whose folder already holds a complete summary.json is skipped (resume=true);
+a single run never writes into a folder holding results (experiments/output_dirs.py).
+
+A user's mistake (a bad value, an unknown key or option, a missing file) prints one line
+`error: ...` and exits with status 2 (experiments/user_errors.py, experiments/config_check.py);
+HYDRA_FULL_ERROR=1 shows the traceback instead. Ctrl-C exits with status 130 and says what was written.
 """
 from __future__ import annotations
 
@@ -45,7 +50,9 @@ def get_runner(backend_name: str):
         return run_sim
     if backend_name == "engine":
         try:
-            import torch  # noqa: F401  (the engine runner imports it only once it builds the engine)
+            # the engine runner imports these only once it builds the engine: probe them first
+            import safetensors  # noqa: F401
+            import torch  # noqa: F401
             from experiments.runner_engine import run_engine
         except ModuleNotFoundError as e:
             if (e.name or "").split(".")[0] in ENGINE_PACKAGES:
