@@ -12,12 +12,17 @@ group's timeout during an idle spell, while a pipe read waits indefinitely and e
 as soon as rank 0 is gone, so a worker never outlives its engine. The inputs are small host
 arrays (token ids, positions, slots, block tables), pickled once per step.
 
+Workers are spawned, so they import the main script again: a script that builds an LLM with
+tensor_parallel_size > 1 outside `if __name__ == "__main__":` is refused before any worker starts.
+
 NVLink multicast (NCCL's NVLS, torch's symmetric-memory multicast, NVSHMEM's NVLS) is switched
 off in every rank's environment before any communicator exists.
 """
 from __future__ import annotations
 
+import ast
 import os
+import sys
 import traceback
 from datetime import timedelta
 from multiprocessing.util import Finalize
@@ -71,6 +76,51 @@ def _destroy_group() -> None:
         dist.destroy_process_group()
 
 
+def _is_main_test(test: ast.expr) -> bool:
+    """`__name__ == "__main__"` (either side)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
+        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
+
+
+def unguarded_main_line(path: str, line: int) -> bool:
+    """True when line `line` of the script `path` lies outside every `if __name__ == "__main__":` block."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    return not any(isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= node.end_lineno
+                   for node in ast.walk(tree))
+
+
+def check_spawn_safe_main(size: int) -> None:
+    """RuntimeError when the __main__ script reached this point from code that spawned workers would run again.
+
+    A spawned worker imports the main script first (as __mp_main__); code outside the main guard runs
+    again there, builds another LLM and stops the worker, while rank 0 would wait for it in the process
+    group until distributed_timeout_s.
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not os.path.isfile(path):
+        return                      # python -c, a REPL, a notebook: workers do not re-run it
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            break
+        frame = frame.f_back
+    if frame is None or not os.path.isfile(frame.f_code.co_filename):
+        return
+    try:
+        unguarded = unguarded_main_line(frame.f_code.co_filename, frame.f_lineno)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return
+    if unguarded:
+        raise RuntimeError(f"tensor_parallel_size={size} starts worker processes with multiprocessing's spawn method, "
+                           f"which imports {frame.f_code.co_filename} again in each worker; line {frame.f_lineno} "
+                           "builds the LLM outside an `if __name__ == \"__main__\":` block, so every worker would "
+                           "run it again. Move the script's code under `if __name__ == \"__main__\":`")
+
+
 class Workers:
     """Ranks 1..tp-1 as spawned processes, and rank 0's end of the process group.
 
@@ -89,6 +139,7 @@ class Workers:
             raise RuntimeError("this process already has a torch.distributed process group (is another LLM with "
                                "tensor_parallel_size > 1 still open?); call close() on it first")
         size, timeout_s = config.tensor_parallel_size, config.distributed_timeout_s
+        check_spawn_safe_main(size)
         disable_multicast()        # spawned workers inherit the environment
         store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout_s))

@@ -5,7 +5,8 @@ in `model.safetensors.index.json`. Checkpoint projections that the model packs (
 gate/up -> gate_up_proj; see the model's `packed_modules`) are written into their row range of the
 packed weight. With tied embeddings the LM head is the embedding, so a checkpoint `lm_head.weight`
 is not needed (and ignored if present). Every model parameter must be filled exactly once; anything
-missing, unknown or mis-shaped raises a ValueError naming the tensor.
+missing, unknown or mis-shaped raises a ValueError naming the tensor, and a truncated or corrupt
+file a ValueError naming the file.
 
 Tensor parallel: a module with `checkpoint_shape(param, shard)` / `load(param, tensor, shard)`
 (engine/layers/linear.py, engine/layers/embed_head.py) is checked against the full checkpoint
@@ -46,6 +47,16 @@ def checkpoint_files(model_path: str | Path) -> list[Path]:
     return files
 
 
+def _open_checkpoint(path: Path):
+    """safe_open, with a damaged file (truncated download, not safetensors) named in a ValueError."""
+    try:
+        return safe_open(str(path), framework="pt", device="cpu")
+    except Exception as e:          # safetensors raises its own SafetensorError (an Exception subclass)
+        size = path.stat().st_size if path.exists() else 0
+        raise ValueError(f"checkpoint file {str(path)!r} ({size:,} bytes) is not a readable safetensors file ({e}); "
+                         "it is truncated or corrupt (an interrupted download?): download it again") from None
+
+
 def _target(model: nn.Module, name: str) -> tuple[str, int | None]:
     """Checkpoint tensor name -> (our parameter name, shard index or None when not packed)."""
     for ckpt_proj, (packed, shard) in getattr(model, "packed_modules", {}).items():
@@ -63,7 +74,7 @@ def load_weights(model: nn.Module, model_path: str | Path) -> None:
     loaded: set[tuple[str, int | None]] = set()
     unexpected: list[str] = []
     for path in checkpoint_files(model_path):
-        with safe_open(str(path), framework="pt", device="cpu") as f:
+        with _open_checkpoint(path) as f:
             for name in f.keys():
                 if name.endswith(_IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
                     continue

@@ -18,6 +18,8 @@ the prefix cache may partly spare.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from enum import Enum
 
 
@@ -41,6 +43,28 @@ _TRANSITIONS = {
 }
 
 
+def _real(name: str, value) -> float:
+    """value as a finite float, or a ValueError naming the field (NaN would pass every range check)."""
+    if type(value) is not float and (isinstance(value, (bool, str)) or not isinstance(value, numbers.Real)):
+        raise ValueError(f"SamplingParams.{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"SamplingParams.{name} must be a finite number, got {value!r}")
+    return value
+
+
+def _integer(name: str, value) -> int:
+    """value as an int (an integral float such as 64.0 too), or a ValueError naming the field."""
+    if type(value) is int:
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
+            and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"SamplingParams.{name} must be an integer, got {value!r}")
+
+
 class SamplingParams:
     """How tokens are chosen and when a sequence stops.
 
@@ -53,6 +77,10 @@ class SamplingParams:
 
     def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  max_tokens: int = 64, ignore_eos: bool = False, seed: int | None = None):
+        temperature, top_p = _real("temperature", temperature), _real("top_p", top_p)
+        top_k, max_tokens = _integer("top_k", top_k), _integer("max_tokens", max_tokens)
+        if seed is not None:
+            seed = _integer("seed", seed)
         if max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {max_tokens}")
         if temperature < 0:

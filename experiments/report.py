@@ -11,18 +11,21 @@ overrides that vary across the sweep, rates excepted.
 
 Plots (PNG, in SWEEP_DIR/report/): overview.png (p50 and p99 TTFT, TPOT and
 normalized latency vs request rate), one throughput-latency plot per metric,
-latency CDFs and a step timeline per policy at the highest rate.
+latency CDFs and a step timeline per policy at the highest rate. The report
+owns that folder: plots an earlier report left there that this one did not
+draw are removed. The command lists the job folders it read (and those it left
+out: complete=false); an unknown --x/--by column fails naming the nearest one.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
 from experiments.results import SUMMARY, read_summary, write_parquet, atomic_write_text
+from experiments.user_errors import nearest, one_line
 
 RATE = "request_rate_rps"
 TL_METRICS = ("ttft_s", "tpot_s", "normalized_latency_s")
@@ -46,11 +49,13 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     """One row per job folder under sweep_dir that holds a summary.json."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"sweep folder not found: {sweep_dir}")
-    rows, override_keys = [], set()
+        raise FileNotFoundError(f"sweep folder not found: {sweep_dir}" if not sweep_dir.exists() else
+                                f"{sweep_dir} is a file; give the sweep folder (sweeps/<name>)")
+    rows, override_keys, skipped = [], set(), []
     for path in sorted(sweep_dir.rglob(SUMMARY)):
         s = read_summary(path.parent)
         if s is None or (complete_only and not s.get("complete")):
+            skipped.append(str(path.parent.relative_to(sweep_dir)))
             continue
         row = {"run_dir": str(path.parent.relative_to(sweep_dir)), "complete": bool(s.get("complete"))}
         for item in s.get("overrides", []):
@@ -66,7 +71,9 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
         row.update(s.get("metrics", {}))
         rows.append(row)
     if not rows:
-        raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}")
+        why = (f" ({len(skipped)} interrupted or unreadable: relaunch the sweep to finish them)" if skipped else
+               "; give a folder that `servelab -m ...` wrote, e.g. sweeps/<name>")
+        raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}{why}")
     df = pd.DataFrame(rows)
     label_keys = [k for k in sorted(override_keys) if not _is_rate_key(k) and df[k].astype(str).nunique() > 1]
     if not label_keys:
@@ -79,7 +86,9 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     else:
         df["policy"] = "run"
     sort = [c for c in ("policy", RATE) if c in df]
-    return df.sort_values(sort, kind="stable").reset_index(drop=True)
+    df = df.sort_values(sort, kind="stable").reset_index(drop=True)
+    df.attrs["skipped"] = skipped         # job folders left out (complete=false or unreadable)
+    return df
 
 
 def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=TL_METRICS) -> Path:
@@ -117,6 +126,11 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
     sweep_dir = Path(sweep_dir)
     out = Path(out_dir) if out_dir else sweep_dir / "report"
     df = collect(sweep_dir)
+    for flag, col in (("--x", x), ("--by", by)):
+        if col not in df:
+            cols = [c for c in df.columns if c != "run_dir"]
+            raise ValueError(f"{flag} {col!r} is not a column of the sweep table{nearest(col, cols)} (columns: "
+                             f"{', '.join(cols[:12])}, ...; all in report/results.csv)")
     files = [write_parquet(df, out / "results.parquet")]
     files.append(atomic_write_text(out / "results.csv", df.to_csv(index=False)))
     if x in df and df[x].notna().any():
@@ -139,7 +153,24 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
                 steps = steps[steps["replica"] == steps["replica"].min()]
                 safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in str(k))
                 files.append(plots.step_timeline(steps, out / f"step_timeline_{safe}.png", title=f"{k} ({d.name})"))
+    df.attrs["removed"] = [str(p) for p in _remove_stale(out, files)]
     return df, files
+
+
+# Files a report writes; one of these in the report folder that this report did not write is stale
+# (an earlier report of other runs) and is removed, so every plot there shows the runs just read.
+REPORT_FILES = ("results.csv", "results.parquet", "overview.png", "throughput_latency_*.png", "latency_cdf_*.png",
+                "step_timeline_*.png")
+
+
+def _remove_stale(out: Path, written: list[Path]) -> list[Path]:
+    keep, removed = {p.resolve() for p in written}, []
+    for pattern in REPORT_FILES:
+        for p in out.glob(pattern):
+            if p.resolve() not in keep:
+                p.unlink()
+                removed.append(p)
+    return removed
 
 
 def main(argv=None) -> None:
@@ -152,12 +183,19 @@ def main(argv=None) -> None:
     try:
         df, files = make_report(args.sweep_dir, args.out, args.x, args.by)
     except (FileNotFoundError, ValueError) as e:
-        sys.exit(f"servelab-report: {e}")
+        ap.exit(2, f"servelab-report: error: {one_line(e)}\n")
     cols = [c for c in (args.by, args.x, "num_finished", "request_throughput_rps", "ttft_s_p50", "ttft_s_p99",
                         "tpot_s_p99", "normalized_latency_s_p99", "num_preemptions") if c in df]
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"{len(df)} runs; wrote {len(files)} files to {files[0].parent}")
+    skipped = df.attrs.get("skipped", [])
+    print(f"read {len(df)} runs under {args.sweep_dir}" + (f" (left out {len(skipped)} incomplete: "
+          f"{', '.join(skipped)})" if skipped else "") + ":")
+    for d in df["run_dir"]:
+        print(f"  {d}")
+    removed = df.attrs.get("removed", [])
+    print(f"{len(df)} runs; wrote {len(files)} files to {files[0].parent}"
+          + (f"; removed {len(removed)} stale file(s) of an earlier report" if removed else ""))
 
 
 if __name__ == "__main__":

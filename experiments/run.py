@@ -9,24 +9,39 @@
 Each run writes into Hydra's output dir (outputs/<name>/<time>/ for a single
 run, sweeps/<name>/<overrides>/ for a sweep job): requests.parquet,
 steps.parquet, config.yaml, plots and summary.json (see experiments/results.py).
-A job whose folder already holds a complete summary.json is skipped (resume=true).
+A job whose folder already holds a complete summary.json is skipped (resume=true);
+a single run never writes into a folder holding results (experiments/output_dirs.py).
+
+A user's mistake (a bad value, an unknown key or option, a missing file) prints one line
+`error: ...` and exits with status 2 (experiments/user_errors.py, experiments/config_check.py);
+HYDRA_FULL_ERROR=1 shows the traceback instead. Ctrl-C exits with status 130 and says what was written.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 import experiments.config  # noqa: F401  (registers the schema before Hydra composes)
+from experiments.config_check import check_config, trace_format_hint
+from experiments.output_dirs import interrupted_message
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
+from experiments.user_errors import (TRACEBACK_ENV, USER_ERRORS, MissingExtraError, fail, is_user_error, one_line,
+                                     tracebacks_wanted)
 from experiments.workloads.changes import describe_input
 
-GROUPS = ("backend", "backend/cost_model", "model", "hardware", "scheduler", "eviction", "router", "workload",
-          "experiment")
+GROUPS = ("backend", "backend/cost_model", "model", "hardware", "scheduler", "victim", "eviction", "router",
+          "workload", "experiment")
+
+
+# Packages of the `engine` extra (pyproject.toml); a simulator-only install has none of them.
+ENGINE_PACKAGES = ("torch", "transformers", "safetensors", "triton")
 
 
 def get_runner(backend_name: str):
@@ -35,19 +50,18 @@ def get_runner(backend_name: str):
         from experiments.runner_sim import run_sim
         return run_sim
     if backend_name == "engine":
-        contract = ("run_engine(cfg, desc) -> experiments.runner_sim.RunResult, building the engine from "
-                    "cfg.backend (model_path, device, attention_backend, enforce_eager, dtype)")
         try:
-            import experiments.runner_engine as mod
+            # the engine runner imports these only once it builds the engine: probe them first
+            import safetensors  # noqa: F401
+            import torch  # noqa: F401
+            from experiments.runner_engine import run_engine
         except ModuleNotFoundError as e:
-            if e.name == "experiments.runner_engine":
-                raise NotImplementedError(f"engine backend: experiments/runner_engine.py does not exist yet; it must "
-                                          f"define {contract}. Use backend=sim meanwhile") from None
+            if (e.name or "").split(".")[0] in ENGINE_PACKAGES:
+                raise MissingExtraError(f"backend=engine needs the engine extra ({e.name} is not installed): "
+                                        "pip install -e '.[engine]' (install the torch build for your machine "
+                                        "first), or use backend=sim") from e
             raise
-        if not hasattr(mod, "run_engine"):
-            raise NotImplementedError(f"engine backend: experiments/runner_engine.py does not define {contract} yet. "
-                                      "Use backend=sim meanwhile")
-        return mod.run_engine
+        return run_engine
     raise ValueError(f"backend.name must be 'sim' or 'engine', got {backend_name!r}")
 
 
@@ -150,6 +164,7 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     out_dir = Path(out_dir)
     choices = {k: v for k, v in (choices or {}).items() if k in GROUPS}
     label = label or choices.get("scheduler") or "run"
+    check_config(cfg)
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     if cfg.resume and is_complete(out_dir):
         saved = saved_config(out_dir)
@@ -160,7 +175,14 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
         print(f"[skip] {out_dir} is complete (resume=true)", flush=True)
         return read_summary(out_dir)
     t0 = time.perf_counter()
-    result = get_runner(cfg.backend.name)(cfg, desc=label)
+    runner = get_runner(cfg.backend.name)
+    try:
+        result = runner(cfg, desc=label)
+    except USER_ERRORS + (InstantiationException,) as e:
+        hint = trace_format_hint(cfg)
+        if hint is None:
+            raise
+        raise ValueError(f"{one_line(e)}; {hint}") from e
     num_replicas = int(result.meta.get("num_replicas") or 1)
     metrics = summarize(result.requests, result.steps, slo_of(cfg), result.token_times, num_replicas=num_replicas)
     extra = {"choices": choices, "overrides": list(overrides or []), "name": cfg.name, "seed": int(cfg.seed),
@@ -186,17 +208,42 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
-    return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
-                   label=hc.job.override_dirname or None)
+    try:
+        return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
+                       label=hc.job.override_dirname or None)
+    except Exception as e:
+        # Hydra would print "Error executing job ..." and a traceback: a user's mistake gets one line.
+        if is_user_error(e) and not tracebacks_wanted():
+            fail(one_line(e))
+        raise
+
+
+def _quote_tilde(arg: str) -> str:
+    """`key=~/x` as `key='~/x'`: Hydra's override grammar has no unquoted `~` inside a value (the
+    shell leaves it alone after `key.sub=`); the path fields expand it (experiments/config_check.py).
+    Hydra's own folders (hydra.run.dir, hydra.sweep.dir) are used before that check: expanded here."""
+    key, sep, value = arg.partition("=")
+    if arg.startswith("-") or not sep or not value.startswith("~") or any(c in value for c in "'\"[]{}()"):
+        return arg
+    if key.lstrip("+").startswith("hydra."):
+        return key + sep + os.path.expanduser(value)
+    return key + sep + ",".join(f"'{v}'" if v.startswith("~") else v for v in value.split(","))
 
 
 def main() -> None:
+    sys.argv[1:] = [_quote_tilde(a) for a in sys.argv[1:]]
+    wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ[TRACEBACK_ENV] = "1" if wanted else "0"      # read by the jobs, sweep workers too
+    os.environ["HYDRA_FULL_ERROR"] = "1"                    # Hydra raises its composition errors to here
     try:
         hydra_main()
     except KeyboardInterrupt:
-        print("interrupted: requests finished so far were written (summary.json complete=false); "
-              "relaunch to run it again", file=sys.stderr)
+        print(interrupted_message(), file=sys.stderr)
         sys.exit(130)
+    except Exception as e:
+        if wanted or not is_user_error(e):
+            raise
+        fail(one_line(e))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
 
 
 def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
-    from engine.models import load_hf_config
+    from engine.hf_config import load_hf_config
     from sim.cost_model.roofline import RooflineCostModel
     from sim.specs.hardware import HardwareSpec
     from sim.specs.models import ModelSpec

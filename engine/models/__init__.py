@@ -8,24 +8,14 @@ mapping onto engine/models/decoder.py's shared blocks) plus one line here.
 from __future__ import annotations
 
 import importlib
-import json
-from pathlib import Path
+
+from engine.hf_config import load_hf_config
 
 MODEL_REGISTRY = {
     "Qwen3ForCausalLM": "engine.models.qwen3:Qwen3ForCausalLM",
     "Qwen2ForCausalLM": "engine.models.qwen2:Qwen2ForCausalLM",
     "LlamaForCausalLM": "engine.models.llama:LlamaForCausalLM",
 }
-
-
-def load_hf_config(model_path: str | Path) -> dict:
-    """Reads <model_path>/config.json."""
-    path = Path(model_path).expanduser() / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no config.json in {str(model_path)!r}; pass a Hugging Face checkpoint directory "
-                                f"(config.json + *.safetensors)")
-    with open(path) as f:
-        return json.load(f)
 
 
 def get_model_class(hf_config: dict):

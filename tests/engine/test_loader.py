@@ -128,3 +128,15 @@ def test_unsupported_architecture(tmp_path, untied):
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"unsupported architecture \['MixtralForCausalLM'\]; supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"):
         build_model(d, "cpu", torch.float32, BACKEND)
+
+
+@pytest.mark.parametrize("keep", [0.5, 100, 5])
+def test_truncated_safetensors_file_is_named(tmp_path, untied, keep):
+    # an interrupted download: safetensors' own "incomplete metadata" error becomes one naming the file
+    d = _copy(untied[0], tmp_path / "c")
+    f = d / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data[:int(len(data) * keep) if keep < 1 else keep])
+    with pytest.raises(ValueError, match=r"model\.safetensors.*is not a readable safetensors file.*truncated or "
+                                         r"corrupt.*download it again"):
+        build_model(d, "cpu", torch.float32, BACKEND)

@@ -262,3 +262,28 @@ def test_tp4_replicated_kv_heads_match_tp1(tiny):
     """4 ranks over 2 KV heads: each rank holds a replica of one head."""
     _, info = _assert_same(tiny, 4, [(_prompts(0, [5, 23]), [4, 3])], num_kvcache_blocks=16, max_model_len=64)
     assert info["kv_heads"] == 1
+
+
+def test_main_guard_detection(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import x\nllm = 1\nif __name__ == '__main__':\n    llm = 2\n    print(llm)\n"
+                      "if '__main__' == __name__:\n    llm = 3\n")
+    assert [distributed.unguarded_main_line(str(script), n) for n in (2, 4, 5, 7)] == [True, False, False, False]
+
+
+def test_unguarded_script_is_refused_instead_of_hanging(tmp_path):
+    # Spawned workers import the main script again; without the guard each would build another LLM and
+    # rank 0 would wait for them until distributed_timeout_s (10 minutes by default).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    make_tiny_qwen3(tmp_path / "m")
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"from engine.llm import LLM\nllm = LLM({str(tmp_path / 'm')!r}, tensor_parallel_size=2, "
+                      "device='cpu')\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=90,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert proc.returncode != 0
+    assert "line 2 builds the LLM outside an `if __name__ == \"__main__\":` block" in proc.stderr

@@ -1,5 +1,4 @@
-"""The servelab entry point: files written, hand-checked numbers, resume, Ctrl-C, engine placeholder."""
-import importlib
+"""The servelab entry point: files written, hand-checked numbers, resume, Ctrl-C, engine dispatch."""
 import json
 import os
 import subprocess
@@ -127,13 +126,8 @@ def test_ctrl_c_keeps_finished_requests(tmp_path, monkeypatch):
 
 
 def test_engine_backend_is_dispatched(tmp_path):
-    # Until experiments/runner_engine.py defines run_engine, a clear "engine backend: ..." error;
-    # once it does, the engine runner's own check of the missing checkpoint path.
-    import importlib.util
-    wired = importlib.util.find_spec("experiments.runner_engine") is not None and hasattr(
-        importlib.import_module("experiments.runner_engine"), "run_engine")
-    err, match = (ValueError, "model_path") if wired else (NotImplementedError, "^engine backend: ")
-    with pytest.raises(err, match=match):
+    # the engine runner's own check of the missing checkpoint path (no placeholder branch any more)
+    with pytest.raises(ValueError, match="model_path"):
         execute(cfg_of("backend=engine", *QUIET), tmp_path)
 
 

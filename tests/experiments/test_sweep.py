@@ -75,3 +75,53 @@ def test_report_command_line(swept):
 def test_report_of_an_empty_folder_fails_clearly(tmp_path):
     with pytest.raises(ValueError, match="no complete runs"):
         collect(tmp_path)
+
+
+def report_cli(*args):
+    return subprocess.run([sys.executable, "-m", "experiments.report", *map(str, args)],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+
+
+def test_report_lists_the_runs_it_read_and_removes_stale_plots(swept):
+    out = swept / "rep_stale"
+    out.mkdir()
+    (out / "step_timeline_srpt.png").write_bytes(b"from an earlier report of other runs")
+    (out / "notes.txt").write_text("not the report's")
+    proc = report_cli(swept / "sw", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert f"read 4 runs under {swept / 'sw'}:" in proc.stdout
+    for job in run_ids(swept / "sw"):
+        assert f"  {job}\n" in proc.stdout
+    assert "removed 1 stale file(s)" in proc.stdout
+    assert not (out / "step_timeline_srpt.png").exists() and (out / "notes.txt").exists()
+    assert (out / "step_timeline_fcfs.png").is_file()
+
+
+def test_report_names_the_runs_it_left_out(swept, tmp_path):
+    import shutil
+    copy = tmp_path / "sw"
+    shutil.copytree(swept / "sw", copy)
+    job = "scheduler=fcfs,workload.arrival.rate_rps=5,workload.num_requests=20"
+    s = json.loads((copy / job / "summary.json").read_text())
+    (copy / job / "summary.json").write_text(json.dumps({**s, "complete": False}))
+    proc = report_cli(copy)
+    assert proc.returncode == 0, proc.stderr
+    assert f"read 3 runs under {copy} (left out 1 incomplete: {job}):" in proc.stdout
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--x", "request_rate", "error: --x 'request_rate' is not a column of the sweep table; did you mean "
+                            "'request_rate_rps'?"),
+    ("--by", "polcy", "error: --by 'polcy' is not a column of the sweep table; did you mean 'policy'?"),
+])
+def test_report_unknown_column(swept, flag, value, expected):
+    proc = report_cli(swept / "sw", "--out", swept / "rep_bad", flag, value)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"servelab-report: {expected}")
+    assert proc.stderr.count("\n") == 1 and not (swept / "rep_bad").exists()
+
+
+def test_report_of_a_folder_without_results_is_one_line(tmp_path):
+    proc = report_cli(tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"servelab-report: error: no complete runs (summary.json) under {tmp_path}; give "
+                                  "a folder that `servelab -m ...` wrote")

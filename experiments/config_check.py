@@ -1,0 +1,203 @@
+"""Checks of a composed config that Hydra's schema cannot make, run before anything is built.
+
+    check_config(cfg)     # ValueError naming the key and the fix; expands ~ in path fields
+
+- Unknown keys. Hydra's `+key=value` adds a key even to a typed config, and the `_target_` groups
+  (scheduler, eviction, router, workload, backend.cost_model, ...) are untyped: a misspelt key
+  would be accepted and ignored, or fail deep inside a constructor. Every key must be a field of
+  its schema (experiments/config.py), a parameter of its node's `_target_`, or, for `backend`,
+  a key of the chosen conf/backend/<name>.yaml; the error names the nearest valid key.
+- Mandatory values (`???`, e.g. backend.cost_model.profile of the calibrated model) must be given.
+- Paths. `~` is expanded in every path field (`path`, `*_path`, `*_dir`, `*_file`, `profile`); a
+  workload file given as a folder is refused.
+- `trace_format_hint(cfg)`: when a trace reader fails, which workload reads the file instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.user_errors import nearest
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+# Hydra's own instantiate keys, accepted on every `_target_` node.
+HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+
+
+def _is_path_key(key: str) -> bool:
+    return key in ("path", "profile") or key.endswith(("_path", "_dir", "_file"))
+
+
+def _schema_fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _locate(target: str, key: str):
+    """The object a `_target_` names, or a ValueError naming the key (and the nearest name in its module)."""
+    import importlib
+
+    from hydra.utils import get_object
+    try:
+        return get_object(target)
+    except Exception as e:
+        module, _, name = target.rpartition(".")
+        try:
+            near = nearest(name, [n for n in dir(importlib.import_module(module)) if not n.startswith("_")],
+                           f"{module}.")
+        except Exception:
+            near = ""
+        raise ValueError(f"{key}={target}: cannot import it ({type(e).__name__}){near}") from None
+
+
+def _target_params(obj) -> set[str] | None:
+    """Keyword parameters `obj` accepts, or None when it takes **kwargs we cannot list."""
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return None
+    names = {n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        if "options" not in params:
+            return None
+        # The workload readers take their common options (experiments.workloads.options) as **kwargs.
+        from experiments.workloads.options import TraceOptions
+        names |= _schema_fields(TraceOptions)
+    return names
+
+
+def _backend_keys(name: str) -> set[str] | None:
+    path = CONF_DIR / "backend" / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    node = OmegaConf.load(path)
+    keys = {k for k in node if k != "defaults"}
+    for entry in node.get("defaults", []):
+        if isinstance(entry, (dict, DictConfig)):
+            keys |= {str(k).split("@")[0].lstrip("/") for k in entry}
+    return keys
+
+
+def _unknown(node: DictConfig, allowed: set[str], prefix: str) -> None:
+    for key in node:
+        if key not in allowed:
+            near = nearest(key, sorted(allowed - HYDRA_KEYS), prefix)
+            raise ValueError(f"unknown key {prefix}{key}{near} (`servelab --cfg job` prints every key; a leading "
+                             "+ does not add new ones)")
+
+
+def _check_targets(node, prefix: str) -> None:
+    """Keys of `_target_` nodes at and under `node` against their constructors' parameters."""
+    if not isinstance(node, DictConfig):
+        return
+    target = node.get("_target_") if "_target_" in node else None
+    if isinstance(target, str):
+        params = _target_params(_locate(target, f"{prefix}_target_"))
+        if params is not None:
+            _unknown(node, params | HYDRA_KEYS, prefix)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and (target is None or "_target_" in child):
+            _check_targets(child, f"{prefix}{key}.")
+
+
+def check_keys(cfg: DictConfig) -> None:
+    from experiments.config import HardwareConfig, ModelConfig, ServelabConfig
+    _unknown(cfg, _schema_fields(ServelabConfig), "")
+    _unknown(cfg.model, _schema_fields(ModelConfig), "model.")
+    _unknown(cfg.hardware, _schema_fields(HardwareConfig), "hardware.")
+    backend = cfg.backend
+    allowed = _backend_keys(str(backend.get("name")))
+    if allowed is not None:
+        _unknown(backend, allowed, "backend.")
+    for group in ("backend", "scheduler", "eviction", "router", "workload"):
+        _check_targets(cfg._get_node(group), f"{group}.")
+
+
+def expand_user_paths(node) -> None:
+    """`~` and `~user` expanded in every path field under node, in place."""
+    if not isinstance(node, DictConfig):
+        return
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            expand_user_paths(child)
+        elif _is_path_key(str(key)) and not child._is_none() and isinstance(node[key], str) \
+                and node[key].startswith("~"):
+            node[key] = os.path.expanduser(node[key])
+
+
+def check_workload_files(cfg: DictConfig) -> None:
+    """A workload file given as a folder fails here, naming the field (a missing one: its reader says)."""
+    def walk(node, prefix):
+        for key in node:
+            child = node._get_node(key)
+            if isinstance(child, DictConfig):
+                walk(child, f"{prefix}{key}.")
+            elif key == "path" and not child._is_none() and Path(str(node[key])).is_dir():
+                raise ValueError(f"{prefix}{key}={node[key]} is a folder; give the file itself, e.g. "
+                                 f"{prefix}{key}=../shared/traces/AzureLLMInferenceTrace_conv.csv")
+    walk(cfg.workload, "workload.")
+
+
+def check_given(node, prefix: str = "") -> None:
+    """A mandatory value (`???` in its file) left out fails naming the key."""
+    for key in node:
+        child = node._get_node(key)
+        if child._is_missing():
+            raise ValueError(f"{prefix}{key} must be given (its config file leaves it ???); add {prefix}{key}=... "
+                             "to the command")
+        if isinstance(child, DictConfig) and not child._is_none():
+            check_given(child, f"{prefix}{key}.")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """All of the above, in place on cfg (path expansion) or raising ValueError."""
+    check_given(cfg)
+    check_keys(cfg)
+    expand_user_paths(cfg)
+    check_workload_files(cfg)
+
+
+# -- which workload reads this file -------------------------------------------------------------
+# trace format (experiments.workloads.traces.detect_format) -> the reader a workload option calls
+_READER_OF_FORMAT = {"azure": "read_azure_trace", "vidur": "read_vidur_trace", "mooncake": "read_mooncake_trace",
+                     "lengths": "sharegpt_workload"}
+_FORMAT_NAMES = {"azure": "an Azure trace (TIMESTAMP, ContextTokens, GeneratedTokens)",
+                 "vidur": "a Splitwise/Vidur trace (arrived_at, num_prefill_tokens, num_decode_tokens)",
+                 "mooncake": "a Mooncake JSONL trace", "lengths": "a length-only CSV (no arrival times)"}
+
+
+def _workload_options() -> dict[str, str]:
+    """reader function name -> conf/workload option that calls it."""
+    out = {}
+    for path in sorted((CONF_DIR / "workload").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        if isinstance(target, str):
+            out.setdefault(target.rsplit(".", 1)[-1], path.stem)
+    return out
+
+
+def trace_format_hint(cfg: DictConfig) -> str | None:
+    """'... looks like a mooncake trace: use workload=mooncake' when the chosen workload reads another format."""
+    from experiments.workloads.traces import detect_format
+    path = cfg.workload.get("path")
+    target = str(cfg.workload.get("_target_", ""))
+    if not isinstance(path, str) or not Path(path).is_file():
+        return None
+    try:
+        fmt = detect_format(path)
+    except ValueError as e:
+        if "lengths only" not in str(e):
+            return None
+        fmt = "lengths"
+    except (OSError, UnicodeDecodeError):
+        return None
+    reader = _READER_OF_FORMAT[fmt]
+    if target.rsplit(".", 1)[-1] == reader:
+        return None
+    option = _workload_options().get(reader)
+    return f"{path} looks like {_FORMAT_NAMES[fmt]}" + (f": use workload={option}" if option else "")

@@ -1,0 +1,117 @@
+"""A user's mistake as one line: which exceptions count as one, and how to print them.
+
+    servelab num_replicas=0        ->  error: num_replicas must be >= 1, got 0      (exit status 2)
+
+`servelab` (experiments/run.py) catches `USER_ERRORS` (and Hydra's composition errors: an unknown
+option, a bad override) and prints `error: <one line>`; with HYDRA_FULL_ERROR=1 it raises them with
+the full traceback instead. Anything else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+
+from experiments.workloads.spec import WorkloadFormatError
+
+class MissingExtraError(ImportError):
+    """An optional part of servelab is not installed; the message names the pip command."""
+
+
+# The project's checks raise these for bad input (wrong values, missing or misplaced files).
+USER_ERRORS = (ValueError, WorkloadFormatError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+               PermissionError, FileExistsError, MissingExtraError)
+
+# Set by `servelab` for its own process and the sweep workers it starts: show tracebacks.
+TRACEBACK_ENV = "SERVELAB_FULL_ERROR"
+
+
+def tracebacks_wanted() -> bool:
+    return os.environ.get(TRACEBACK_ENV) == "1"
+
+
+def fail(message: str, status: int = 2):
+    """Print `error: message` on stderr and exit (also from places where Hydra would swallow an Exception)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(status)
+
+
+def nearest(word: str, choices, prefix: str = "") -> str:
+    """`; did you mean 'prefix+x'?` for the choice closest to word, or ''."""
+    best = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {prefix + best[0]!r}?" if best else ""
+
+
+def _flat(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _schema_keys(head: str) -> list[str]:
+    """Keys of the node `head` ('' = top level) where a typed schema (experiments/config.py) knows them."""
+    import dataclasses
+
+    from experiments.config import HardwareConfig, ModelConfig, ServelabConfig
+    schema = {"": ServelabConfig, "model": ModelConfig, "hardware": HardwareConfig}.get(head)
+    return [f.name for f in dataclasses.fields(schema)] if schema else []
+
+
+def _hydra_message(exc) -> str | None:
+    from hydra.errors import (ConfigCompositionException, InstantiationException, MissingConfigException,
+                              OverrideParseException)
+    text = str(exc)
+    if isinstance(exc, MissingConfigException):
+        found = re.search(r"Could not find '([^']+)'", text)
+        options = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", text)
+        if found and options and "/" in found.group(1):
+            group, option = found.group(1).rsplit("/", 1)
+            names = [o.strip() for o in options.group(1).splitlines() if o.strip()]
+            return f"{group}={option}: no such option; choose one of {', '.join(names)}{nearest(option, names)}"
+        return _flat(text.split("Config search path")[0])
+    if isinstance(exc, OverrideParseException):
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("^", "See "))]
+        return (f"cannot parse the override: {' '.join(ln.strip() for ln in lines)}; quote a value that holds "
+                "special characters, e.g. key='value' (https://hydra.cc/docs/advanced/override_grammar/basic)")
+    if isinstance(exc, InstantiationException):
+        cause = exc.__cause__
+        key = re.search(r"full_key: (\S+)", text)
+        where = f"{key.group(1)}: " if key else ""
+        if cause is not None and isinstance(cause, (*USER_ERRORS, TypeError)):
+            return where + one_line(cause)
+        return _flat(text)
+    if isinstance(exc, ConfigCompositionException):
+        cause = exc.__cause__
+        unknown = re.match(r"Could not override '([^']+)'\.", text)
+        if unknown and cause is not None and "not in" in str(cause):
+            key = unknown.group(1)
+            head, _, leaf = key.rpartition(".")
+            near = nearest(leaf, _schema_keys(head), f"{head}." if head else "")
+            return (f"unknown key {key}{near} (`servelab --cfg job` prints every key; a leading + does not add "
+                    "new ones)")
+        if cause is not None:
+            head = re.sub(r"^Error merging override ", "", _flat(text))
+            return f"{head}: {str(cause).splitlines()[0]}"
+        return _flat(text)
+    return None
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Bad input rather than a bug: USER_ERRORS, Hydra's composition errors, and a constructor that
+    `instantiate` called with bad arguments (TypeError) or a `_target_` that does not import."""
+    from hydra.errors import HydraException, InstantiationException
+    if isinstance(exc, InstantiationException):
+        cause = exc.__cause__
+        return cause is None or isinstance(cause, (*USER_ERRORS, TypeError, ImportError))
+    return isinstance(exc, (*USER_ERRORS, HydraException))
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line (Hydra's multi-line composition errors condensed)."""
+    from hydra.errors import HydraException
+    if isinstance(exc, HydraException):
+        msg = _hydra_message(exc)
+        if msg is not None:
+            return msg
+    if isinstance(exc, KeyError) and exc.args:
+        return _flat(exc.args[0])
+    return _flat(exc) or type(exc).__name__

@@ -1,0 +1,168 @@
+"""A user's mistake gets one line `error: ...` naming the field and the fix (exit 2), never a traceback;
+unknown keys fail with the nearest valid name; victim=NAME selects a victim; ~ works in paths."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from experiments.config_check import check_config
+from tests.experiments.cli import QUIET, SMALL, error_line, in_tmp, servelab  # noqa: F401  (in_tmp: a fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+AZURE_ROWS = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+    f"2023-11-16 18:15:{46 + i}.0000000,{30 + i},4\n" for i in range(6))
+MOONCAKE_ROWS = "".join(f'{{"timestamp": {i * 100}, "input_length": 40, "output_length": 4, "hash_ids": [{i}]}}\n'
+                        for i in range(6))
+
+
+@pytest.fixture
+def traces(tmp_path):
+    (tmp_path / "azure.csv").write_text(AZURE_ROWS)
+    (tmp_path / "mooncake.jsonl").write_text(MOONCAKE_ROWS)
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["num_replicas=0"], "error: num_replicas must be >= 1, got 0"),
+    (["workload=azure"], "error: workload.path is null"),
+    (["model=qwen3_9b"], "error: model=qwen3_9b: no such option; choose one of llama3_70b"),
+    (["model.name=qwen9"], "error: model.name='qwen9' is not a known model"),
+    (["num_replicas=many"], "error: num_replicas=many: Value 'many' of type 'str' could not be converted"),
+    (["workload.arrival.rate_rps=[1"], "error: cannot parse the override"),
+    (["max_model_lenn=5"], "error: unknown key max_model_lenn; did you mean 'max_model_len'?"),
+    (["backend/cost_model=calibrated"], "error: backend.cost_model.profile must be given"),
+])
+def test_one_line_errors(in_tmp, monkeypatch, capsys, args, expected):
+    assert error_line(monkeypatch, capsys, *QUIET, *args).startswith(expected)
+
+
+@pytest.mark.parametrize("args, expected", [
+    # Hydra's own hint for an unknown key is "+key=value", which used to be accepted and ignored
+    (["+misspelled_key=1"], "unknown key misspelled_key ("),
+    (["+max_num_seq=8"], "unknown key max_num_seq; did you mean 'max_num_seqs'?"),
+    (["+scheduler.victimm=x"], "unknown key scheduler.victimm; did you mean 'scheduler.victim'?"),
+    (["+workload.max_request=5"], "unknown key workload.max_request; did you mean 'workload.max_requests'?"),
+    (["+workload.arrival.rate=5"], "unknown key workload.arrival.rate; did you mean 'workload.arrival.rate_rps'?"),
+    (["+model.num_layer=2"], "unknown key model.num_layer; did you mean 'model.num_layers'?"),
+    (["+backend.cost_model.overhead=0"], "did you mean 'backend.cost_model.overhead_s'?"),
+    (["backend=engine", "+backend.model_pth=x"], "unknown key backend.model_pth; did you mean 'backend.model_path'?"),
+])
+def test_unknown_keys_fail_with_the_nearest_name(in_tmp, monkeypatch, capsys, args, expected):
+    assert expected in error_line(monkeypatch, capsys, *SMALL, *args)
+
+
+def test_keys_a_constructor_takes_may_be_added(tmp_path):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["+workload.skip_requests=2", "+backend.cost_model.max_model_len=2048"])
+    check_config(cfg)          # synthetic_workload and RooflineCostModel take these: no error
+
+
+def test_full_error_shows_the_traceback(in_tmp, monkeypatch, capsys):
+    with pytest.raises(ValueError, match="num_replicas must be >= 1"):
+        servelab(monkeypatch, capsys, *QUIET, "num_replicas=0", full_error=True)
+
+
+def test_a_folder_as_trace_path(in_tmp, monkeypatch, capsys, traces):
+    line = error_line(monkeypatch, capsys, *QUIET, "workload=azure", f"workload.path={traces}")
+    assert line.startswith(f"error: workload.path={traces} is a folder; give the file itself")
+
+
+@pytest.mark.parametrize("workload, file, suggested", [("azure", "mooncake.jsonl", "mooncake"),
+                                                       ("mooncake", "azure.csv", "azure")])
+def test_a_trace_in_the_wrong_format_names_the_workload_that_reads_it(in_tmp, monkeypatch, capsys, traces, workload,
+                                                                       file, suggested):
+    line = error_line(monkeypatch, capsys, *QUIET, f"workload={workload}", f"workload.path={traces / file}")
+    assert line.endswith(f": use workload={suggested}")
+
+
+def test_tilde_in_a_path(in_tmp, monkeypatch, capsys, traces):
+    # Hydra's grammar rejects an unquoted ~ in a value; servelab quotes it and every path field expands it
+    monkeypatch.setenv("HOME", str(traces))
+    code, _, err = servelab(monkeypatch, capsys, *QUIET, "workload=azure", "workload.path=~/azure.csv",
+                            "model=qwen3_0p6b", "hydra.run.dir=run")
+    assert code == 0, err
+    assert "azure.csv" in (in_tmp / "run" / "config.yaml").read_text()
+    assert f"path: {traces / 'azure.csv'}" in (in_tmp / "run" / "config.yaml").read_text()
+    line = error_line(monkeypatch, capsys, *QUIET, "backend=engine", "backend.model_path=~/models/x")
+    assert str(traces / "models" / "x") in line and "~" not in line
+    assert servelab(monkeypatch, capsys, *SMALL, "hydra.run.dir=~/out")[0] == 0
+    assert (traces / "out" / "summary.json").is_file() and not (in_tmp / "~").exists()
+
+
+@pytest.mark.parametrize("victim", sorted(p.stem for p in (CONF / "victim").glob("*.yaml")))
+def test_every_victim_can_be_selected_by_name(victim):
+    from policies.registry import VICTIM_POLICIES
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        for scheduler in ("vllm", "priority", "srpt"):
+            cfg = compose("config", overrides=[f"scheduler={scheduler}", f"victim={victim}"])
+            assert type(instantiate(cfg.scheduler).victim) is VICTIM_POLICIES[victim]
+
+
+def test_without_victim_each_scheduler_keeps_its_own():
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        assert type(instantiate(compose("config", overrides=["scheduler=priority"]).scheduler).victim).__name__ == \
+            "LowestPriorityVictim"
+        assert type(instantiate(compose("config", overrides=["scheduler=srpt_noisy"]).scheduler).victim).__name__ == \
+            "LongestRemainingVictim"
+
+
+def test_victim_is_recorded_among_the_choices(in_tmp, monkeypatch, capsys):
+    import json
+    assert servelab(monkeypatch, capsys, *SMALL, "victim=most_blocks", "hydra.run.dir=v")[0] == 0
+    assert json.loads((in_tmp / "v" / "summary.json").read_text())["choices"]["victim"] == "most_blocks"
+
+
+# -- a simulator-only install (torch and the other engine packages made unimportable) ------------------
+BLOCK_ENGINE = '''import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "safetensors", "triton"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _Block())
+'''
+
+
+def sim_only(tmp_path, *cmd, timeout=120):
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_ENGINE)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, *cmd], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_engine_backend_on_a_simulator_only_install(tmp_path):
+    proc = sim_only(tmp_path, "-m", "experiments.run", "backend=engine", "backend.model_path=x", *QUIET)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: backend=engine needs the engine extra") and \
+        "pip install -e '.[engine]'" in proc.stderr
+
+
+def test_validate_from_real_runs_without_torch(tmp_path):
+    # the simulated side of `experiments.validate --from-real` reads the checkpoint's config.json only
+    code = ("import sys; from experiments.validate import roofline_model; "
+            f"m = roofline_model({str(ROOT / 'benchmarks/results/real')!r}, 'H200', 'cuda', 4096); "
+            "print(m.model.num_layers, 'torch' in sys.modules)")
+    proc = sim_only(tmp_path, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["28", "False"]
+
+
+def test_a_bug_keeps_its_traceback(in_tmp, monkeypatch, capsys):
+    import experiments.runner_sim as runner_sim
+
+    def broken(cfg, desc="x"):
+        raise AttributeError("a bug, not a user's mistake")
+    monkeypatch.setattr(runner_sim, "run_sim", broken)
+    with pytest.raises(AttributeError, match="a bug"):
+        servelab(monkeypatch, capsys, *SMALL)
+
+
+def test_a_misspelt_target_is_one_line(in_tmp, monkeypatch, capsys):
+    line = error_line(monkeypatch, capsys, *SMALL, "eviction._target_=policies.eviction.lru.LRUEvictionn")
+    assert line == ("error: eviction._target_=policies.eviction.lru.LRUEvictionn: cannot import it (ImportError); "
+                    "did you mean 'policies.eviction.lru.LRUEviction'?")
