@@ -76,7 +76,7 @@ def test_unnamed_sweeps_do_not_share_a_folder_and_a_relaunch_resumes(in_tmp, mon
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
 def test_interrupt_before_any_result_says_nothing_was_written(in_tmp, monkeypatch, capsys):
-    def interrupted(cfg):
+    def interrupted(cfg, *args):
         raise KeyboardInterrupt
     monkeypatch.setattr(runner_sim, "build_workload", interrupted)
     code, _, err = servelab(monkeypatch, capsys, *SMALL)
