@@ -65,6 +65,13 @@ def get_runner(backend_name: str):
     raise ValueError(f"backend.name must be 'sim' or 'engine', got {backend_name!r}")
 
 
+def chose_model(overrides: list) -> bool:
+    """Whether the command line picked or changed the model (then the engine checks it against its checkpoint;
+    left at its default, the model is whatever the checkpoint holds)."""
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    return any(k == "model" or k.startswith("model.") for k in keys)
+
+
 def slo_of(cfg: DictConfig) -> dict | None:
     slo = {k: cfg.get(f"{k}_slo_s") for k in ("ttft", "tpot", "e2e")}
     slo = {f"{k}_s": float(v) for k, v in slo.items() if v is not None}
@@ -182,6 +189,9 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
         return read_summary(out_dir)
     t0 = time.perf_counter()
     runner = get_runner(cfg.backend.name)
+    if cfg.backend.name == "engine" and chose_model(overrides or []):
+        from experiments.runner_engine import check_model_matches
+        check_model_matches(cfg)
     try:
         result = runner(cfg, desc=label)
     except USER_ERRORS + (InstantiationException,) as e:

@@ -251,6 +251,27 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
                 num_rejected=num_rejected, num_steps=rec.num_steps)
 
 
+def check_model_matches(cfg) -> None:
+    """ValueError when the run's `model=` entry does not have the dimensions of the checkpoint the engine
+    loads (backend.model_path): the simulator would price one model and the engine run another."""
+    from hydra.utils import to_absolute_path
+    from omegaconf import OmegaConf
+
+    from engine.hf_config import load_hf_config
+    from experiments.config import ModelConfig
+    from sim.specs.models import MODEL_SPECS, ModelSpec
+
+    path = to_absolute_path(str(cfg.backend.model_path))
+    ckpt = ModelSpec.from_hf_config(load_hf_config(path))
+    spec = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)).to_spec()
+    diff = spec.shape_mismatches(ckpt)
+    if diff:
+        same = [s.name for s in MODEL_SPECS.values() if not s.shape_mismatches(ckpt)]
+        fix = (f"use the entry of that checkpoint (model.name={same[0]})" if same else
+               "leave model= out, or give that checkpoint's dimensions (model.num_layers=... etc.)")
+        raise ValueError(f"model={spec.name} does not match the checkpoint {path} ({'; '.join(diff)}); {fix}")
+
+
 def run_engine(cfg, desc: str = "engine"):
     """The Hydra entry point's engine backend (experiments/run.py): cfg is the composed servelab config.
 

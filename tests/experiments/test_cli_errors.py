@@ -166,3 +166,16 @@ def test_a_misspelt_target_is_one_line(in_tmp, monkeypatch, capsys):
     line = error_line(monkeypatch, capsys, *SMALL, "eviction._target_=policies.eviction.lru.LRUEvictionn")
     assert line == ("error: eviction._target_=policies.eviction.lru.LRUEvictionn: cannot import it (ImportError); "
                     "did you mean 'policies.eviction.lru.LRUEviction'?")
+
+
+def test_engine_refuses_a_chosen_model_that_is_not_its_checkpoint(in_tmp, monkeypatch, capsys, tmp_path):
+    """model= picked on the command line must match the checkpoint's dimensions (the simulator would price
+    one model and the engine run another); left at its default, the checkpoint decides."""
+    pytest.importorskip("torch")
+    from tests.engine.tiny_model import make_tiny_qwen3
+    make_tiny_qwen3(tmp_path / "ckpt")
+    capsys.readouterr()                     # the checkpoint writer's progress bar
+    line = error_line(monkeypatch, capsys, *QUIET, "backend=engine", f"backend.model_path={tmp_path / 'ckpt'}",
+                      "model=llama3_8b")
+    assert line.startswith("error: model=Llama-3.1-8B does not match the checkpoint") and \
+        "num_layers: 32 vs 2" in line and "leave model= out" in line
