@@ -33,7 +33,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import torch
     from engine.llm import LLM
-    from engine.sequence import SamplingParams
+    from engine.core.sequence import SamplingParams
 
     prompts, outs = make_workload(args.num_requests, 100, args.max_len, QWEN3_0P6B["vocab_size"], 0)
     tmp = Path(tempfile.mkdtemp())

@@ -47,7 +47,7 @@ def main(argv=None):
     from transformers import AutoModelForCausalLM
 
     from engine.llm import LLM
-    from engine.sequence import SamplingParams, Sequence
+    from engine.core.sequence import SamplingParams, Sequence
 
     vocab = (QWEN3_0P6B if args.preset == "qwen3-0.6b" else TINY)["vocab_size"]
     rng = np.random.default_rng(args.seed)

@@ -64,7 +64,7 @@ if [ -z "$TRACE" ]; then
 fi
 
 # The committed results ran with 16,384 tokens per step (the former default of experiments.validate; its
-# default is now derived from max_model_len, engine/token_budget.py): pinned so that a re-run reproduces them.
+# default is now derived from max_model_len, engine/core/token_budget.py): pinned so that a re-run reproduces them.
 BATCHED_TOKENS="${BATCHED_TOKENS:-16384}"
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512

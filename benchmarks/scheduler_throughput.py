@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 from policies.scheduling.fcfs import FCFSPolicy
 from policies.scheduling.vllm import VLLMPolicy
 

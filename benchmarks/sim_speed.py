@@ -50,7 +50,7 @@ class LogNormal:
 
 def build_replicas(n: int, policy: str, model: str, max_model_len: int, batched_tokens: int, prefix: bool,
                    overhead_s: float, max_num_seqs: int):
-    from engine.scheduler import Scheduler, SchedulerConfig
+    from engine.core.scheduler import Scheduler, SchedulerConfig
     from policies.registry import make_scheduling_policy
     from sim.cost_model import RooflineCostModel
     from sim.replica import Replica
@@ -134,8 +134,8 @@ def bound_line(res) -> None:
 
 
 def run_coldstart(args) -> None:
-    from engine.scheduler import Scheduler, SchedulerConfig
-    from engine.sequence import SamplingParams, Sequence
+    from engine.core.scheduler import Scheduler, SchedulerConfig
+    from engine.core.sequence import SamplingParams, Sequence
     from sim.cost_model import RooflineCostModel
     from sim.replica import Replica
     from sim.simulator import Simulator
@@ -170,7 +170,7 @@ def main():
     ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--no-fast-path", action="store_true")
     ap.add_argument("--record-steps", choices=("all", "none"), default="all",
-                    help="per-step table rows (engine.recorder.Recorder); 'none' keeps only the request table")
+                    help="per-step table rows (engine.core.recorder.Recorder); 'none' keeps only the request table")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

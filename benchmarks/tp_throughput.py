@@ -12,7 +12,7 @@ tp=2 beside the simulator's prediction (roofline cost model, tensor_parallel_siz
     python benchmarks/tp_throughput.py --out benchmarks/results/tp_h200x2.json
     python benchmarks/tp_throughput.py --sim-only             # the simulator's prediction alone (CPU)
 
-Needs 2 GPUs of one host (NCCL; NVLink multicast stays off, see engine/distributed.py).
+Needs 2 GPUs of one host (NCCL; NVLink multicast stays off, see engine/collectives.py).
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class LogitsRecorder:
 def equality(path: Path, args) -> dict:
     import numpy as np
     from engine.llm import LLM
-    from engine.sequence import SamplingParams
+    from engine.core.sequence import SamplingParams
 
     rng = np.random.default_rng(args.seed)
     prompts = [rng.integers(0, 10000, int(n)).tolist() for n in rng.integers(16, 512, args.equality_prompts)]
@@ -123,7 +123,7 @@ def equality(path: Path, args) -> dict:
 def throughput(path: Path, args, tp: int, prompts, output_lens) -> dict:
     import torch
     from engine.llm import LLM
-    from engine.sequence import SamplingParams
+    from engine.core.sequence import SamplingParams
 
     max_model_len = 2 * args.max_len
     with LLM(path, dtype="bfloat16", tensor_parallel_size=tp, max_num_seqs=args.max_num_seqs,
@@ -147,8 +147,8 @@ def throughput(path: Path, args, tp: int, prompts, output_lens) -> dict:
 
 def simulate(args, tp: int, prompts, output_lens, num_kvcache_blocks: int) -> dict:
     """The simulator's prediction for the same requests and cache size, roofline cost model at `tp`."""
-    from engine.scheduler import Scheduler, SchedulerConfig
-    from engine.sequence import SamplingParams, Sequence
+    from engine.core.scheduler import Scheduler, SchedulerConfig
+    from engine.core.sequence import SamplingParams, Sequence
     from sim.cost_model.roofline import RooflineCostModel
     from sim.lower_bound import workload_lower_bound
     from sim.replica import Replica

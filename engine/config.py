@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engine.token_budget import resolve_max_num_batched_tokens
+from engine.core.token_budget import resolve_max_num_batched_tokens
 
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -47,7 +47,7 @@ class EngineConfig:
     num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
     swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
     max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.token_budget)
+    max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.core.token_budget)
     max_model_len: int | None = None             # None: min(4096, max_position_embeddings)
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
@@ -123,7 +123,7 @@ class EngineConfig:
         return self.max_model_len
 
     def resolve_max_num_batched_tokens(self) -> int:
-        """Fills max_num_batched_tokens (engine.token_budget's rule) once max_model_len is resolved."""
+        """Fills max_num_batched_tokens (engine.core.token_budget's rule) once max_model_len is resolved."""
         if self.max_model_len is None:
             raise ValueError("resolve_max_model_len must run before resolve_max_num_batched_tokens")
         self.max_num_batched_tokens, _ = resolve_max_num_batched_tokens(self.max_num_batched_tokens,

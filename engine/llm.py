@@ -23,8 +23,8 @@ from typing import Callable
 
 from engine.config import EngineConfig
 from engine.models import load_hf_config
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 

@@ -8,7 +8,7 @@ the contiguous views kv[0, l] and kv[1, l]. The swap space (engine/swap_space.py
 with num_cpu_blocks blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter.
 
 Tensor parallel (config.tensor_parallel_size = tp > 1): the runner of rank 0 (the LLM's) spawns
-ranks 1..tp-1 (engine/distributed.py), each with a runner of its own on GPU `device + rank` holding
+ranks 1..tp-1 (engine/workers.py), each with a runner of its own on GPU `device + rank` holding
 its weight shards and its share of the KV heads (num_kv_heads is then per rank). Every step, rank 0
 prepares the host inputs (StepInputs) once and sends them, with the swap lists, to the workers;
 all ranks then swap, run the forward pass and the LM head together, and rank 0 samples. All ranks
@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 import torch
 
-from engine.batch import Batch
+from engine.core.batch import Batch
 from engine.step_inputs import StepInputBuilder, StepInputs
 from engine.config import EngineConfig
 from engine.layers import fused
@@ -75,7 +75,7 @@ def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
 
 class ModelRunner:
     def __init__(self, config: EngineConfig, hf_config: dict | None = None, rank: int = 0, store=None):
-        """rank > 0: a tensor-parallel worker (built by engine.distributed with the group's `store`)."""
+        """rank > 0: a tensor-parallel worker (built by engine.workers with the group's `store`)."""
         self.config = config
         hf_config = hf_config if hf_config is not None else load_hf_config(config.model)
         self.rank, self.tp_size = rank, config.tensor_parallel_size
@@ -88,12 +88,13 @@ class ModelRunner:
         if self.is_cuda:
             torch.cuda.set_device(self.device)
         if self.tp_size > 1:
-            from engine import distributed
             if rank == 0:
-                self.workers = distributed.Workers.start(config, hf_config, self.device)
-                self._shutdown = distributed.register_shutdown(self, self.workers)
+                from engine import workers
+                self.workers = workers.Workers.start(config, hf_config, self.device, type(self))
+                self._shutdown = workers.register_shutdown(self, self.workers)
             else:
-                distributed.join_group(store, rank, self.tp_size, self.device, config.distributed_timeout_s)
+                from engine.collectives import join_group
+                join_group(store, rank, self.tp_size, self.device, config.distributed_timeout_s)
         try:
             self._build(config, hf_config)
             if self.workers is not None:
@@ -125,7 +126,7 @@ class ModelRunner:
 
         self.num_kvcache_blocks = config.num_kvcache_blocks or self._derive_num_blocks()
         if self.tp_size > 1:        # every rank must hold the same block ids: the smallest cache wins
-            from engine.distributed import all_reduce_min
+            from engine.collectives import all_reduce_min
             self.num_kvcache_blocks = all_reduce_min(self.num_kvcache_blocks, self.device)
         shape = (mc.num_hidden_layers, self.block_size, kv_heads, mc.head_dim)
         self.kv_cache = torch.zeros(2, shape[0], self.num_kvcache_blocks, *shape[1:], dtype=self.dtype,

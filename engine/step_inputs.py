@@ -12,7 +12,7 @@ from itertools import chain
 
 import numpy as np
 
-from engine.batch import Batch
+from engine.core.batch import Batch
 
 
 @dataclass

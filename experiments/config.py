@@ -92,7 +92,7 @@ class ServelabConfig:
     swap_space_gib: float = 4.0                 # host memory for swapped KV (vLLM's default), per replica
     num_cpu_blocks: Optional[int] = None        # None: from swap_space_gib
     max_num_seqs: int = 256
-    # tokens per step; None: derived (engine/token_budget.py): max(max_model_len, 8192) with chunked prefill
+    # tokens per step; None: derived (engine/core/token_budget.py): max(max_model_len, 8192) with chunked prefill
     # off, 8192 with it on
     max_num_batched_tokens: Optional[int] = None
     # prompt + output; longer requests are clipped (workload.too_long). None: the model's context window in

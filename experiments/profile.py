@@ -4,11 +4,11 @@
 
 For every shape of the grid (prefill chunks x cached prefix lengths, several
 prefills at once, decode batch sizes x context lengths, mixed prefill + decode
-steps, swap copies of N blocks) it builds an engine.batch.Batch over distinct KV
+steps, swap copies of N blocks) it builds an engine.core.batch.Batch over distinct KV
 blocks, runs `ModelRunner.execute` on it `--warmup` times untimed, then
 `--repeats` times timed (device synchronized before each clock read), and
 writes one row: the shape columns of sim.cost_model.base.STEP_TABLE_COLUMNS
-(computed by engine.recorder.Recorder, so they mean exactly what they mean in a
+(computed by engine.core.recorder.Recorder, so they mean exactly what they mean in a
 run's steps table), `duration_s` = the median, and min / max / repeats. A
 sidecar `<out>.meta.json` records the device, model, command and date.
 
@@ -28,15 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.batch import Batch
-from engine.recorder import Recorder
-from engine.sequence import SamplingParams, Sequence
+from engine.core.batch import Batch
+from engine.core.recorder import Recorder
+from engine.core.sequence import SamplingParams, Sequence
 from experiments.results import atomic_write_text, write_json
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 GRIDS = ("small", "full")
 TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
-    "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",   # engine.recorder
+    "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",   # engine.core.recorder
     "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
     "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s")
 

@@ -2,7 +2,7 @@
 
     rep = EngineReplayer(EngineRunConfig(model_path="ckpt/", device="cuda"))
     run = rep.replay(workload, policy="vllm", num_kvcache_blocks=2048)
-    run.requests, run.steps          # the recorder's two tables (engine.recorder), same ids as the simulator
+    run.requests, run.steps          # the recorder's two tables (engine.core.recorder), same ids as the simulator
 
 The replay is the simulator's loop with wall time for the clock and the model
 runner for the cost model:
@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from engine.recorder import Recorder
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.recorder import Recorder
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import RequestSpec, prompt_token_ids
 
 
@@ -51,7 +51,7 @@ class EngineRunConfig:
     num_cpu_blocks: int | None = 0          # swap blocks the runner allocates (vllm_swap needs > 0); None: swap_space_gib
     swap_space_gib: float = 0.0
     max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None   # None: derived (engine.token_budget)
+    max_num_batched_tokens: int | None = None   # None: derived (engine.core.token_budget)
     max_model_len: int | None = None            # None: the engine's limit for the checkpoint (EngineConfig)
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
@@ -73,8 +73,8 @@ class EngineRunConfig:
 @dataclass
 class RunResult:
     """One run's tables plus facts about it (JSON-able `info`)."""
-    requests: object                        # pandas DataFrame, engine.recorder.REQUEST_COLUMNS
-    steps: object                           # pandas DataFrame, engine.recorder.STEP_COLUMNS
+    requests: object                        # pandas DataFrame, engine.core.recorder.REQUEST_COLUMNS
+    steps: object                           # pandas DataFrame, engine.core.recorder.STEP_COLUMNS
     info: dict = field(default_factory=dict)
 
 
@@ -95,7 +95,7 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
             rid, arrival, prio = r.request_id, r.arrival_time_s, r.priority
             prompt, max_tokens = r.token_ids[:r.num_prompt_tokens], r.max_output_tokens
         else:
-            raise TypeError(f"requests must be experiments.workloads.RequestSpec or engine.sequence.Sequence, "
+            raise TypeError(f"requests must be experiments.workloads.RequestSpec or engine.core.sequence.Sequence, "
                             f"got {type(r).__name__}")
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True,
                                 seed=None)
@@ -150,7 +150,7 @@ class EngineReplayer:
     def warmup(self, num_requests: int = 8, prompt_len: int = 512, output_len: int = 8) -> float:
         """Runs a few throw-away requests (prefills of several lengths, then decodes) to trigger JIT
         compilation and autotuning before anything is timed; returns the seconds it took."""
-        from engine.sequence import SamplingParams as SP
+        from engine.core.sequence import SamplingParams as SP
         t0 = time.perf_counter()
         sched = Scheduler(self.scheduler_config(num_cpu_blocks=0), policy=_make_policy("vllm"))
         n = max(1, min(prompt_len, self.max_model_len - output_len - 1))

@@ -20,9 +20,9 @@ import pandas as pd
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from engine.recorder import Recorder, concat_frames
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.recorder import Recorder, concat_frames
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
 from sim.specs.capacity import kv_heads_per_gpu, num_kv_blocks
@@ -191,7 +191,7 @@ def make_cost_model(cfg: DictConfig, model, hardware):
 def make_scheduler(cfg: DictConfig, num_gpu_blocks: int, num_cpu_blocks: int,
                    max_model_len: int | None = None) -> Scheduler:
     """A fresh Scheduler for one replica; max_model_len None: model_max_model_len(cfg);
-    max_num_batched_tokens null: derived by the Scheduler (engine.token_budget)."""
+    max_num_batched_tokens null: derived by the Scheduler (engine.core.token_budget)."""
     if max_model_len is None:
         max_model_len, _ = model_max_model_len(cfg)
     budget = cfg.get("max_num_batched_tokens")

@@ -6,7 +6,7 @@ Two kinds of table have the columns of sim.cost_model.base.STEP_TABLE_COLUMNS:
 
   * a profile (experiments.profile; it has a `kind` column): `duration_s` is
     one `ModelRunner.execute` call. It gets `serving_loop = 0`.
-  * a real run's steps table (engine.recorder via experiments.validate
+  * a real run's steps table (engine.core.recorder via experiments.validate
     --steps-out or `servelab backend=engine`; it has `start_time_s`): the
     simulator's clock advances by one step's duration and the next step starts
     at once, while the engine also spends host time between steps

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-from experiments.workloads.spec import WorkloadFormatError
+from engine.core.requests import WorkloadFormatError
 
 class MissingExtraError(ImportError):
     """An optional part of servelab is not installed; the message names the pip command."""

@@ -52,8 +52,8 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
              rng_seed: int = 0) -> RunResult:
     """The same requests under the same SchedulerConfig and policy, priced by `cost_model`."""
-    from engine.recorder import Recorder
-    from engine.scheduler import Scheduler
+    from engine.core.recorder import Recorder
+    from engine.core.scheduler import Scheduler
     from policies.registry import make_scheduling_policy
     from sim.replica import Replica
     from sim.simulator import Simulator
@@ -226,7 +226,7 @@ def parse_args(argv=None):
     e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
     e.add_argument("--max-num-seqs", type=int, default=256)
     e.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: derived from max_model_len "
-                   "(engine/token_budget.py)")
+                   "(engine/core/token_budget.py)")
     e.add_argument("--enable-chunked-prefill", action="store_true")
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--enforce-eager", action="store_true")

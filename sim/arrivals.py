@@ -1,6 +1,6 @@
 """Arrivals: light request specs in, Sequences out, one request at a time.
 
-A run's requests are RequestSpecs (experiments.workloads.spec: a few numbers per
+A run's requests are RequestSpecs (engine.core.requests: a few numbers per
 request) or prebuilt engine Sequences. Specs become Sequences only when the
 request arrives, with prompt ids from `prompt_token_ids`, so a million-request
 run holds only the requests in flight. Prompt ids matter only to the prefix
@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from typing import Iterable, Iterator
 
-from engine.sequence import SamplingParams, Sequence
+from engine.core.sequence import SamplingParams, Sequence
 
 
 def dummy_token_id(request_id) -> int:
@@ -54,7 +54,7 @@ class Arrivals:
         self.prompt_seed = int(prompt_seed)
         self.hashed_prompts = bool(hashed_prompts)   # False: every prompt token is 0 (see Simulator.prompt_ids)
         self.all_sequences = False          # True when every request came prebuilt
-        from experiments.workloads.spec import Workload
+        from engine.core.requests import Workload
         if isinstance(requests, Workload):
             self._items: Iterable = requests
             self.num_requests = len(requests)
@@ -84,7 +84,7 @@ class Arrivals:
         if n < 1:
             raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
         if self.hashed_prompts:
-            from experiments.workloads.spec import prompt_token_ids
+            from engine.core.requests import prompt_token_ids
             prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed)
         else:
             prompt = [0] * n

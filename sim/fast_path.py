@@ -20,7 +20,7 @@ The k steps are then applied at once (`advance_decodes`), recorded in bulk
 stop where sequences finish if the scheduler grants more steps before the next
 arrival: with nothing waiting, policies that serve in admission order without a
 prefix cache take the steps of the shrinking running set as one
-engine.fast_forward.DecodeChain (`Recorder.on_decode_runs`); the others take
+engine.core.fast_forward.DecodeChain (`Recorder.on_decode_runs`); the others take
 one exact horizon after another.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import math
 from bisect import bisect_left
 from itertools import accumulate
 
-from engine.fast_forward import DecodeChain, chain_ok
+from engine.core.fast_forward import DecodeChain, chain_ok
 from sim.replica import Replica
 
 INF = math.inf

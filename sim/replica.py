@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from engine.scheduler import Scheduler
+from engine.core.scheduler import Scheduler
 from sim.cost_model.base import CostModel
 
 
 class Replica:
     """A scheduler (with its KV cache), the cost model that prices its steps, and an optional
-    engine.recorder.Recorder (the Simulator creates one when record=True and none is given)."""
+    engine.core.recorder.Recorder (the Simulator creates one when record=True and none is given)."""
 
     def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0):
         cm_len = getattr(cost_model, "max_model_len", None)

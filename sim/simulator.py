@@ -34,7 +34,7 @@ from heapq import heapify, heappop, heappush
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
-from engine.recorder import RECORD_STEPS, Recorder
+from engine.core.recorder import RECORD_STEPS, Recorder
 from sim.arrivals import Arrivals, dummy_token_id, token_of
 from sim.fast_path import FastPathMixin
 from sim.replica import Replica
@@ -77,7 +77,7 @@ class Simulator(FastPathMixin):
     zeros; without a prefix cache nothing in the scheduler, block manager, routers or cost model reads
     token values, so the tables are the same either way).
     record_steps: per-step rows of the recorders the Simulator creates: "all" or "none"
-    (engine.recorder.Recorder; "none" keeps only the request table, for very long runs).
+    (engine.core.recorder.Recorder; "none" keeps only the request table, for very long runs).
     """
 
     def __init__(self, replicas: Replica | list[Replica], router: Router | str | None = None, *,

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.scheduler import Scheduler
-from engine.sequence import SamplingParams, Sequence
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import SamplingParams, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 # The public traces sit beside the repository root, never inside it: ../shared/traces/<file>.

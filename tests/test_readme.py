@@ -148,6 +148,9 @@ COMMANDS: dict[str, Run | Excluded] = {
                                                "a tiny checkpoint"),
     "python -m experiments.real_vs_real": Excluded("needs the real-run folders of two validation runs; "
                                                    "tests/experiments/test_validation.py covers it"),
+    "python -m experiments.profile --max-model-len N": Excluded("times the engine's step shapes on a GPU; "
+                                                                "tests/experiments/test_profile_grid.py checks "
+                                                                "the grid on CPU"),
     "bash benchmarks/gpu_engine.sh --out DIR": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_validate.sh": Excluded(NEEDS_CUDA),
     "python benchmarks/swap_speed.py": Excluded(NEEDS_CUDA),

@@ -3,7 +3,7 @@
 KV cache, per layer: k_cache, v_cache each [num_blocks, block_size, num_kv_heads, head_dim].
 Token position p of a sequence lives in slot block_table[p // block_size] * block_size + p % block_size.
 
-Flat token layout of one step (see engine/batch.py): the new tokens of every prefill entry
+Flat token layout of one step (see engine/core/batch.py): the new tokens of every prefill entry
 (seq by seq, each a contiguous run of positions [num_computed, num_computed + n)), then exactly one
 token per decode entry. A prefill entry may already have cached context (prefix-cache hit, or a
 later chunk of a chunked prefill); its query at position p attends to keys at positions <= p.

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine import distributed
+from engine import collectives
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -44,7 +44,7 @@ class VocabParallelEmbedding(nn.Module):
         outside = (local < 0) | (local >= self.rows_per_rank)               # [T]
         y = F.embedding(local.masked_fill(outside, 0), self.weight)          # [T, H]
         y.masked_fill_(outside.unsqueeze(-1), 0)
-        return distributed.all_reduce(y)
+        return collectives.all_reduce(y)
 
 
 class ParallelLMHead(VocabParallelEmbedding):
@@ -55,7 +55,7 @@ class ParallelLMHead(VocabParallelEmbedding):
         logits = F.linear(hidden, self.weight)                               # [S, Vp/tp]
         if self.tp_size == 1:
             return logits
-        parts = distributed.gather_to_first(logits.contiguous(), self.tp_rank, self.tp_size)
+        parts = collectives.gather_to_first(logits.contiguous(), self.tp_rank, self.tp_size)
         if parts is None:
             return None
         full = torch.cat(parts, dim=-1)                                      # [S, Vp]

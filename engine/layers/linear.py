@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine import distributed
+from engine import collectives
 
 
 def divide(n: int, tp_size: int, what: str) -> int:
@@ -137,4 +137,4 @@ class RowParallelLinear(nn.Module):
         if self.tp_size == 1:
             return F.linear(x, self.weight, self.bias)
         y = F.linear(x, self.weight, self.bias if self.tp_rank == 0 else None)
-        return distributed.all_reduce(y)
+        return collectives.all_reduce(y)

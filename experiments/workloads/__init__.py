@@ -7,7 +7,7 @@
     print(wl.stats.summary())            # rows read / skipped / clipped
 """
 from experiments.workloads.options import PriorityClasses, TraceOptions, spawn_streams
-from experiments.workloads.spec import (MOONCAKE_BLOCK_TOKENS, RequestSpec, Workload, WorkloadFormatError,
+from engine.core.requests import (MOONCAKE_BLOCK_TOKENS, RequestSpec, Workload, WorkloadFormatError,
                                         WorkloadStats, prompt_token_ids)
 from experiments.workloads.synthetic import (AllAtOnce, Constant, Fixed, FromFile, Gamma, Poisson, Uniform,
                                              sharegpt_workload, synthetic_workload)

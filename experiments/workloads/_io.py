@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.workloads.spec import WorkloadFormatError, WorkloadStats
+from engine.core.requests import WorkloadFormatError, WorkloadStats
 
 ON_ERROR_MODES = ("raise", "skip")
 # kind -> (what a good value is, for messages)

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from experiments.workloads.spec import MAX_LISTED_LINES, Workload
+from engine.core.requests import MAX_LISTED_LINES, Workload
 
 INPUT_COLUMNS = ("source_line", "input_change", "trace_num_prompt_tokens", "trace_num_output_tokens")
 # A workload that loses more than this share of its requests or tokens warns on stderr: at 1%, a

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments.workloads.spec import (CLIPPED_OUTPUT, CLIPPED_PROMPT, MAX_LISTED_LINES, MOONCAKE_BLOCK_TOKENS,
+from engine.core.requests import (CLIPPED_OUTPUT, CLIPPED_PROMPT, MAX_LISTED_LINES, MOONCAKE_BLOCK_TOKENS,
                                         REORDERED, Workload, WorkloadStats)
 
 STREAMS = ("arrivals", "prompt_lengths", "output_lengths", "priorities")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
-from experiments.workloads.spec import Workload, WorkloadStats
+from engine.core.requests import Workload, WorkloadStats
 from experiments.workloads.traces import read_length_file, read_length_rows
 
 

@@ -1,6 +1,6 @@
 """Scheduling policy contract.
 
-The scheduler (engine/scheduler.py) owns the queues and the block manager and
+The scheduler (engine/core/scheduler.py) owns the queues and the block manager and
 builds one batch per step. A policy decides *order* and *permission*; the
 scheduler applies those decisions through the block manager and refuses any
 that do not fit (memory, `max_num_seqs`, `max_num_batched_tokens`).

@@ -49,7 +49,7 @@ class StepShape(NamedTuple):
 
     @classmethod
     def from_batch(cls, batch) -> "StepShape":
-        """Shape of an engine.batch.Batch (prefill entries first, then one-token decodes)."""
+        """Shape of an engine.core.batch.Batch (prefill entries first, then one-token decodes)."""
         p = batch.num_prefill_seqs
         ctx = batch.context_lens
         new = batch.num_new_tokens
@@ -105,7 +105,7 @@ class CostModel(ABC):
 
     # -- what the simulator calls ----------------------------------------------------------
     def step_time_s(self, batch) -> float:
-        """Seconds to execute an engine.batch.Batch (swaps first, then the forward pass)."""
+        """Seconds to execute an engine.core.batch.Batch (swaps first, then the forward pass)."""
         shape = StepShape.from_batch(batch)
         # Per-sequence check the sums cannot make (one long context among short ones).
         if self.max_model_len is not None and batch.context_lens and max(batch.context_lens) > self.max_model_len:

@@ -202,7 +202,7 @@ class CalibratedCostModel(FittedCostModel):
                            num_prefill_samples, self._swap_s(half, half, block_size))
 
     def step_time_s(self, batch) -> float:
-        """Seconds for an engine.batch.Batch, each swap direction at its own per-block cost."""
+        """Seconds for an engine.core.batch.Batch, each swap direction at its own per-block cost."""
         n_out, n_in = len(batch.swap_out), len(batch.swap_in)
         if not (n_out or n_in):
             return super().step_time_s(batch)

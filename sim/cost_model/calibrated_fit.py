@@ -121,7 +121,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None)
     missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
     if missing:
         raise ValueError(f"step table lacks column(s) {missing}; a table needs {list(STEP_TABLE_COLUMNS)} "
-                         f"(as experiments.profile and engine.recorder write them)")
+                         f"(as experiments.profile and engine.core.recorder write them)")
     p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     p_tok = _col(steps, "num_prefill_tokens")
     seqs = p_seqs + d_seqs

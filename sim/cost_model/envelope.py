@@ -18,7 +18,7 @@ dimension of a step, the largest value any fitted row had:
     max_swap_blocks              num_swap_blocks
 
 A step is outside when any of its values exceeds the envelope's. The two
-longest-context columns come from engine.recorder's `max_prefill_context_tokens`
+longest-context columns come from engine.core.recorder's `max_prefill_context_tokens`
 and `max_decode_context_tokens`; a table without them (made before they
 existed) gives the mean context of the row's entries, rounded up, which is exact
 for a profile's uniform rows and otherwise below the longest (so the envelope

@@ -3,8 +3,8 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.block_manager import BlockManager
-from engine.sequence import SamplingParams, Sequence
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import SamplingParams, Sequence
 from policies.eviction.lru import LRUEviction
 
 BLOCK = 2

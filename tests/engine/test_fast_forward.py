@@ -3,8 +3,8 @@ same per-request and per-step facts as stepping one at a time."""
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from engine.fast_forward import DecodeChain, chain_ok
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.core.fast_forward import DecodeChain, chain_ok
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from policies.scheduling.fcfs import FCFSPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from tests.helpers import make_seq

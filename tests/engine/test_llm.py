@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.llm import LLM
-from engine.sequence import SamplingParams
+from engine.core.sequence import SamplingParams
 from policies.scheduling.vllm import VLLMPolicy
 from tests.engine.tiny_model import make_tiny_qwen3, make_tiny_tokenizer
 

@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from engine.batch import Batch
-from engine.recorder import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, concat_frames
-from engine.sequence import SamplingParams, Sequence, SequenceStatus
+from engine.core.batch import Batch
+from engine.core.recorder import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, concat_frames
+from engine.core.sequence import SamplingParams, Sequence, SequenceStatus
 
 
 def finished_seq(rid, prompt_len, outputs, arrival, scheduled, first_tok, finish, **kw):
@@ -119,7 +119,7 @@ def test_token_times_frame():
 def test_recorder_workloads_metrics_import_neither_torch_nor_matplotlib():
     import subprocess
     import sys
-    code = ("import sys, engine.recorder, experiments.workloads, experiments.metrics; "
+    code = ("import sys, engine.core.recorder, experiments.workloads, experiments.metrics; "
             "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))

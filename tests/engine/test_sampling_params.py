@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from engine.sequence import SamplingParams
+from engine.core.sequence import SamplingParams
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -3,8 +3,8 @@ FINISHED or REJECTED, output lengths are exact, no block leaks, no livelock."""
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SequenceStatus
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SequenceStatus
 from policies.scheduling.fcfs import FCFSPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from tests.helpers import make_seq, run_timeline

@@ -5,8 +5,8 @@ Each timeline entry lists (request_id, tokens computed) for one step, prefills f
 """
 import pytest
 
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SequenceStatus
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SequenceStatus
 from policies.scheduling.fcfs import FCFSPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from tests.helpers import make_seq, run_timeline

@@ -4,8 +4,8 @@ import random
 import numpy as np
 import pytest
 
-from engine.batch import Batch
-from engine.sequence import SamplingParams, Sequence
+from engine.core.batch import Batch
+from engine.core.sequence import SamplingParams, Sequence
 from engine.step_inputs import StepInputBuilder
 
 BS, WIDTH, MAX_BS = 4, 12, 8

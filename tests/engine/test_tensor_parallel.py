@@ -8,14 +8,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from engine import distributed
+from engine import collectives, workers
 from engine.config import EngineConfig
 from engine.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from engine.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear, QKVParallelLinear,
                                   RowParallelLinear, kv_heads_of_rank)
 from engine.llm import LLM
 from engine.loader import build_model
-from engine.sequence import SamplingParams
+from engine.core.sequence import SamplingParams
 from policies.scheduling.vllm import VLLMPolicy
 from tests.engine.tiny_model import make_tiny_qwen3
 
@@ -104,7 +104,7 @@ def test_vocab_parallel_embedding_and_head_round_trip(vocab, tp, monkeypatch):
     assert stacked.shape == (padded, 6)
     assert torch.equal(stacked[:vocab], table) and not stacked[vocab:].any()    # padding rows are zero
     ids = torch.tensor([0, vocab - 1, 3, 7 % vocab, 3])
-    monkeypatch.setattr(distributed, "all_reduce", lambda x: x)               # summed below instead
+    monkeypatch.setattr(collectives, "all_reduce", lambda x: x)               # summed below instead
     torch.testing.assert_close(sum(e(ids) for e in embs), F.embedding(ids, table), rtol=0, atol=0)
 
     heads = [_load(ParallelLMHead(vocab, 6, r, tp), "weight", table) for r in range(tp)]
@@ -115,7 +115,7 @@ def test_vocab_parallel_embedding_and_head_round_trip(vocab, tp, monkeypatch):
         parts[rank] = x
         return [parts[i] for i in range(size)] if rank == 0 else None
 
-    monkeypatch.setattr(distributed, "gather_to_first", fake_gather)
+    monkeypatch.setattr(collectives, "gather_to_first", fake_gather)
     for h in reversed(heads):
         logits = h(hidden)
         assert (logits is None) == (h.tp_rank > 0)
@@ -268,7 +268,7 @@ def test_main_guard_detection(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import x\nllm = 1\nif __name__ == '__main__':\n    llm = 2\n    print(llm)\n"
                       "if '__main__' == __name__:\n    llm = 3\n")
-    assert [distributed.unguarded_main_line(str(script), n) for n in (2, 4, 5, 7)] == [True, False, False, False]
+    assert [workers.unguarded_main_line(str(script), n) for n in (2, 4, 5, 7)] == [True, False, False, False]
 
 
 def test_unguarded_script_is_refused_instead_of_hanging(tmp_path):

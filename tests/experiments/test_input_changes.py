@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from engine.config import EngineConfig
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from experiments.config import ServelabConfig
 from experiments.run import execute, format_summary
 from experiments.runner_engine import EngineRunConfig
@@ -188,7 +188,7 @@ def engine_cfg(ckpt, *extra):
 
 
 def test_engine_backend_writes_the_same_input_columns(tiny64, tmp_path):
-    from engine.recorder import REQUEST_COLUMNS
+    from engine.core.recorder import REQUEST_COLUMNS
     from experiments.workloads.changes import INPUT_COLUMNS
     s = execute(engine_cfg(tiny64), tmp_path / "run")
     assert s["meta"]["max_model_len"] == 64 and "max_position_embeddings=64" in s["meta"]["max_model_len_source"]

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.recorder import REQUEST_COLUMNS, STEP_COLUMNS
+from engine.core.recorder import REQUEST_COLUMNS, STEP_COLUMNS
 from experiments.metrics import PER_REPLICA_COLUMNS, SLO, itl_values, per_replica, summaries_frame, summary
 
 

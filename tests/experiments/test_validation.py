@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from engine.recorder import Recorder
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.core.recorder import Recorder
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from experiments.runner_engine import make_sequences, run_loop
 from experiments.workloads import Constant, Fixed, synthetic_workload
 

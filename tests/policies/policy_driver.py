@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 
 
 @dataclass

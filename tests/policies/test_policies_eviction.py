@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence
 from policies.eviction.fifo import FIFOEviction
 from policies.eviction.lfu import LFUEviction
 from policies.eviction.lru import LRUEviction

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from policy_driver import Req, drive
 
-from engine.sequence import SequenceStatus
+from engine.core.sequence import SequenceStatus
 from policies.registry import SCHEDULING_POLICIES, make_eviction_policy, make_scheduling_policy
 
 COMBOS = [("newest", "lru"), ("most_blocks", "lfu"), ("longest_remaining", "fifo"), ("lowest_priority", "none")]

@@ -7,7 +7,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from policies.predictors.noisy import NoisyPredictor
 from policies.predictors.oracle import OraclePredictor
 from policies.registry import (EVICTION_POLICIES, PREDICTORS, SCHEDULING_POLICIES, VICTIM_POLICIES,

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.recorder import Recorder
+from engine.core.recorder import Recorder
 from experiments.profile import Shape, build_batch
 from sim.cost_model import get_cost_model
 from sim.cost_model.base import CostModelError

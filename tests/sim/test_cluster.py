@@ -1,8 +1,8 @@
 """Multi-replica runs: each router's decisions worked out by hand, the view contract, bad input."""
 import pytest
 
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 from sim.cost_model import ConstantCostModel
 from sim.replica import Replica
 from sim.router import (LeastOutstandingTokensRouter, PrefixAffinityRouter, ReplicaView, RoundRobinRouter, Router,

@@ -3,8 +3,8 @@ scheduler step per event (fast_path=False), across workloads, policies, memory p
 import pandas as pd
 import pytest
 
-from engine.fast_forward import DecodeChain
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.core.fast_forward import DecodeChain
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, synthetic_workload
 from policies.registry import SCHEDULING_POLICIES
 from policies.scheduling.base import SchedulingPolicy

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from engine.recorder import Recorder
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.recorder import Recorder
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 from sim.cost_model import ConstantCostModel, RooflineCostModel
 from sim.lower_bound import workload_lower_bound
 from sim.simulator import Replica, Simulator

@@ -7,11 +7,11 @@ from collections import deque
 import pandas as pd
 import pytest
 
-from engine.batch import Batch
-from engine.block_manager import BlockManager
-from engine.free_blocks import FreeBlockQueue
-from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import SamplingParams, Sequence
+from engine.core.batch import Batch
+from engine.core.block_manager import BlockManager
+from engine.core.free_blocks import FreeBlockQueue
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import Poisson, Uniform, synthetic_workload
 from sim.cost_model import RooflineCostModel
 from sim.cost_model.base import CostModel

@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, replace
 
-from engine.batch import Batch
-from engine.block_manager import BlockManager
-from engine.fast_forward import DecodeFastPath
-from engine.scheduler_view import SchedulerView
-from engine.sequence import Sequence, SequenceStatus
-from engine.token_budget import resolve_max_num_batched_tokens
+from engine.core.batch import Batch
+from engine.core.block_manager import BlockManager
+from engine.core.fast_forward import DecodeFastPath
+from engine.core.scheduler_view import SchedulerView
+from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.token_budget import resolve_max_num_batched_tokens
 from policies.eviction.base import EvictionPolicy
 from policies.scheduling.base import SchedulingPolicy
 
@@ -42,7 +42,7 @@ class SchedulerConfig:
     num_kvcache_blocks: int
     block_size: int = 16
     max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None   # None: derived (engine.token_budget), see Scheduler
+    max_num_batched_tokens: int | None = None   # None: derived (engine.core.token_budget), see Scheduler
     max_model_len: int = 4096                   # the engine's default limit (engine.config.EngineConfig)
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
@@ -66,7 +66,7 @@ class SchedulerConfig:
 
 class Scheduler(DecodeFastPath):
     """The step-by-step scheduler; the simulator's exact multi-step decode fast path
-    (decode_horizon, advance_decodes) comes from engine.fast_forward.DecodeFastPath."""
+    (decode_horizon, advance_decodes) comes from engine.core.fast_forward.DecodeFastPath."""
 
     def __init__(self, config: SchedulerConfig, policy: SchedulingPolicy | None = None,
                  eviction: EvictionPolicy | None = None):
@@ -111,8 +111,8 @@ class Scheduler(DecodeFastPath):
         self.view = SchedulerView(self)
         self._num_admitted = 0
         self.num_steps = 0
-        self._horizon_memo = None    # engine.fast_forward: facts of the running set for the next fast call
-        self._decode_carry = None    # engine.fast_forward: the same facts, carried over from the last chain
+        self._horizon_memo = None    # engine.core.fast_forward: facts of the running set for the next fast call
+        self._decode_carry = None    # engine.core.fast_forward: the same facts, carried over from the last chain
 
     # -- arrivals -------------------------------------------------------------------
     def add(self, seq: Sequence) -> bool:

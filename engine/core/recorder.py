@@ -23,8 +23,8 @@ from array import array
 
 import numpy as np
 
-from engine.batch import Batch
-from engine.sequence import Sequence, SequenceStatus
+from engine.core.batch import Batch
+from engine.core.sequence import Sequence, SequenceStatus
 
 REQUEST_COLUMNS = (
     "request_id", "status", "reject_reason", "num_prompt_tokens", "num_output_tokens", "max_output_tokens",

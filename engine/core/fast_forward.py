@@ -1,6 +1,6 @@
 """The simulator's exact decode fast path (torch-free): many pure-decode steps in one call.
 
-`DecodeFastPath` (a mixin of engine.scheduler.Scheduler) answers how many upcoming
+`DecodeFastPath` (a mixin of engine.core.scheduler.Scheduler) answers how many upcoming
 steps are certain to be pure decode steps of exactly the current running set
 (`decode_horizon`) and applies them at once (`advance_decodes`), leaving every
 sequence and the block manager as step-by-step scheduling would.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from engine.sequence import SequenceStatus
+from engine.core.sequence import SequenceStatus
 from policies.scheduling.base import SchedulingPolicy
 
 RUNNING = SequenceStatus.RUNNING
@@ -88,7 +88,7 @@ class DecodeFastPath:
             return 0
         self.horizon_context_sum = sum(lens)
         self.horizon_context_max = max(lens)
-        # for advance_decodes and engine.fast_forward.DecodeChain, while nothing has changed (same running
+        # for advance_decodes and engine.core.fast_forward.DecodeChain, while nothing has changed (same running
         # list and length, step count, blocks)
         self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
                               slack, lefts, lens)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.sequence import Sequence
+from engine.core.sequence import Sequence
 
 if TYPE_CHECKING:
-    from engine.scheduler import Scheduler, SchedulerConfig
+    from engine.core.scheduler import Scheduler, SchedulerConfig
 
 
 class SchedulerView:

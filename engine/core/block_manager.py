@@ -28,8 +28,8 @@ from collections import deque
 import numpy as np
 import xxhash
 
-from engine.free_blocks import FreeBlockQueue
-from engine.sequence import Sequence
+from engine.core.free_blocks import FreeBlockQueue
+from engine.core.sequence import Sequence
 from policies.eviction.base import EvictionPolicy
 from policies.eviction.lru import LRUEviction
 

@@ -1,10 +1,8 @@
-"""Tensor parallelism across the GPUs of one host: process group, collectives, worker processes.
+"""Tensor parallelism across the GPUs of one host: the worker processes of ranks 1..tp-1.
 
 One process per rank. Rank 0 is the LLM process: it runs the scheduler, prepares each step's
 inputs on the host and sends them to ranks 1..tp-1 (the workers), then every rank runs the same
-forward pass on its weight shards. The collectives inside the forward pass (all-reduce after each
-row-parallel layer and the embedding, gather of the LM head's logits to rank 0) go through
-torch.distributed: NCCL on CUDA, gloo on CPU. Only rank 0 samples.
+forward pass on its weight shards (the collectives are engine/collectives.py). Only rank 0 samples.
 
 Step inputs travel over one multiprocessing pipe per worker, not over a collective: a worker
 waits for the next step as long as the engine is idle, and a collective would hit the process
@@ -14,9 +12,8 @@ arrays (token ids, positions, slots, block tables), pickled once per step.
 
 Workers are spawned, so they import the main script again: a script that builds an LLM with
 tensor_parallel_size > 1 outside `if __name__ == "__main__":` is refused before any worker starts.
-
-NVLink multicast (NCCL's NVLS, torch's symmetric-memory multicast, NVSHMEM's NVLS) is switched
-off in every rank's environment before any communicator exists.
+The runner class travels to each worker as an argument (pickled by name), so this module never
+imports engine/model_runner.py, which starts the workers.
 """
 from __future__ import annotations
 
@@ -30,50 +27,10 @@ from multiprocessing.util import Finalize
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import Tensor
 
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+from engine.collectives import destroy_group, disable_multicast, join_group
+
 _READY, _ERROR, _EXIT = "ready", "error", "exit"
-
-
-def disable_multicast() -> None:
-    os.environ.update(MULTICAST_OFF)
-
-
-def backend_for(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
-# -- collectives (called by layers only when tp_size > 1) -----------------------------------
-def all_reduce(x: Tensor) -> Tensor:
-    """In-place sum over ranks; returns x."""
-    dist.all_reduce(x)
-    return x
-
-
-def gather_to_first(x: Tensor, tp_rank: int, tp_size: int) -> list[Tensor] | None:
-    """Every rank's x (same shape) on rank 0, in rank order; None on the other ranks."""
-    parts = [torch.empty_like(x) for _ in range(tp_size)] if tp_rank == 0 else None
-    dist.gather(x, parts, dst=0)
-    return parts
-
-
-def all_reduce_min(value: int, device: torch.device) -> int:
-    t = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return int(t.item())
-
-
-# -- process group ----------------------------------------------------------------------------
-def join_group(store: dist.Store, rank: int, size: int, device: torch.device, timeout_s: float) -> None:
-    disable_multicast()
-    dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=size,
-                            timeout=timedelta(seconds=timeout_s))
-
-
-def _destroy_group() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _is_main_test(test: ast.expr) -> bool:
@@ -134,7 +91,7 @@ class Workers:
         self.closed = False
 
     @classmethod
-    def start(cls, config, hf_config: dict, device: torch.device) -> "Workers":
+    def start(cls, config, hf_config: dict, device: torch.device, runner_cls) -> "Workers":
         if dist.is_initialized():
             raise RuntimeError("this process already has a torch.distributed process group (is another LLM with "
                                "tensor_parallel_size > 1 still open?); call close() on it first")
@@ -147,7 +104,7 @@ class Workers:
         procs, conns = [], []
         for rank in range(1, size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker_main, args=(rank, store.port, config, hf_config, child),
+            p = ctx.Process(target=_worker_main, args=(rank, store.port, config, hf_config, child, runner_cls),
                             name=f"tp-worker-{rank}")
             p.start()
             child.close()
@@ -211,7 +168,7 @@ class Workers:
                 p.join(1.0)
         for conn in self.conns:
             conn.close()
-        _destroy_group()
+        destroy_group()
 
 
 def register_shutdown(owner, workers: Workers) -> Finalize:
@@ -221,9 +178,9 @@ def register_shutdown(owner, workers: Workers) -> Finalize:
     return Finalize(owner, workers.close, exitpriority=10)
 
 
-def _worker_main(rank: int, port: int, config, hf_config: dict, conn) -> None:
-    """Body of a worker process: join the group, build this rank's runner, serve steps until told to exit."""
-    from engine.model_runner import ModelRunner      # here: a spawned process imports this module first
+def _worker_main(rank: int, port: int, config, hf_config: dict, conn, runner_cls) -> None:
+    """Body of a worker process: join the group, build this rank's runner (runner_cls: the ModelRunner class),
+    serve steps until told to exit."""
 
     disable_multicast()
     runner = None
@@ -232,7 +189,7 @@ def _worker_main(rank: int, port: int, config, hf_config: dict, conn) -> None:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tensor_parallel_size))
         store = dist.TCPStore("127.0.0.1", port, config.tensor_parallel_size, is_master=False,
                               timeout=timedelta(seconds=config.distributed_timeout_s))
-        runner = ModelRunner(config, hf_config, rank=rank, store=store)     # joins the group
+        runner = runner_cls(config, hf_config, rank=rank, store=store)     # joins the group
         conn.send((_READY, None))
         while True:
             try:
@@ -249,4 +206,4 @@ def _worker_main(rank: int, port: int, config, hf_config: dict, conn) -> None:
             pass
     finally:
         conn.close()
-        _destroy_group()
+        destroy_group()
