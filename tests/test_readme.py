@@ -148,6 +148,9 @@ COMMANDS: dict[str, Run | Excluded] = {
                                                "a tiny checkpoint"),
     "python -m experiments.real_vs_real": Excluded("needs the real-run folders of two validation runs; "
                                                    "tests/experiments/test_validation.py covers it"),
+    "servelab num_replicas=8 router=R workload=mooncake workload.path=../shared/traces/conversation_trace.jsonl "
+    "workload.max_requests=2000": Excluded("a template (R: each router) quoted in the results table; "
+                                          "tests/sim/test_router_balance.py runs every router on the trace"),
     "python -m experiments.profile --max-model-len N": Excluded("times the engine's step shapes on a GPU; "
                                                                 "tests/experiments/test_profile_grid.py checks "
                                                                 "the grid on CPU"),
