@@ -198,7 +198,7 @@ class DecodeFastPath:
         bs = bm.block_size
         last = float(step_end_times_s[-1])
         events = []
-        if bm.enable_prefix_caching:
+        if bm.enable_prefix_caching and not all(map(bm.registers_lazily, running)):
             # Replay the prefix-cache side effects in step-by-step order: in step j, first every
             # sequence's new block (in serve order; a taken block may evict a cached one, dropping
             # its hash), then every block that step fills is published (in serve order: of two
@@ -216,6 +216,8 @@ class DecodeFastPath:
                 bm.allocate_each(running, k)
                 events = [e for e in events if e[1] == 1]
         else:
+            # No prefix cache, or only private blocks registered implicitly: no block of these steps
+            # reaches the hash table, so which sequence gets which (evicted) block changes nothing.
             bm.allocate_each(running, k)
         for seq in running:
             seq.token_ids += [token_of(seq)] * k
@@ -233,9 +235,13 @@ class DecodeFastPath:
 
 
 def chain_ok(sched) -> bool:
-    """Whether decode steps past finishes can be planned in one pass for this scheduler now."""
-    return (not sched.waiting and not sched.swapped and not sched.block_manager.enable_prefix_caching
-            and not sched._policy_orders_running())
+    """Whether decode steps past finishes can be planned in one pass for this scheduler now: nothing
+    waits, the policy serves in admission order, and no block of these steps reaches the prefix
+    cache's table (no cache, or every running sequence's private blocks are registered implicitly)."""
+    if sched.waiting or sched.swapped or sched._policy_orders_running():
+        return False
+    bm = sched.block_manager
+    return not bm.enable_prefix_caching or all(map(bm.registers_lazily, sched.running))
 
 
 class DecodeChain:
@@ -286,7 +292,8 @@ class DecodeChain:
     def apply(self, k: int, step_end_times_s: list, token_of, finished: list) -> list[int]:
         """Take the first k planned steps (step_end_times_s: their k end times). Finished
         sequences are appended to `finished` in finishing order. Returns the KV blocks in use
-        after each step's allocation (length k)."""
+        after each step's allocation (length k); with a prefix cache, the tuple (those, the
+        cached-free blocks after each step's allocation)."""
         sched = self.sched
         bm = sched.block_manager
         bs = bm.block_size
@@ -322,9 +329,11 @@ class DecodeChain:
             else:
                 inc[left + 1] -= len(seq.block_table) + need     # its blocks, freed after step left
                 done.append((left, seq))
+        caching = bm.enable_prefix_caching
+        if caching:
+            pools0 = (len(bm.free_ids), bm.num_dead_free, len(bm.eviction))
+            freed = {}               # step -> (blocks, free-list, dead, policy deltas) of the finishes after it
         inc[0] = bm.num_used_blocks
-        used = list(accumulate(inc[:k + 1]))
-        del used[0]
         if total:
             bm.hand_out(running, needs, total)
         if done:
@@ -334,18 +343,61 @@ class DecodeChain:
                 seq.finish_reason = "length"
                 seq.set_status(SequenceStatus.FINISHED)
                 seq.finish_time_s = step_end_times_s[left - 1]
-                bm.free(seq)
+                if caching:
+                    # blocks shared with other sequences stay in use
+                    n, u = len(seq.block_table), bm.num_used_blocks
+                    f, d, p = len(bm.free_ids), bm.num_dead_free, len(bm.eviction)
+                    bm.free(seq)
+                    u -= bm.num_used_blocks
+                    inc[left + 1] += n - u
+                    o = freed.get(left, (0, 0, 0, 0))
+                    freed[left] = (o[0] + u, o[1] + len(bm.free_ids) - f, o[2] + bm.num_dead_free - d,
+                                   o[3] + len(bm.eviction) - p)
+                else:
+                    bm.free(seq)
                 policy.on_finish(seq)
                 finished.append(seq)
             sched.running = [s for s in running if s.status is RUNNING]
         sched.num_steps += k
         sched._horizon_memo = None
         sched._decode_carry = (sched.running, len(lens2), slack2, lefts2, lens2)
-        return used
+        used = list(accumulate(inc[:k + 1]))
+        del used[0]
+        if not caching:
+            return used
+        return used, _cached_per_step(bm, k, inc, freed, pools0)
 
 
 def _first(pair):
     return pair[0]
+
+
+def _cached_per_step(bm, k: int, inc: list, freed: dict, pools0: tuple) -> list[int]:
+    """The cached-free blocks after each of a chain's k allocations, as step-by-step scheduling
+    leaves them; sets bm.num_dead_free to its value after the chain. Step j takes inc[j] + (blocks
+    freed after step j - 1) blocks from the free list, plain ones before dead ones; the finishes
+    after step j return blocks to the free list (some dead) or the eviction policy. pools0: the
+    free-list length, dead count and policy size before the chain; freed[j]: the blocks the
+    finishes after step j freed, and the three pools' growth."""
+    n, dead, policy = pools0
+    out = []
+    prev = (0, 0, 0, 0)
+    for j in range(1, k + 1):
+        a = inc[j] + prev[0]
+        if a > n - dead:
+            dead = n - a         # the plain ones ran out: dead ones were taken too
+        n -= a
+        out.append(policy + dead)
+        prev = freed.get(j)
+        if prev is None:
+            prev = (0, 0, 0, 0)
+        else:
+            n += prev[1]
+            dead += prev[2]
+            policy += prev[3]
+    assert n == len(bm.free_ids), "chain block accounting drifted"
+    bm.num_dead_free = dead
+    return out
 
 
 def _blocks_taken(k: int, slack: list[int], lefts: list[int], bs: int) -> int:

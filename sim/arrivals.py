@@ -2,10 +2,19 @@
 
 A run's requests are RequestSpecs (experiments.workloads.spec: a few numbers per
 request) or prebuilt engine Sequences. Specs become Sequences only when the
-request arrives, with prompt ids from `prompt_token_ids`, so a million-request
-run holds only the requests in flight. Prompt ids matter only to the prefix
-cache; when no replica caches prefixes the simulator asks for all-zero prompts
-(`hashed_prompts=False`), which cost a list allocation instead of a hash per token.
+request arrives, so a million-request run holds only the requests in flight.
+Prompt ids matter only to the prefix cache. `prompts` says how a spec gets them:
+
+  "hashed"   every token from `prompt_token_ids`, every block hashed by content;
+  "private"  the same cache decisions, cheaper: only the tokens of the spec's prefix
+             blocks (`prefix_hash_ids`, the only ones another request can share) are
+             made, the rest are 0, and `Sequence.private_from` marks them private, so
+             the block manager keys those blocks by (request, block) instead of hashing
+             them (engine.block_manager). Needs unique non-negative int request ids
+             (their dummy outputs differ) and a vocabulary where two private blocks
+             never match by chance (vocab_size ** block_size >= 2**64; the Simulator
+             checks);
+  "zeros"    every token 0 (without a prefix cache nothing reads token values).
 
 The simulator "samples" one dummy token per request, `dummy_token_id(request_id)`,
 for every output position (step-by-step and fast path alike). It is negative, so
@@ -47,12 +56,14 @@ class Arrivals:
     or any iterable of RequestSpec and/or Sequence (listed and sorted here).
     """
 
-    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0, hashed_prompts: bool = True):
+    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0, prompts: str = "hashed"):
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        if prompts not in PROMPTS:
+            raise ValueError(f"prompts must be one of {PROMPTS}, got {prompts!r}")
         self.vocab_size = int(vocab_size)
         self.prompt_seed = int(prompt_seed)
-        self.hashed_prompts = bool(hashed_prompts)   # False: every prompt token is 0 (see Simulator.prompt_ids)
+        self.prompts = prompts
         self.all_sequences = False          # True when every request came prebuilt
         from experiments.workloads.spec import Workload
         if isinstance(requests, Workload):
@@ -67,6 +78,8 @@ class Arrivals:
             self._items = items
             self.num_requests = len(items)
             self.all_sequences = all(isinstance(x, Sequence) for x in items)
+            if prompts == "private" and not _unique_int_ids(items):
+                self.prompts = "hashed"     # equal ids would give equal private streams: hash them
 
     def __iter__(self) -> Iterator:
         return iter(self._items)
@@ -83,14 +96,38 @@ class Arrivals:
         n = item.num_prompt_tokens
         if n < 1:
             raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
-        if self.hashed_prompts:
+        prompts = self.prompts
+        shared = n
+        if prompts == "private":
+            hashes = item.prefix_hash_ids
+            shared = min(n, len(hashes) * item.prefix_block_tokens) if hashes else 0
+        if prompts == "zeros" or not shared:
+            prompt = [0] * n
+        else:
             from experiments.workloads.spec import prompt_token_ids
             prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed)
-        else:
-            prompt = [0] * n
-        return Sequence(item.request_id, prompt,
-                        SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
-                        arrival_time_s=item.arrival_time_s, priority=item.priority)
+            if shared < n:
+                prompt[shared:] = [0] * (n - shared)
+        seq = Sequence(item.request_id, prompt, SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
+                       arrival_time_s=item.arrival_time_s, priority=item.priority)
+        if prompts == "private":
+            seq.private_from = shared
+        return seq
+
+
+PROMPTS = ("hashed", "private", "zeros")
+
+
+def private_blocks_exact(vocab_size: int, block_size: int) -> bool:
+    """Whether two blocks of independent token streams match only with probability <= 2**-64, as
+    two different 64-bit content hashes do: then keying private blocks by (request, block) gives
+    the hits of hashing them."""
+    return vocab_size ** block_size >= 1 << 64
+
+
+def _unique_int_ids(items) -> bool:
+    ids = [x.request_id for x in items]
+    return all(type(i) is int and i >= 0 for i in ids) and len(set(ids)) == len(ids)
 
 
 def _arrival(x) -> float:

@@ -111,7 +111,7 @@ class FastPathMixin:
         ends = clock[1:]
         used0 = bm.num_used_blocks
         if bm.enable_prefix_caching:
-            free0, cached0 = len(bm.free_ids), bm.num_cached_free_blocks
+            free0, cached0 = len(bm.free_ids) - bm.num_dead_free, bm.num_cached_free_blocks   # plain free
         else:                                 # no cached-free blocks ever: nothing to evict
             free0, cached0 = bm.num_blocks, 0
         done = []
@@ -153,9 +153,12 @@ class FastPathMixin:
         done = []
         ends = clock[1:]
         used = chain.apply(k, ends, self._token_fn(), done)
+        cached = 0
+        if type(used) is tuple:      # with a prefix cache: the cached-free blocks per step too
+            used, cached = used
         if r.recorder is not None:
             del clock[-1]
-            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, 0)
+            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, cached)
         if self._track_load:
             r.outstanding_tokens -= sum(j * n for j, n, _ in runs)
         self._count_fast(r, durs, done)
