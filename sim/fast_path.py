@@ -52,9 +52,10 @@ class FastPathMixin:
             k = sched.decode_horizon(self.max_fast_steps)
             if not k:
                 break
-            if chain_ok(sched):
-                end = self._fast_chain(r, t, DecodeChain(sched, self.max_fast_steps), t_next)
-            else:
+            chain = DecodeChain(sched, self.max_fast_steps) if chain_ok(sched) else None
+            if chain is not None and chain.num_steps >= k:
+                end = self._fast_chain(r, t, chain, t_next)
+            else:   # (a chain takes only plain free blocks: with cached ones to evict it can be shorter)
                 end = self._fast_segment(r, t, k, t_next)
             if end is None:
                 break
