@@ -381,21 +381,31 @@ def _cached_per_step(bm, k: int, inc: list, freed: dict, pools0: tuple) -> list[
     finishes after step j freed, and the three pools' growth."""
     n, dead, policy = pools0
     out = []
-    prev = (0, 0, 0, 0)
-    for j in range(1, k + 1):
-        a = inc[j] + prev[0]
-        if a > n - dead:
-            dead = n - a         # the plain ones ran out: dead ones were taken too
-        n -= a
-        out.append(policy + dead)
-        prev = freed.get(j)
-        if prev is None:
-            prev = (0, 0, 0, 0)
-        else:
-            n += prev[1]
-            dead += prev[2]
-            policy += prev[3]
-    assert n == len(bm.free_ids), "chain block accounting drifted"
+    a, back = 1, 0               # first step of the stretch between finishes; blocks freed before it
+    stops = sorted(freed)        # steps after which sequences finish (<= k), then k
+    if not stops or stops[-1] < k:
+        stops.append(k)
+    for b in stops:
+        taken = list(accumulate(inc[a:b + 1]))       # blocks taken in steps a..b, cumulative
+        if back:
+            taken = [x + back for x in taken]
+        plain = n - dead
+        if taken[-1] <= plain:
+            out += [policy + dead] * (b - a + 1)
+        else:                    # past the plain ones, each block taken is a dead one
+            top = policy + dead + plain
+            out += [top - x if x > plain else policy + dead for x in taken]
+            dead = n - taken[-1]
+        n -= taken[-1]
+        back = 0
+        f = freed.get(b)
+        if f is not None:
+            back = f[0]
+            n += f[1]
+            dead += f[2]
+            policy += f[3]
+        a = b + 1
+    assert n == len(bm.free_ids) and len(out) == k, "chain block accounting drifted"
     bm.num_dead_free = dead
     return out
 
