@@ -18,3 +18,14 @@ def test_step_timeline_places_its_legends_without_searching(tmp_path, monkeypatc
     assert plots.step_timeline(steps, tmp_path / "t.png", title="run").is_file()
     legends = [ax.get_legend() for ax in figures[0].axes]
     assert len(legends) == 3 and all(lg is not None and lg._loc != 0 for lg in legends)   # 0: "best"
+
+
+def test_long_series_are_drawn_as_their_envelope():
+    t = np.arange(100_000) * 0.5
+    y = np.sin(t) * (t % 7)
+    y[12_345] = 99.0                               # a one-step spike survives
+    tt, yy = plots._envelope(t, y, buckets=500)
+    assert len(yy) == 1000 and yy.max() == 99.0 and yy.min() == y.min()
+    assert np.all(np.diff(tt) >= 0) and tt[0] == t[0]
+    short_t, short_y = plots._envelope(t[:800], y[:800], buckets=500)
+    assert np.array_equal(short_y, y[:800]) and short_t is not None
