@@ -14,11 +14,16 @@ the last block, context length) as runs of equal batch size, and applies any
 prefix of them at once: each sequence gets its tokens and blocks in one go, the
 finished ones leave at their own step, in the order that step serves them, as
 postprocess would finish them. Only for policies that serve the running set in
-admission order and without a prefix cache (block ids then never reach a table;
-advance_decodes keeps step order where they do). The blocks a chain takes come
-from the plain free list as it was at the start: a chain never relies on blocks
-its own finishes free (it stops before the step that would need them; the next
-decode_horizon call sees them).
+admission order, and where no block of those steps reaches the prefix cache's
+table: no prefix cache, or only running sequences whose private blocks are
+registered implicitly (engine.block_manager; block ids then never reach a table,
+so handing each sequence its blocks in one slice changes nothing; advance_decodes
+keeps step order where they do). The blocks a chain takes come from the free list
+as it was at the start, never from the eviction policy: a chain never relies on
+blocks its own finishes free (it stops before the step that would need them; the
+next decode_horizon call sees them). With a prefix cache it replays the counts
+step by step (`_cached_per_step`): which of the blocks taken were plain and which
+dead cached-free ones, and what each finish returned where.
 
 A chain leaves the facts of the surviving sequences behind (`_decode_carry`); the
 next decode_horizon reads them instead of every sequence as long as nothing but

@@ -12,8 +12,8 @@ Step storage: start time, duration and kv_blocks_used are kept per step; the
 decode shape and the other block counts per run of consecutive steps that share
 them (one run per on_step, one per fast-path call: num_decode_seqs, the first
 step's decode_context_sum, growing by num_decode_seqs a step, and used + free);
-kv_blocks_cached only at the steps where it changes; the prefill / preemption / swap columns only for the steps where one of
-them is non-zero. batch_size and num_batched_tokens are derived when the table
+kv_blocks_cached only at the steps where it changes; the prefill / preemption /
+swap columns only for the steps where one of them is non-zero. batch_size and num_batched_tokens are derived when the table
 is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
 """

@@ -18,10 +18,11 @@ arrival could have changed them:
 The k steps are then applied at once (`advance_decodes`), recorded in bulk
 (`Recorder.on_decode_steps`) and waited for with a single event. A call does not
 stop where sequences finish if the scheduler grants more steps before the next
-arrival: with nothing waiting, policies that serve in admission order without a
-prefix cache take the steps of the shrinking running set as one
-engine.fast_forward.DecodeChain (`Recorder.on_decode_runs`); the others take
-one exact horizon after another.
+arrival: with nothing waiting, policies that serve in admission order take the
+steps of the shrinking running set as one engine.fast_forward.DecodeChain
+(`Recorder.on_decode_runs`; with a prefix cache while the running sequences'
+private blocks are unpublished, and only when the chain reaches at least as far as
+the exact horizon); the others take one exact horizon after another.
 """
 from __future__ import annotations
 
