@@ -133,3 +133,11 @@ def test_a_finished_private_sequence_leaves_dead_cached_blocks():
     bm.allocate(other, 29)                        # 8 blocks: the 6 plain ones first, then the dead ones
     assert bm.num_cached_free_blocks == 0 and not bm.free_ids
     bm.check_invariants([other])
+
+
+@pytest.mark.parametrize("policy", [sched_policies.SarathiPolicy, sched_policies.FCFSPolicy,
+                                    sched_policies.MLFQPolicy, sched_policies.PriorityPolicy], ids=lambda c: c.name)
+def test_private_blocks_with_chunked_prefill_and_other_policies(policy):
+    # sarathi: prefill chunks register blocks part by part; mlfq: preemptive, never fast-forwarded
+    res = assert_same_as_hashing(shared_workload(100, seed=5), policy=policy, blocks=100)
+    assert res.requests["num_cached_tokens"].sum() > 0
