@@ -28,7 +28,10 @@ private blocks are dead (nobody can hit them). Under an eviction policy that
 evicts in add order (LRU), dead blocks freed while the policy holds no block go to
 the plain free list, `num_dead_free` of whose blocks count as cached-free and are
 taken after the plain ones: the policy would have evicted them before anything it
-receives later. Otherwise they enter the policy as cached blocks. Counts, hits and
+receives later. Otherwise they enter the policy as cached blocks. The blocks before
+private_from are keyed by `Sequence.prefix_chain` when the sequence has one (the
+simulator's prefix-hash blocks name their content exactly), else hashed. Keys are
+negative and exact (no token check); content hashes are not. Counts, hits and
 eviction order are those of hashing every block.
 
 Swap space: `num_cpu_blocks` host-memory blocks. swap_out/swap_in move a
@@ -50,7 +53,8 @@ from policies.eviction.lru import LRUEviction
 
 FINISHED = SequenceStatus.FINISHED
 _DEAD = -2                  # block_hash of a dead private block inside the eviction policy (no table entry)
-_KEY_STRIDE = 1 << 40       # the n-th keyed sequence's block i has key -3 - n * _KEY_STRIDE - i (< -2)
+_KEY_STRIDE = 1 << 40       # block i of the n-th keyed sequence: -3 - 2 * (n * _KEY_STRIDE + i) (odd, < -2);
+                            # block i under prefix-chain id c: -4 - 2 * (c * _KEY_STRIDE + i) (even, < -2)
 
 
 def hash_block(token_ids, parent_hash: int) -> int:
@@ -133,11 +137,14 @@ class BlockManager:
         bs = self.block_size
         tokens = seq.token_ids
         p0 = self._private_block(seq)
+        chain = seq.prefix_chain
         while len(hashes) < num_full_blocks:
             i = len(hashes)
             if i >= p0:
                 assert seq.private_key, "private blocks get keys when first published"
-                hashes.append(seq.private_key - i)
+                hashes.append(seq.private_key - 2 * i)
+            elif chain is not None:     # the prefix block holding the block's last token names its chain
+                hashes.append(-4 - 2 * (chain[1][((i + 1) * bs - 1) // chain[0]] * _KEY_STRIDE + i))
             else:
                 hashes.append(self.hash_fn(tokens[i * bs:(i + 1) * bs], hashes[-1] if hashes else -1))
         return hashes
@@ -146,11 +153,11 @@ class BlockManager:
         """Key seq's private blocks and publish the full computed ones (seq is freed unfinished
         for the first time: from now on it may look them up)."""
         self._num_keyed += 1
-        seq.private_key = key = -3 - self._num_keyed * _KEY_STRIDE
+        seq.private_key = key = -3 - 2 * self._num_keyed * _KEY_STRIDE
         table = seq.block_table
         for i in range(self._private_block(seq), min(seq.num_computed_tokens // self.block_size, len(table))):
-            self.block_hash[table[i]] = key - i
-            self.hash_to_block[key - i] = table[i]
+            self.block_hash[table[i]] = key - 2 * i
+            self.hash_to_block[key - 2 * i] = table[i]
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of seq's known tokens (read-only).
@@ -171,9 +178,10 @@ class BlockManager:
         hashes = self._seq_hashes(seq, max_blocks)
         tokens = seq.token_ids
         for i in range(max_blocks):
-            block_id = self.hash_to_block.get(hashes[i])
-            if block_id is None or (i < p0 and self.block_tokens[block_id] != tuple(tokens[i * bs:(i + 1) * bs])):
-                break   # miss, or a hash collision caught by the token check (a private key is exact)
+            h = hashes[i]
+            block_id = self.hash_to_block.get(h)
+            if block_id is None or (h >= 0 and self.block_tokens[block_id] != tuple(tokens[i * bs:(i + 1) * bs])):
+                break   # miss, or a hash collision caught by the token check (a key is exact)
             hits.append(block_id)
         return hits
 
@@ -219,7 +227,7 @@ class BlockManager:
                 if self.block_hash[block_id] != -1 or h in self.hash_to_block:
                     continue   # already published, or the same content (or a collision) is cached elsewhere
                 self.block_hash[block_id] = h
-                self.block_tokens[block_id] = tuple(tokens[i * bs:(i + 1) * bs]) if i < p0 else None
+                self.block_tokens[block_id] = tuple(tokens[i * bs:(i + 1) * bs]) if h >= 0 else None
                 self.hash_to_block[h] = block_id
         seq.num_registered_blocks = num_full
 

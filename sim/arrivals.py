@@ -6,14 +6,16 @@ request arrives, so a million-request run holds only the requests in flight.
 Prompt ids matter only to the prefix cache. `prompts` says how a spec gets them:
 
   "hashed"   every token from `prompt_token_ids`, every block hashed by content;
-  "private"  the same cache decisions, cheaper: only the tokens of the spec's prefix
-             blocks (`prefix_hash_ids`, the only ones another request can share) are
-             made, the rest are 0, and `Sequence.private_from` marks them private, so
-             the block manager keys those blocks by (request, block) instead of hashing
-             them (engine.block_manager). Needs unique non-negative int request ids
-             (their dummy outputs differ) and a vocabulary where two private blocks
-             never match by chance (vocab_size ** block_size >= 2**64; the Simulator
-             checks);
+  "private"  the same cache decisions, cheaper: no token is made (all are 0). The
+             tokens past the spec's prefix blocks (`prefix_hash_ids`, the only ones
+             another request can share) are private (`Sequence.private_from`): the
+             block manager keys their blocks by (request, block) instead of hashing
+             them; the shared part is keyed by `Sequence.prefix_chain`, one id per
+             distinct sequence of leading hash ids (equal ids, equal tokens: what
+             prompt_token_ids makes of them). Needs unique non-negative int request
+             ids (their dummy outputs differ) and a vocabulary where two blocks of
+             different streams never match by chance (vocab_size ** block_size >=
+             2**64; the Simulator checks);
   "zeros"    every token 0 (without a prefix cache nothing reads token values).
 
 The simulator "samples" one dummy token per request, `dummy_token_id(request_id)`,
@@ -64,6 +66,7 @@ class Arrivals:
         self.vocab_size = int(vocab_size)
         self.prompt_seed = int(prompt_seed)
         self.prompts = prompts
+        self._chains: dict = {}             # (parent chain id, hash id) -> chain id; roots (-B, hash id)
         self.all_sequences = False          # True when every request came prebuilt
         from experiments.workloads.spec import Workload
         if isinstance(requests, Workload):
@@ -97,22 +100,35 @@ class Arrivals:
         if n < 1:
             raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
         prompts = self.prompts
-        shared = n
-        if prompts == "private":
-            hashes = item.prefix_hash_ids
-            shared = min(n, len(hashes) * item.prefix_block_tokens) if hashes else 0
-        if prompts == "zeros" or not shared:
-            prompt = [0] * n
-        else:
+        if prompts == "hashed":
             from experiments.workloads.spec import prompt_token_ids
             prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed)
-            if shared < n:
-                prompt[shared:] = [0] * (n - shared)
+        else:
+            prompt = [0] * n
         seq = Sequence(item.request_id, prompt, SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
                        arrival_time_s=item.arrival_time_s, priority=item.priority)
         if prompts == "private":
-            seq.private_from = shared
+            hashes = item.prefix_hash_ids
+            seq.private_from = 0
+            if hashes:
+                b = int(item.prefix_block_tokens)
+                used = hashes[:-(-n // b)]              # the prefix blocks the prompt reaches
+                seq.private_from = min(n, len(used) * b)
+                seq.prefix_chain = (b, self._chain_ids(b, used))
         return seq
+
+    def _chain_ids(self, block_tokens: int, hash_ids) -> list[int]:
+        """One id per leading prefix of hash_ids: equal ids <=> equal hash ids up to there."""
+        chains = self._chains
+        ids = []
+        parent = -block_tokens
+        for h in hash_ids:
+            key = (parent, h)
+            parent = chains.get(key)
+            if parent is None:
+                parent = chains[key] = len(chains)
+            ids.append(parent)
+        return ids
 
 
 PROMPTS = ("hashed", "private", "zeros")

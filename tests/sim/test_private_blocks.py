@@ -141,3 +141,14 @@ def test_private_blocks_with_chunked_prefill_and_other_policies(policy):
     # sarathi: prefill chunks register blocks part by part; mlfq: preemptive, never fast-forwarded
     res = assert_same_as_hashing(shared_workload(100, seed=5), policy=policy, blocks=100)
     assert res.requests["num_cached_tokens"].sum() > 0
+
+
+def test_prefix_chains_tell_equal_blocks_under_different_parents_apart():
+    # hash ids (g, 7, 8): prefix blocks 2 and 3 carry equal tokens under different first blocks, which
+    # share no cached prefix; requests with the same g share all three blocks
+    base = synthetic_workload(60, Poisson(20.0), Uniform(60, 200), Uniform(1, 60), seed=6)
+    hashes = [(i % 3, 7, 8) for i in range(60)]
+    wl = Workload(base.arrival_time_s, base.num_prompt_tokens, base.num_output_tokens, base.priority,
+                  prefix_hash_ids=hashes, prefix_block_tokens=32)
+    res = assert_same_as_hashing(wl, blocks=200)
+    assert res.requests["num_cached_tokens"].sum() > 0
