@@ -135,18 +135,21 @@ class BlockManager:
         then keys for private blocks, which only a keyed sequence asks for)."""
         hashes = seq.block_hashes
         bs = self.block_size
-        tokens = seq.token_ids
+        start = len(hashes)
         p0 = self._private_block(seq)
-        chain = seq.prefix_chain
-        while len(hashes) < num_full_blocks:
-            i = len(hashes)
-            if i >= p0:
-                assert seq.private_key, "private blocks get keys when first published"
-                hashes.append(seq.private_key - 2 * i)
-            elif chain is not None:     # the prefix block holding the block's last token names its chain
-                hashes.append(-4 - 2 * (chain[1][((i + 1) * bs - 1) // chain[0]] * _KEY_STRIDE + i))
-            else:
+        end = min(num_full_blocks, p0)
+        if start < end and seq.prefix_chain is not None:
+            # the prefix block holding the block's last token names the block's chain
+            b, ids = seq.prefix_chain
+            hashes += [-4 - 2 * (ids[((i + 1) * bs - 1) // b] * _KEY_STRIDE + i) for i in range(start, end)]
+        elif start < end:
+            tokens = seq.token_ids
+            for i in range(start, end):
                 hashes.append(self.hash_fn(tokens[i * bs:(i + 1) * bs], hashes[-1] if hashes else -1))
+        if num_full_blocks > len(hashes):
+            assert seq.private_key, "private blocks get keys when first published"
+            key = seq.private_key
+            hashes += [key - 2 * i for i in range(len(hashes), num_full_blocks)]
         return hashes
 
     def _publish_private(self, seq: Sequence) -> None:
@@ -283,8 +286,26 @@ class BlockManager:
         if need > self.num_free_blocks:
             raise RuntimeError(f"request {seq.request_id!r}: needs {need} KV blocks, {self.num_free_blocks} free "
                                "(the scheduler must check can_allocate first)")
-        for _ in range(need):
-            table.append(self.take_block())
+        # need take_block calls, inlined (a long prompt evicts thousands of blocks): every free block,
+        # then evicted cached ones
+        new = self._take_free(len(free_ids))
+        hashes, h2b, tokens, evict = self.block_hash, self.hash_to_block, self.block_tokens, self.eviction
+        forget = evict.forget
+        for _ in range(need - len(new)):
+            block_id = evict.evict()
+            h = hashes[block_id]
+            if h != -1:         # _unhash
+                if h2b.get(h) == block_id:
+                    del h2b[h]
+                hashes[block_id] = -1
+                tokens[block_id] = None
+                forget(block_id)
+            new.append(block_id)
+        rc = self.ref_counts
+        for block_id in new:
+            rc[block_id] = 1
+        table += new
+        self.num_used_blocks += need
 
     def allocate_each(self, seqs, num_new_tokens: int) -> None:
         """allocate(seq, num_new_tokens) for each of seqs in order, in one call (a decode batch):
