@@ -29,10 +29,9 @@ evicts in add order (LRU), dead blocks freed while the policy holds no block go 
 the plain free list, `num_dead_free` of whose blocks count as cached-free and are
 taken after the plain ones: the policy would have evicted them before anything it
 receives later. Otherwise they enter the policy as cached blocks. The blocks before
-private_from are keyed by `Sequence.prefix_chain` when the sequence has one (the
-simulator's prefix-hash blocks name their content exactly), else hashed. Keys are
-negative and exact (no token check); content hashes are not. Counts, hits and
-eviction order are those of hashing every block.
+private_from are keyed by `Sequence.prefix_chain` when the sequence has one, else
+hashed (engine.block_keys). Counts, hits and eviction order are those of hashing
+every block.
 
 Swap space: `num_cpu_blocks` host-memory blocks. swap_out/swap_in move a
 sequence's blocks between GPU and CPU and return the (src, dst) block pairs the
@@ -43,9 +42,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 
-import numpy as np
-import xxhash
-
+from engine.block_keys import extend_block_keys, first_private_block, hash_block, private_key_base
 from engine.free_blocks import FreeBlockQueue
 from engine.sequence import Sequence, SequenceStatus
 from policies.eviction.base import EvictionPolicy
@@ -53,17 +50,6 @@ from policies.eviction.lru import LRUEviction
 
 FINISHED = SequenceStatus.FINISHED
 _DEAD = -2                  # block_hash of a dead private block inside the eviction policy (no table entry)
-_KEY_STRIDE = 1 << 40       # block i of the n-th keyed sequence: -3 - 2 * (n * _KEY_STRIDE + i) (odd, < -2);
-                            # block i under prefix-chain id c: -4 - 2 * (c * _KEY_STRIDE + i) (even, < -2)
-
-
-def hash_block(token_ids, parent_hash: int) -> int:
-    """Chained 64-bit content hash of one full block (parent -1 for the first block)."""
-    h = xxhash.xxh64()
-    if parent_hash != -1:
-        h.update(parent_hash.to_bytes(8, "little"))
-    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
-    return h.intdigest()
 
 
 class BlockManager:
@@ -121,9 +107,7 @@ class BlockManager:
 
     # -- prefix cache -------------------------------------------------------------
     def _private_block(self, seq: Sequence) -> int:
-        """Index of seq's first private block (sys.maxsize if none)."""
-        p = seq.private_from
-        return sys.maxsize if p is None else p // self.block_size
+        return first_private_block(seq, self.block_size)
 
     @staticmethod
     def registers_lazily(seq: Sequence) -> bool:
@@ -131,36 +115,17 @@ class BlockManager:
         return seq.private_key == 0 and seq.private_from is not None
 
     def _seq_hashes(self, seq: Sequence, num_full_blocks: int) -> list[int]:
-        """Extend seq.block_hashes to cover its first num_full_blocks full blocks (content hashes,
-        then keys for private blocks, which only a keyed sequence asks for)."""
-        hashes = seq.block_hashes
-        bs = self.block_size
-        start = len(hashes)
-        p0 = self._private_block(seq)
-        end = min(num_full_blocks, p0)
-        if start < end and seq.prefix_chain is not None:
-            # the prefix block holding the block's last token names the block's chain
-            b, ids = seq.prefix_chain
-            hashes += [-4 - 2 * (ids[((i + 1) * bs - 1) // b] * _KEY_STRIDE + i) for i in range(start, end)]
-        elif start < end:
-            tokens = seq.token_ids
-            for i in range(start, end):
-                hashes.append(self.hash_fn(tokens[i * bs:(i + 1) * bs], hashes[-1] if hashes else -1))
-        if num_full_blocks > len(hashes):
-            assert seq.private_key, "private blocks get keys when first published"
-            key = seq.private_key
-            hashes += [key - 2 * i for i in range(len(hashes), num_full_blocks)]
-        return hashes
+        return extend_block_keys(seq, num_full_blocks, self.block_size, self.hash_fn)
 
     def _publish_private(self, seq: Sequence) -> None:
         """Key seq's private blocks and publish the full computed ones (seq is freed unfinished
         for the first time: from now on it may look them up)."""
         self._num_keyed += 1
-        seq.private_key = key = -3 - 2 * self._num_keyed * _KEY_STRIDE
+        seq.private_key = base = private_key_base(self._num_keyed)
         table = seq.block_table
         for i in range(self._private_block(seq), min(seq.num_computed_tokens // self.block_size, len(table))):
-            self.block_hash[table[i]] = key - 2 * i
-            self.hash_to_block[key - 2 * i] = table[i]
+            self.block_hash[table[i]] = base - 2 * i
+            self.hash_to_block[base - 2 * i] = table[i]
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of seq's known tokens (read-only).
