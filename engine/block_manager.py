@@ -316,17 +316,10 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Drop seq's hold on its blocks (tail first, so eviction takes tails first). A FINISHED
         sequence's private blocks are dead (see the module docstring)."""
-        table = seq.block_table
-        rc = self.ref_counts
         if self._plain:
-            # Every block held once and unhashed: each goes back to the plain free list (as _release).
-            for block_id in table:
-                rc[block_id] = 0
-            self.free_ids.extend(reversed(table))
-            self.num_used_blocks -= len(table)
-            seq.block_table = []
-            seq.num_registered_blocks = 0
+            self._free_unshared(seq, 0)
             return
+        table = seq.block_table
         finished = seq.status is FINISHED
         lazy = seq.private_key == 0 and seq.private_from is not None
         evict = self.eviction
@@ -335,18 +328,11 @@ class BlockManager:
             self._publish_private(seq)
             lazy = False
         elif lazy and dead_first and seq.private_from == 0:
-            # Wholly private and never published: held once, no hashes; the full computed blocks
-            # are dead and go to the plain free list as cached-free.
-            for block_id in table:
-                rc[block_id] = 0
-            self.free_ids.extend(reversed(table))
-            self.num_dead_free += min(seq.num_computed_tokens // self.block_size, len(table))
-            self.num_used_blocks -= len(table)
-            seq.block_table = []
-            seq.num_registered_blocks = 0
+            # Wholly private and never published: its full computed blocks are dead.
+            self._free_unshared(seq, min(seq.num_computed_tokens // self.block_size, len(table)))
             return
         # _release inlined (one call per block dominated freeing a long sequence)
-        hashes, free_ids = self.block_hash, self.free_ids
+        rc, hashes, free_ids = self.ref_counts, self.block_hash, self.free_ids
         p0 = self._private_block(seq) if finished else sys.maxsize      # blocks from p0 on may be dead
         n_lazy = min(seq.num_computed_tokens // self.block_size, len(table)) if lazy else 0
         released = 0
@@ -372,6 +358,19 @@ class BlockManager:
             else:
                 free_ids.append(block_id)
         self.num_used_blocks -= released
+        seq.block_table = []
+        seq.num_registered_blocks = 0
+
+    def _free_unshared(self, seq: Sequence, num_dead: int) -> None:
+        """free() of a sequence whose blocks are each held once and unhashed: all go back to the
+        plain free list (as _release would send them), num_dead of them counted as cached-free."""
+        table = seq.block_table
+        rc = self.ref_counts
+        for block_id in table:
+            rc[block_id] = 0
+        self.free_ids.extend(reversed(table))
+        self.num_dead_free += num_dead
+        self.num_used_blocks -= len(table)
         seq.block_table = []
         seq.num_registered_blocks = 0
 
