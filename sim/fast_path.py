@@ -56,7 +56,7 @@ class FastPathMixin:
             chain = DecodeChain(sched, self.max_fast_steps) if chain_ok(sched) else None
             if chain is not None and chain.num_steps >= k:
                 end = self._fast_chain(r, t, chain, t_next)
-            else:   # (a chain takes only plain free blocks: with cached ones to evict it can be shorter)
+            else:   # (a chain never evicts: with cached blocks to evict it can be shorter than k)
                 end = self._fast_segment(r, t, k, t_next)
             if end is None:
                 break
