@@ -2,10 +2,21 @@
 
 A run's requests are RequestSpecs (engine.core.requests: a few numbers per
 request) or prebuilt engine Sequences. Specs become Sequences only when the
-request arrives, with prompt ids from `prompt_token_ids`, so a million-request
-run holds only the requests in flight. Prompt ids matter only to the prefix
-cache; when no replica caches prefixes the simulator asks for all-zero prompts
-(`hashed_prompts=False`), which cost a list allocation instead of a hash per token.
+request arrives, so a million-request run holds only the requests in flight.
+Prompt ids matter only to the prefix cache. `prompts` says how a spec gets them:
+
+  "hashed"   every token from `prompt_token_ids`, every block hashed by content;
+  "private"  the same cache decisions, cheaper: no token is made (all are 0). The
+             tokens past the spec's prefix blocks (`prefix_hash_ids`, the only ones
+             another request can share) are private (`Sequence.private_from`): the
+             block manager keys their blocks by (request, block) instead of hashing
+             them; the shared part is keyed by `Sequence.prefix_chain`, one id per
+             distinct sequence of leading hash ids (equal ids, equal tokens: what
+             prompt_token_ids makes of them). Needs unique non-negative int request
+             ids (their dummy outputs differ) and a vocabulary where two blocks of
+             different streams never match by chance (vocab_size ** block_size >=
+             2**64; the Simulator checks);
+  "zeros"    every token 0 (without a prefix cache nothing reads token values).
 
 The simulator "samples" one dummy token per request, `dummy_token_id(request_id)`,
 for every output position (step-by-step and fast path alike). It is negative, so
@@ -47,12 +58,15 @@ class Arrivals:
     or any iterable of RequestSpec and/or Sequence (listed and sorted here).
     """
 
-    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0, hashed_prompts: bool = True):
+    def __init__(self, requests, vocab_size: int = 151936, prompt_seed: int = 0, prompts: str = "hashed"):
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        if prompts not in PROMPTS:
+            raise ValueError(f"prompts must be one of {PROMPTS}, got {prompts!r}")
         self.vocab_size = int(vocab_size)
         self.prompt_seed = int(prompt_seed)
-        self.hashed_prompts = bool(hashed_prompts)   # False: every prompt token is 0 (see Simulator.prompt_ids)
+        self.prompts = prompts
+        self._chains: dict = {}             # (parent chain id, hash id) -> chain id; roots (-B, hash id)
         self.all_sequences = False          # True when every request came prebuilt
         from engine.core.requests import Workload
         if isinstance(requests, Workload):
@@ -67,6 +81,8 @@ class Arrivals:
             self._items = items
             self.num_requests = len(items)
             self.all_sequences = all(isinstance(x, Sequence) for x in items)
+            if prompts == "private" and not _unique_int_ids(items):
+                self.prompts = "hashed"     # equal ids would give equal private streams: hash them
 
     def __iter__(self) -> Iterator:
         return iter(self._items)
@@ -83,14 +99,51 @@ class Arrivals:
         n = item.num_prompt_tokens
         if n < 1:
             raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
-        if self.hashed_prompts:
+        prompts = self.prompts
+        if prompts == "hashed":
             from engine.core.requests import prompt_token_ids
             prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed)
         else:
             prompt = [0] * n
-        return Sequence(item.request_id, prompt,
-                        SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
-                        arrival_time_s=item.arrival_time_s, priority=item.priority)
+        seq = Sequence(item.request_id, prompt, SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
+                       arrival_time_s=item.arrival_time_s, priority=item.priority)
+        if prompts == "private":
+            hashes = item.prefix_hash_ids
+            seq.private_from = 0
+            if hashes:
+                b = int(item.prefix_block_tokens)
+                used = hashes[:-(-n // b)]              # the prefix blocks the prompt reaches
+                seq.private_from = min(n, len(used) * b)
+                seq.prefix_chain = (b, self._chain_ids(b, used))
+        return seq
+
+    def _chain_ids(self, block_tokens: int, hash_ids) -> list[int]:
+        """One id per leading prefix of hash_ids: equal ids <=> equal hash ids up to there."""
+        chains = self._chains
+        ids = []
+        parent = -block_tokens
+        for h in hash_ids:
+            key = (parent, h)
+            parent = chains.get(key)
+            if parent is None:
+                parent = chains[key] = len(chains)
+            ids.append(parent)
+        return ids
+
+
+PROMPTS = ("hashed", "private", "zeros")
+
+
+def private_blocks_exact(vocab_size: int, block_size: int) -> bool:
+    """Whether two blocks of independent token streams match only with probability <= 2**-64, as
+    two different 64-bit content hashes do: then keying private blocks by (request, block) gives
+    the hits of hashing them."""
+    return vocab_size ** block_size >= 1 << 64
+
+
+def _unique_int_ids(items) -> bool:
+    ids = [x.request_id for x in items]
+    return all(type(i) is int and i >= 0 for i in ids) and len(set(ids)) == len(ids)
 
 
 def _arrival(x) -> float:

@@ -18,10 +18,11 @@ arrival could have changed them:
 The k steps are then applied at once (`advance_decodes`), recorded in bulk
 (`Recorder.on_decode_steps`) and waited for with a single event. A call does not
 stop where sequences finish if the scheduler grants more steps before the next
-arrival: with nothing waiting, policies that serve in admission order without a
-prefix cache take the steps of the shrinking running set as one
-engine.core.fast_forward.DecodeChain (`Recorder.on_decode_runs`); the others take
-one exact horizon after another.
+arrival: with nothing waiting, policies that serve in admission order take the
+steps of the shrinking running set as one engine.core.fast_forward.DecodeChain
+(`Recorder.on_decode_runs`; with a prefix cache while the running sequences'
+private blocks are unpublished, and only when the chain reaches at least as far as
+the exact horizon); the others take one exact horizon after another.
 """
 from __future__ import annotations
 
@@ -52,9 +53,10 @@ class FastPathMixin:
             k = sched.decode_horizon(self.max_fast_steps)
             if not k:
                 break
-            if chain_ok(sched):
-                end = self._fast_chain(r, t, DecodeChain(sched, self.max_fast_steps), t_next)
-            else:
+            chain = DecodeChain(sched, self.max_fast_steps) if chain_ok(sched) else None
+            if chain is not None and chain.num_steps >= k:
+                end = self._fast_chain(r, t, chain, t_next)
+            else:   # (a chain never evicts: with cached blocks to evict it can be shorter than k)
                 end = self._fast_segment(r, t, k, t_next)
             if end is None:
                 break
@@ -111,7 +113,7 @@ class FastPathMixin:
         ends = clock[1:]
         used0 = bm.num_used_blocks
         if bm.enable_prefix_caching:
-            free0, cached0 = len(bm.free_ids), bm.num_cached_free_blocks
+            free0, cached0 = len(bm.free_ids) - bm.num_dead_free, bm.num_cached_free_blocks   # plain free
         else:                                 # no cached-free blocks ever: nothing to evict
             free0, cached0 = bm.num_blocks, 0
         done = []
@@ -153,9 +155,12 @@ class FastPathMixin:
         done = []
         ends = clock[1:]
         used = chain.apply(k, ends, self._token_fn(), done)
+        cached = 0
+        if type(used) is tuple:      # with a prefix cache: the cached-free blocks per step too
+            used, cached = used
         if r.recorder is not None:
             del clock[-1]
-            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, 0)
+            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, cached)
         if self._track_load:
             r.outstanding_tokens -= sum(j * n for j, n, _, _ in runs)
         self._count_fast(r, durs, done)

@@ -35,14 +35,14 @@ import simpy
 from simpy.events import NORMAL, URGENT, Event
 
 from engine.core.recorder import RECORD_STEPS, Recorder
-from sim.arrivals import Arrivals, dummy_token_id, token_of
+from sim.arrivals import Arrivals, dummy_token_id, private_blocks_exact, token_of
 from sim.fast_path import FastPathMixin
 from sim.replica import Replica
 from sim.result import SimResult
 from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
 
 INF = math.inf
-PROMPT_IDS = ("auto", "hashed", "zeros")
+PROMPT_IDS = ("auto", "hashed", "private", "zeros")
 
 
 def _negative_id(seq) -> int:
@@ -72,10 +72,13 @@ class Simulator(FastPathMixin):
     vocab_size, prompt_seed: for prompt ids of RequestSpecs (experiments.workloads.prompt_token_ids).
     keep_finished: keep finished/rejected Sequences in .finished/.rejected (default: only when
     every request came as a prebuilt Sequence; a million-request run should not).
-    prompt_ids: how RequestSpecs get prompt token ids: "hashed" (experiments.workloads.prompt_token_ids),
-    "zeros" (every prompt token 0), or "auto" (default: hashed if any replica caches prefixes, else
-    zeros; without a prefix cache nothing in the scheduler, block manager, routers or cost model reads
-    token values, so the tables are the same either way).
+    prompt_ids: how RequestSpecs get prompt token ids (sim.arrivals): "hashed" (every token from
+    experiments.workloads.prompt_token_ids, every block hashed by content), "private" (only the tokens
+    of prefix-hash blocks; the rest of each prompt and its outputs are keyed per request, not hashed:
+    the same tables, see sim.arrivals), "zeros" (every prompt token 0), or "auto" (default: private if
+    any replica caches prefixes and the vocabulary is large enough, hashed if it is not, else zeros;
+    without a prefix cache nothing in the scheduler, block manager, routers or cost model reads token
+    values, so the tables are the same either way).
     record_steps: per-step rows of the recorders the Simulator creates: "all" or "none"
     (engine.core.recorder.Recorder; "none" keeps only the request table, for very long runs).
     """
@@ -102,8 +105,13 @@ class Simulator(FastPathMixin):
         if prompt_ids not in PROMPT_IDS:
             raise ValueError(f"prompt_ids must be one of {PROMPT_IDS}, got {prompt_ids!r}")
         if prompt_ids == "auto":
-            prompt_ids = ("hashed" if any(r.scheduler.block_manager.enable_prefix_caching for r in self.replicas)
-                          else "zeros")
+            caching = [r.scheduler.block_manager for r in self.replicas if r.scheduler.block_manager.enable_prefix_caching]
+            if not caching:
+                prompt_ids = "zeros"
+            elif all(private_blocks_exact(vocab_size, bm.block_size) for bm in caching):
+                prompt_ids = "private"
+            else:
+                prompt_ids = "hashed"
         self.prompt_ids = prompt_ids
         for i, r in enumerate(self.replicas):
             r.index = i
@@ -336,7 +344,7 @@ class Simulator(FastPathMixin):
             raise RuntimeError("a Simulator runs once; build a new one (with fresh schedulers) for another run")
         self._started = True
         wall0 = time.perf_counter()
-        self._arrivals = Arrivals(requests, self.vocab_size, self.prompt_seed, self.prompt_ids == "hashed")
+        self._arrivals = Arrivals(requests, self.vocab_size, self.prompt_seed, self.prompt_ids)
         self._keep = self._arrivals.all_sequences if self.keep_finished is None else self.keep_finished
         self._src = iter(self._arrivals)
         self.router.reset(self.views)

@@ -17,30 +17,39 @@ h_i = xxh64(h_{i-1} || token ids of block i). A later sequence whose prompt
 starts with the same tokens finds those blocks through the hash table; token ids
 are compared on every hit, so a hash collision can never serve wrong KV.
 
+Private blocks (`Sequence.private_from`, set by the simulator): a block holding a
+token at or past private_from can only ever match the same sequence's own block
+(after a preemption), so it is keyed by (sequence, block index) instead of hashed,
+and only once it could be looked up: the first time the sequence is freed
+unfinished, its full computed private blocks are published under those keys.
+Until then every full computed private block counts as registered (no earlier copy
+can exist, so none would have been skipped). When the sequence finishes, its
+private blocks are dead (nobody can hit them). Under an eviction policy that
+evicts in add order (LRU), dead blocks freed while the policy holds no block go to
+the plain free list, `num_dead_free` of whose blocks count as cached-free and are
+taken after the plain ones: the policy would have evicted them before anything it
+receives later. Otherwise they enter the policy as cached blocks. The blocks before
+private_from are keyed by `Sequence.prefix_chain` when the sequence has one, else
+hashed (engine.core.block_keys). Counts, hits and eviction order are those of hashing
+every block.
+
 Swap space: `num_cpu_blocks` host-memory blocks. swap_out/swap_in move a
 sequence's blocks between GPU and CPU and return the (src, dst) block pairs the
 executor must copy; the allocator only does the bookkeeping.
 """
 from __future__ import annotations
 
+import sys
 from collections import deque
 
-import numpy as np
-import xxhash
-
+from engine.core.block_keys import extend_block_keys, first_private_block, hash_block, private_key_base
 from engine.core.free_blocks import FreeBlockQueue
-from engine.core.sequence import Sequence
+from engine.core.sequence import Sequence, SequenceStatus
 from policies.eviction.base import EvictionPolicy
 from policies.eviction.lru import LRUEviction
 
-
-def hash_block(token_ids, parent_hash: int) -> int:
-    """Chained 64-bit content hash of one full block (parent -1 for the first block)."""
-    h = xxhash.xxh64()
-    if parent_hash != -1:
-        h.update(parent_hash.to_bytes(8, "little"))
-    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
-    return h.intdigest()
+FINISHED = SequenceStatus.FINISHED
+_DEAD = -2                  # block_hash of a dead private block inside the eviction policy (no table entry)
 
 
 class BlockManager:
@@ -64,6 +73,8 @@ class BlockManager:
         self.hash_to_block: dict[int, int] = {}
         self.free_ids = FreeBlockQueue(range(num_blocks))
         self.num_used_blocks = 0
+        self.num_dead_free = 0      # blocks of free_ids that count as cached-free (dead private blocks)
+        self._num_keyed = 0         # sequences whose private blocks got keys
         # True while no block is shared or hashed (prefix caching off): free() then needs no per-block checks.
         self._plain = not self.enable_prefix_caching
 
@@ -83,7 +94,7 @@ class BlockManager:
 
     @property
     def num_cached_free_blocks(self) -> int:
-        return len(self.eviction)
+        return len(self.eviction) + self.num_dead_free
 
     @property
     def num_cpu_free_blocks(self) -> int:
@@ -95,15 +106,26 @@ class BlockManager:
         return max(0, need - len(seq.block_table))
 
     # -- prefix cache -------------------------------------------------------------
+    def _private_block(self, seq: Sequence) -> int:
+        return first_private_block(seq, self.block_size)
+
+    @staticmethod
+    def registers_lazily(seq: Sequence) -> bool:
+        """Whether seq's private blocks are still registered implicitly (never freed unfinished)."""
+        return seq.private_key == 0 and seq.private_from is not None
+
     def _seq_hashes(self, seq: Sequence, num_full_blocks: int) -> list[int]:
-        """Extend seq.block_hashes to cover its first num_full_blocks full blocks."""
-        hashes = seq.block_hashes
-        bs = self.block_size
-        tokens = seq.token_ids
-        while len(hashes) < num_full_blocks:
-            i = len(hashes)
-            hashes.append(self.hash_fn(tokens[i * bs:(i + 1) * bs], hashes[-1] if hashes else -1))
-        return hashes
+        return extend_block_keys(seq, num_full_blocks, self.block_size, self.hash_fn)
+
+    def _publish_private(self, seq: Sequence) -> None:
+        """Key seq's private blocks and publish the full computed ones (seq is freed unfinished
+        for the first time: from now on it may look them up)."""
+        self._num_keyed += 1
+        seq.private_key = base = private_key_base(self._num_keyed)
+        table = seq.block_table
+        for i in range(self._private_block(seq), min(seq.num_computed_tokens // self.block_size, len(table))):
+            self.block_hash[table[i]] = base - 2 * i
+            self.hash_to_block[base - 2 * i] = table[i]
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of seq's known tokens (read-only).
@@ -115,15 +137,19 @@ class BlockManager:
             return []
         bs = self.block_size
         max_blocks = (len(seq.token_ids) - 1) // bs
+        p0 = self._private_block(seq)
+        if max_blocks > p0 and seq.private_key == 0:
+            max_blocks = p0     # private blocks not published yet: in no table
         hits: list[int] = []
         if max_blocks == 0:
             return hits
         hashes = self._seq_hashes(seq, max_blocks)
         tokens = seq.token_ids
         for i in range(max_blocks):
-            block_id = self.hash_to_block.get(hashes[i])
-            if block_id is None or self.block_tokens[block_id] != tuple(tokens[i * bs:(i + 1) * bs]):
-                break   # miss, or a hash collision caught by the token check
+            h = hashes[i]
+            block_id = self.hash_to_block.get(h)
+            if block_id is None or (h >= 0 and self.block_tokens[block_id] != tuple(tokens[i * bs:(i + 1) * bs])):
+                break   # miss, or a hash collision caught by the token check (a key is exact)
             hits.append(block_id)
         return hits
 
@@ -155,23 +181,37 @@ class BlockManager:
         start = seq.num_registered_blocks
         if num_full <= start:
             return
-        hashes = self._seq_hashes(seq, num_full)
-        table = seq.block_table
-        tokens = seq.token_ids
-        for i in range(start, num_full):
-            block_id = table[i]
-            h = hashes[i]
-            if self.block_hash[block_id] != -1 or h in self.hash_to_block:
-                continue   # already published, or the same content (or a collision) is cached elsewhere
-            self.block_hash[block_id] = h
-            self.block_tokens[block_id] = tuple(tokens[i * bs:(i + 1) * bs])
-            self.hash_to_block[h] = block_id
+        end = num_full
+        p0 = self._private_block(seq)
+        if end > p0 and seq.private_key == 0:
+            end = p0            # private blocks: registered implicitly until published
+        if end > start:
+            hashes = self._seq_hashes(seq, end)
+            table = seq.block_table
+            tokens = seq.token_ids
+            for i in range(start, end):
+                block_id = table[i]
+                h = hashes[i]
+                if self.block_hash[block_id] != -1 or h in self.hash_to_block:
+                    continue   # already published, or the same content (or a collision) is cached elsewhere
+                self.block_hash[block_id] = h
+                self.block_tokens[block_id] = tuple(tokens[i * bs:(i + 1) * bs]) if h >= 0 else None
+                self.hash_to_block[h] = block_id
         seq.num_registered_blocks = num_full
 
     # -- allocation ---------------------------------------------------------------
+    def _take_free(self, n: int) -> list[int]:
+        """The n oldest ids of free_ids (n <= len): plain free ones first, then dead ones (by count)."""
+        dead = self.num_dead_free
+        if dead and n > len(self.free_ids) - dead:
+            self.num_dead_free = len(self.free_ids) - n
+        return self.free_ids.take(n)
+
     def take_block(self) -> int:
         """One block for a sequence's table: a plain free one, else an evicted cached one."""
         if self.free_ids:
+            if self.num_dead_free == len(self.free_ids):
+                self.num_dead_free -= 1
             block_id = self.free_ids.popleft()
         else:
             block_id = self.eviction.evict()
@@ -202,7 +242,7 @@ class BlockManager:
         if need <= len(free_ids):
             # The common case, inlined: plain free blocks suffice, nothing to evict (same as take_block).
             rc = self.ref_counts
-            new = free_ids.take(need)
+            new = self._take_free(need)
             for block_id in new:
                 rc[block_id] = 1
             table += new
@@ -211,8 +251,26 @@ class BlockManager:
         if need > self.num_free_blocks:
             raise RuntimeError(f"request {seq.request_id!r}: needs {need} KV blocks, {self.num_free_blocks} free "
                                "(the scheduler must check can_allocate first)")
-        for _ in range(need):
-            table.append(self.take_block())
+        # need take_block calls, inlined (a long prompt evicts thousands of blocks): every free block,
+        # then evicted cached ones
+        new = self._take_free(len(free_ids))
+        hashes, h2b, tokens, evict = self.block_hash, self.hash_to_block, self.block_tokens, self.eviction
+        forget = evict.forget
+        for _ in range(need - len(new)):
+            block_id = evict.evict()
+            h = hashes[block_id]
+            if h != -1:         # _unhash
+                if h2b.get(h) == block_id:
+                    del h2b[h]
+                hashes[block_id] = -1
+                tokens[block_id] = None
+                forget(block_id)
+            new.append(block_id)
+        rc = self.ref_counts
+        for block_id in new:
+            rc[block_id] = 1
+        table += new
+        self.num_used_blocks += need
 
     def allocate_each(self, seqs, num_new_tokens: int) -> None:
         """allocate(seq, num_new_tokens) for each of seqs in order, in one call (a decode batch):
@@ -234,7 +292,7 @@ class BlockManager:
     def hand_out(self, seqs, needs: list[int], total: int) -> None:
         """Append needs[i] plain free blocks to seqs[i]'s table, in order, as one slice of the
         free list (total = the sum of the positive needs <= the plain free blocks)."""
-        new = self.free_ids.take(total)
+        new = self._take_free(total)
         rc = self.ref_counts
         for block_id in new:
             rc[block_id] = 1
@@ -256,31 +314,63 @@ class BlockManager:
                 self.free_ids.append(block_id)
 
     def free(self, seq: Sequence) -> None:
-        """Drop seq's hold on its blocks (tail first, so eviction takes tails first)."""
-        table = seq.block_table
+        """Drop seq's hold on its blocks (tail first, so eviction takes tails first). A FINISHED
+        sequence's private blocks are dead (see the module docstring)."""
         if self._plain:
-            # Every block held once and unhashed: each goes back to the plain free list (as _release).
-            rc = self.ref_counts
-            for block_id in table:
-                rc[block_id] = 0
-            self.free_ids.extend(reversed(table))
-            self.num_used_blocks -= len(table)
-            seq.block_table = []
-            seq.num_registered_blocks = 0
+            self._free_unshared(seq, 0)
+            return
+        table = seq.block_table
+        finished = seq.status is FINISHED
+        lazy = seq.private_key == 0 and seq.private_from is not None
+        evict = self.eviction
+        dead_first = evict.evicts_in_add_order and not len(evict)
+        if lazy and not finished:
+            self._publish_private(seq)
+            lazy = False
+        elif lazy and dead_first and seq.private_from == 0:
+            # Wholly private and never published: its full computed blocks are dead.
+            self._free_unshared(seq, min(seq.num_computed_tokens // self.block_size, len(table)))
             return
         # _release inlined (one call per block dominated freeing a long sequence)
-        rc, hashes, free_ids, evict = self.ref_counts, self.block_hash, self.free_ids, self.eviction
+        rc, hashes, free_ids = self.ref_counts, self.block_hash, self.free_ids
+        p0 = self._private_block(seq) if finished else sys.maxsize      # blocks from p0 on may be dead
+        n_lazy = min(seq.num_computed_tokens // self.block_size, len(table)) if lazy else 0
         released = 0
-        for block_id in reversed(table):
+        for i in range(len(table) - 1, -1, -1):
+            block_id = table[i]
             r = rc[block_id] - 1
             rc[block_id] = r
-            if r == 0:
-                released += 1
-                if hashes[block_id] != -1:
-                    evict.add(block_id)
-                else:
+            if r:
+                continue
+            released += 1
+            if i >= p0 and (i < n_lazy or hashes[block_id] != -1):      # a dead private block
+                if dead_first and not len(evict):
+                    if hashes[block_id] != -1:
+                        self._unhash(block_id)
                     free_ids.append(block_id)
+                    self.num_dead_free += 1
+                    continue
+                if hashes[block_id] == -1:
+                    hashes[block_id] = _DEAD
+                evict.add(block_id)
+            elif hashes[block_id] != -1:
+                evict.add(block_id)
+            else:
+                free_ids.append(block_id)
         self.num_used_blocks -= released
+        seq.block_table = []
+        seq.num_registered_blocks = 0
+
+    def _free_unshared(self, seq: Sequence, num_dead: int) -> None:
+        """free() of a sequence whose blocks are each held once and unhashed: all go back to the
+        plain free list (as _release would send them), num_dead of them counted as cached-free."""
+        table = seq.block_table
+        rc = self.ref_counts
+        for block_id in table:
+            rc[block_id] = 0
+        self.free_ids.extend(reversed(table))
+        self.num_dead_free += num_dead
+        self.num_used_blocks -= len(table)
         seq.block_table = []
         seq.num_registered_blocks = 0
 
@@ -331,6 +421,7 @@ class BlockManager:
         """
         free = set(self.free_ids)
         assert len(free) == len(self.free_ids), "a block is twice in the free list"
+        assert 0 <= self.num_dead_free <= len(free), "more dead cached-free blocks than free ones"
         cached = {b for b in range(self.num_blocks) if self.ref_counts[b] == 0 and self.block_hash[b] != -1}
         used = {b for b in range(self.num_blocks) if self.ref_counts[b] > 0}
         assert not (free & cached) and not (free & used), "a free block is also cached or in use"

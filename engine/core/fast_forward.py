@@ -14,11 +14,16 @@ the last block, context length) as runs of equal batch size, and applies any
 prefix of them at once: each sequence gets its tokens and blocks in one go, the
 finished ones leave at their own step, in the order that step serves them, as
 postprocess would finish them. Only for policies that serve the running set in
-admission order and without a prefix cache (block ids then never reach a table;
-advance_decodes keeps step order where they do). The blocks a chain takes come
-from the plain free list as it was at the start: a chain never relies on blocks
-its own finishes free (it stops before the step that would need them; the next
-decode_horizon call sees them).
+admission order, and where no block of those steps reaches the prefix cache's
+table: no prefix cache, or only running sequences whose private blocks are
+registered implicitly (engine.core.block_manager; block ids then never reach a table,
+so handing each sequence its blocks in one slice changes nothing; advance_decodes
+keeps step order where they do). The blocks a chain takes come from the free list
+as it was at the start, never from the eviction policy: a chain never relies on
+blocks its own finishes free (it stops before the step that would need them; the
+next decode_horizon call sees them). With a prefix cache it replays the counts
+step by step (`_cached_per_step`): which of the blocks taken were plain and which
+dead cached-free ones, and what each finish returned where.
 
 A chain leaves the facts of the surviving sequences behind (`_decode_carry`); the
 next decode_horizon reads them instead of every sequence as long as nothing but
@@ -199,7 +204,7 @@ class DecodeFastPath:
         bs = bm.block_size
         last = float(step_end_times_s[-1])
         events = []
-        if bm.enable_prefix_caching:
+        if bm.enable_prefix_caching and not all(map(bm.registers_lazily, running)):
             # Replay the prefix-cache side effects in step-by-step order: in step j, first every
             # sequence's new block (in serve order; a taken block may evict a cached one, dropping
             # its hash), then every block that step fills is published (in serve order: of two
@@ -217,6 +222,8 @@ class DecodeFastPath:
                 bm.allocate_each(running, k)
                 events = [e for e in events if e[1] == 1]
         else:
+            # No prefix cache, or only private blocks registered implicitly: no block of these steps
+            # reaches the hash table, so which sequence gets which (evicted) block changes nothing.
             bm.allocate_each(running, k)
         for seq in running:
             seq.token_ids += [token_of(seq)] * k
@@ -234,9 +241,13 @@ class DecodeFastPath:
 
 
 def chain_ok(sched) -> bool:
-    """Whether decode steps past finishes can be planned in one pass for this scheduler now."""
-    return (not sched.waiting and not sched.swapped and not sched.block_manager.enable_prefix_caching
-            and not sched._policy_orders_running())
+    """Whether decode steps past finishes can be planned in one pass for this scheduler now: nothing
+    waits, the policy serves in admission order, and no block of these steps reaches the prefix
+    cache's table (no cache, or every running sequence's private blocks are registered implicitly)."""
+    if sched.waiting or sched.swapped or sched._policy_orders_running():
+        return False
+    bm = sched.block_manager
+    return not bm.enable_prefix_caching or all(map(bm.registers_lazily, sched.running))
 
 
 class DecodeChain:
@@ -294,7 +305,8 @@ class DecodeChain:
     def apply(self, k: int, step_end_times_s: list, token_of, finished: list) -> list[int]:
         """Take the first k planned steps (step_end_times_s: their k end times). Finished
         sequences are appended to `finished` in finishing order. Returns the KV blocks in use
-        after each step's allocation (length k)."""
+        after each step's allocation (length k); with a prefix cache, the tuple (those, the
+        cached-free blocks after each step's allocation)."""
         sched = self.sched
         bm = sched.block_manager
         bs = bm.block_size
@@ -330,9 +342,11 @@ class DecodeChain:
             else:
                 inc[left + 1] -= len(seq.block_table) + need     # its blocks, freed after step left
                 done.append((left, seq))
+        caching = bm.enable_prefix_caching
+        if caching:
+            pools0 = (len(bm.free_ids), bm.num_dead_free, len(bm.eviction))
+            freed = {}               # step -> (blocks, free-list, dead, policy deltas) of the finishes after it
         inc[0] = bm.num_used_blocks
-        used = list(accumulate(inc[:k + 1]))
-        del used[0]
         if total:
             bm.hand_out(running, needs, total)
         if done:
@@ -342,18 +356,71 @@ class DecodeChain:
                 seq.finish_reason = "length"
                 seq.set_status(SequenceStatus.FINISHED)
                 seq.finish_time_s = step_end_times_s[left - 1]
-                bm.free(seq)
+                if caching:
+                    # blocks shared with other sequences stay in use
+                    n, u = len(seq.block_table), bm.num_used_blocks
+                    f, d, p = len(bm.free_ids), bm.num_dead_free, len(bm.eviction)
+                    bm.free(seq)
+                    u -= bm.num_used_blocks
+                    inc[left + 1] += n - u
+                    o = freed.get(left, (0, 0, 0, 0))
+                    freed[left] = (o[0] + u, o[1] + len(bm.free_ids) - f, o[2] + bm.num_dead_free - d,
+                                   o[3] + len(bm.eviction) - p)
+                else:
+                    bm.free(seq)
                 policy.on_finish(seq)
                 finished.append(seq)
             sched.running = [s for s in running if s.status is RUNNING]
         sched.num_steps += k
         sched._horizon_memo = None
         sched._decode_carry = (sched.running, len(lens2), slack2, lefts2, lens2)
-        return used
+        used = list(accumulate(inc[:k + 1]))
+        del used[0]
+        if not caching:
+            return used
+        return used, _cached_per_step(bm, k, inc, freed, pools0)
 
 
 def _first(pair):
     return pair[0]
+
+
+def _cached_per_step(bm, k: int, inc: list, freed: dict, pools0: tuple) -> list[int]:
+    """The cached-free blocks after each of a chain's k allocations, as step-by-step scheduling
+    leaves them; sets bm.num_dead_free to its value after the chain. Step j takes inc[j] + (blocks
+    freed after step j - 1) blocks from the free list, plain ones before dead ones; the finishes
+    after step j return blocks to the free list (some dead) or the eviction policy. pools0: the
+    free-list length, dead count and policy size before the chain; freed[j]: the blocks the
+    finishes after step j freed, and the three pools' growth."""
+    n, dead, policy = pools0
+    out = []
+    a, back = 1, 0               # first step of the stretch between finishes; blocks freed before it
+    stops = sorted(freed)        # steps after which sequences finish (<= k), then k
+    if not stops or stops[-1] < k:
+        stops.append(k)
+    for b in stops:
+        taken = list(accumulate(inc[a:b + 1]))       # blocks taken in steps a..b, cumulative
+        if back:
+            taken = [x + back for x in taken]
+        plain = n - dead
+        if taken[-1] <= plain:
+            out += [policy + dead] * (b - a + 1)
+        else:                    # past the plain ones, each block taken is a dead one
+            top = policy + dead + plain
+            out += [top - x if x > plain else policy + dead for x in taken]
+            dead = n - taken[-1]
+        n -= taken[-1]
+        back = 0
+        f = freed.get(b)
+        if f is not None:
+            back = f[0]
+            n += f[1]
+            dead += f[2]
+            policy += f[3]
+        a = b + 1
+    assert n == len(bm.free_ids) and len(out) == k, "chain block accounting drifted"
+    bm.num_dead_free = dead
+    return out
 
 
 def _blocks_taken(k: int, slack: list[int], lefts: list[int], bs: int) -> int:

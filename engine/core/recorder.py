@@ -12,8 +12,9 @@ Step storage: start time, duration and kv_blocks_used are kept per step; the
 decode shape and the other block counts per run of consecutive steps that share
 them (one run per on_step, one per fast-path call: num_decode_seqs, the first
 step's decode_context_sum, growing by num_decode_seqs a step, its longest decode
-context, growing by 1 a step, used + free, and cached); the prefill / preemption / swap columns only for the steps where one of
-them is non-zero. batch_size and num_batched_tokens are derived when the table
+context, growing by 1 a step, and used + free);
+kv_blocks_cached only at the steps where it changes; the prefill / preemption /
+swap columns only for the steps where one of them is non-zero. batch_size and num_batched_tokens are derived when the table
 is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
 """
@@ -38,13 +39,12 @@ STEP_COLUMNS = (
     # step shape, for fitting cost models (sim.cost_model.base.STEP_TABLE_COLUMNS):
     "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "decode_context_sum", "num_swap_blocks",
     # the longest single context (keys attended) of a prefill entry, of a decode entry, of any entry: a cost
-    # model's envelope (experiments.coverage) and the ragged / long-tail contexts a sum hides
+    # model's envelope (sim.cost_model.envelope) and the ragged / long-tail contexts a sum hides
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",
 )
 RECORD_STEPS = ("all", "none")
 # int64 ('q') columns of each run of steps (see the module docstring):
-_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "kv_blocks_total",
-        "kv_blocks_cached")
+_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "kv_blocks_total")
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
                 "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks",
@@ -86,6 +86,8 @@ class Recorder:
         self._step_dur = array("d")
         self._step_used = array("q")
         self._run = array("q")                   # len(_RUN) values per run of steps
+        self._cached = array("q")                # (step index, kv_blocks_cached) where the count changes
+        self._last_cached = None
         self._sparse = array("q")                # per sparse row: its step index, then the _STEP_SPARSE values
         self._req_ids: list = []
         self._req_status: list[str] = []
@@ -123,9 +125,12 @@ class Recorder:
         ctx = batch.context_lens
         if nseq > npf:
             dctx = ctx[npf:] if npf else ctx
-            self._add_run(1, nseq - npf, sum(dctx), max(dctx), num_used_blocks + num_free_blocks, num_cached_blocks)
+            self._add_run(1, nseq - npf, sum(dctx), max(dctx), num_used_blocks + num_free_blocks)
         else:
-            self._add_run(1, 0, 0, 0, num_used_blocks + num_free_blocks, num_cached_blocks)
+            self._add_run(1, 0, 0, 0, num_used_blocks + num_free_blocks)
+        if num_cached_blocks != self._last_cached:
+            self._cached.extend((row, num_cached_blocks))
+            self._last_cached = num_cached_blocks
         if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out):
             return      # a pure decode step: every sparse column is 0
         new = batch.num_new_tokens
@@ -174,7 +179,8 @@ class Recorder:
             self._step_dur.append(float(dur[i]))
             self._step_used.append(used)
             m = (-(-ctx // n) if n else 0) if longest is None else int(longest[i])
-            self._add_run(1, n, ctx, m, used + free, cached)
+            self._add_run(1, n, ctx, m, used + free)
+            self._note_cached(self._num_steps - 1, cached)
 
     def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
                         kv_blocks_used: list, num_blocks: int, kv_blocks_cached, first_context_max: int) -> None:
@@ -182,22 +188,17 @@ class Recorder:
         pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
         keys, its longest context first_context_max + i; kv_blocks_free = num_blocks -
         kv_blocks_used; kv_blocks_cached an int or a [k] list."""
-        k = len(start_s)
-        if type(kv_blocks_cached) is not int and self._keep_steps and k:   # varies: one run per step
-            self.on_steps_bulk(start_s, duration_s, num_seqs,
-                               range(first_context_sum, first_context_sum + k * num_seqs, num_seqs),
-                               kv_blocks_used, [num_blocks - u for u in kv_blocks_used], kv_blocks_cached,
-                               range(first_context_max, first_context_max + k))
-            return
-        self.on_decode_runs(start_s, duration_s, ((k, num_seqs, first_context_sum, first_context_max),),
+        self.on_decode_runs(start_s, duration_s, ((len(start_s), num_seqs, first_context_sum, first_context_max),),
                             kv_blocks_used, num_blocks, kv_blocks_cached)
 
     def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_blocks: int,
-                       kv_blocks_cached: int) -> None:
+                       kv_blocks_cached) -> None:
         """Pure-decode steps in runs of equal batch size (the simulator's decode chains; no argument
         checks): runs = (num_steps, num_seqs, first_context_sum, first_context_max) per run, covering
         the len(start_s) steps in order (step i of a run: sum + i * num_seqs keys, longest context
-        max + i); kv_blocks_free = num_blocks - kv_blocks_used."""
+        max + i); kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or a
+        list of one value per step."""
+        first = self._num_steps
         self._num_steps += len(start_s)
         if not self._keep_steps or not start_s:
             return
@@ -205,11 +206,25 @@ class Recorder:
         self._step_dur.extend(duration_s)
         self._step_used.extend(kv_blocks_used)
         for k, n, s0, m0 in runs:
-            self._add_run(k, n, s0, m0, num_blocks, kv_blocks_cached)
+            self._add_run(k, n, s0, m0, num_blocks)
+        if type(kv_blocks_cached) is int:
+            self._note_cached(first, kv_blocks_cached)
+        else:
+            last, cached = self._last_cached, self._cached
+            for i, c in enumerate(kv_blocks_cached, first):
+                if c != last:
+                    cached.extend((i, c))
+                    last = c
+            self._last_cached = last
 
-    def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, max_decode_context: int, total: int,
-                 cached: int) -> None:
-        self._run.extend((k, num_decode_seqs, decode_context_sum, max_decode_context, total, cached))
+    def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, max_decode_context: int,
+                 total: int) -> None:
+        self._run.extend((k, num_decode_seqs, decode_context_sum, max_decode_context, total))
+
+    def _note_cached(self, step: int, cached: int) -> None:
+        if cached != self._last_cached:
+            self._cached.extend((step, cached))
+            self._last_cached = cached
 
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
@@ -268,7 +283,7 @@ class Recorder:
              "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
              "max_decode_context_tokens": np.repeat(run["max_decode_context_tokens"], lens) + offset * (ndec > 0),
              "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["kv_blocks_total"], lens) - used,
-             "kv_blocks_cached": np.repeat(run["kv_blocks_cached"], lens)}
+             "kv_blocks_cached": _forward_fill(self._cached, n)}
         rows, *sparse = _columns(self._sparse, 1 + len(_STEP_SPARSE), np.int64)
         sp = {}
         for c, vals in zip(_STEP_SPARSE, sparse):
@@ -293,6 +308,14 @@ class Recorder:
             times.extend(ts)
         return pd.DataFrame({"request_id": ids, "token_index": np.asarray(idx, dtype=np.int64),
                              "time_s": np.asarray(times, dtype=np.float64)})
+
+
+def _forward_fill(changes: array, n: int) -> np.ndarray:
+    """[n] int64 values from (step, value) pairs stored at the steps where the value changes."""
+    if not changes:
+        return np.zeros(n, dtype=np.int64)
+    steps, values = _columns(changes, 2, np.int64)
+    return np.repeat(values, np.diff(np.append(steps, n)))
 
 
 def concat_frames(recorders: list[Recorder]):

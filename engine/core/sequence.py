@@ -117,7 +117,7 @@ class Sequence:
         "block_table", "first_scheduled_time_s", "first_token_time_s",
         "finish_time_s", "num_preemptions", "num_swaps", "finish_reason",
         "last_token_time_s", "token_times_s", "admit_order", "extra", "block_hashes",
-        "num_registered_blocks",
+        "num_registered_blocks", "private_from", "private_key", "prefix_chain",
     )
 
     def __init__(self, request_id, prompt_token_ids, sampling_params: SamplingParams | None = None,
@@ -143,6 +143,16 @@ class Sequence:
         # preemption so a recompute can find its own blocks again.
         self.block_hashes: list[int] = []
         self.num_registered_blocks = 0      # leading blocks of block_table already offered to the prefix cache
+        # Tokens from private_from on are private: no other sequence ever has a block of equal content
+        # there (a simulated request's own prompt stream and dummy outputs), so the block manager keys
+        # those blocks by (sequence, block index) instead of hashing their tokens (engine.core.block_manager).
+        # None (the engine, and any Sequence built by hand): every block is hashed by content.
+        self.private_from: int | None = None
+        self.private_key = 0                # block manager's: 0 until the private blocks get keys
+        # (B, ids) names the shared part's content instead of its tokens: ids[j] >= 0 is equal for two
+        # sequences exactly when their tokens [0, (j + 1) * B) are (the simulator's prefix-hash blocks);
+        # the block manager then keys the blocks before private_from by it. None: hash their tokens.
+        self.prefix_chain: tuple[int, list[int]] | None = None
         self.first_scheduled_time_s: float | None = None
         self.first_token_time_s: float | None = None
         self.last_token_time_s: float | None = None

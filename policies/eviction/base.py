@@ -28,6 +28,9 @@ class EvictionPolicy:
     name = "base"
     # False for `none`: the block manager then disables prefix caching entirely.
     enables_prefix_caching = True
+    # True if evict() always returns the evictable block whose latest add() came first (hits and
+    # history aside); the block manager then keeps blocks nobody can hit again outside the policy.
+    evicts_in_add_order = False
 
     def add(self, block_id: int) -> None:
         raise NotImplementedError

@@ -14,6 +14,7 @@ from policies.eviction.base import EvictionPolicy
 
 class LRUEviction(EvictionPolicy):
     name = "lru"
+    evicts_in_add_order = True
 
     def __init__(self) -> None:
         self._order: OrderedDict[int, None] = OrderedDict()   # oldest first

@@ -70,8 +70,9 @@ def test_fast_path_under_memory_pressure(policy, arrival):
 def test_fast_calls_run_past_finishes(policy, blocks, prefix, monkeypatch):
     """With nothing waiting, one fast call runs past sequence finishes: all-at-once arrivals (the
     queue drains, then only finishes) and sparse Poisson ones, under memory pressure too (40 blocks:
-    a chain stops before blocks its own finishes free). Without a prefix cache, policies serving in
-    admission order plan the steps as one DecodeChain; the others chain exact segments."""
+    a chain stops before blocks its own finishes free). Policies serving in admission order plan the
+    steps as one DecodeChain (with a prefix cache too, while the running sequences' blocks are private
+    and unpublished); the others chain exact segments."""
     finishes, chains = [], []
     fast_forward, apply = Simulator._fast_forward, DecodeChain.apply
 
@@ -88,7 +89,7 @@ def test_fast_calls_run_past_finishes(policy, blocks, prefix, monkeypatch):
         assert fast.num_fast_steps > 0
     assert max(finishes) > 1                   # several sequences finished inside one call
     in_order = not policy.ranked and policy.order_running is SchedulingPolicy.order_running
-    assert bool(chains) == (in_order and not prefix)
+    assert bool(chains) == in_order
 
 
 def test_integer_times_arrivals_coincide_with_step_ends():

@@ -41,7 +41,7 @@ def test_zero_prompts_give_the_tables_of_hashed_prompts_without_a_prefix_cache()
     for x, y in zip(tables(a), tables(b)):
         pd.testing.assert_frame_equal(x, y)
     assert Simulator(replicas()).prompt_ids == "zeros"
-    assert Simulator(replicas(prefix=True)).prompt_ids == "hashed"
+    assert Simulator(replicas(prefix=True)).prompt_ids == "private"     # tests/sim/test_private_blocks.py
     with pytest.raises(ValueError, match="prompt_ids"):
         Simulator(replicas(), prompt_ids="random")
 
