@@ -252,7 +252,13 @@ def main():
         from engine.core.token_budget import resolve_max_num_batched_tokens
         args.max_num_batched_tokens, _ = resolve_max_num_batched_tokens(None, args.max_model_len, False)
     if args.scenario == "all":
-        run_all([a for a in sys.argv[1:] if not a.startswith("--scenario")])
+        argv, rest = [], iter(sys.argv[1:])
+        for a in rest:                  # every flag but --scenario (and its value) goes to each scenario
+            if a == "--scenario":
+                next(rest, None)
+            elif not a.startswith("--scenario="):
+                argv.append(a)
+        run_all(argv)
         return
     {"azure": run_azure, "poisson": run_poisson, "coldstart": run_coldstart}[args.scenario](args)
 

@@ -11,42 +11,25 @@ ValueError listing the allowed ones; bad parameters raise from the policy's
 constructor with the allowed range. Each call builds fresh objects (policies
 keep per-run state, so they are never shared between runs).
 
-The tables are discovered, not listed: every module of a family package
-(`policies/scheduling/`, `eviction/`, `victim/`, `predictors/`) whose name does not
-start with "_" and is not `base` is imported, and each subclass of the family's
-base class defined there is registered under its `name`. Adding a policy is one
+The tables are discovered, not listed (engine/core/registry.py): every module of a
+family package (`policies/scheduling/`, `eviction/`, `victim/`, `predictors/`) whose
+name does not start with "_" and is not `base` is imported, and each subclass of the
+family's base class defined there is registered under its `name`. Adding a policy is one
 file there plus one YAML under `conf/`; tests derive the expected sets from these tables.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 
 import policies.eviction
 import policies.predictors
 import policies.scheduling
 import policies.victim
+from engine.core.registry import discover
 from policies.eviction.base import EvictionPolicy
 from policies.predictors.base import OutputLengthPredictor
 from policies.scheduling.base import SchedulingPolicy
 from policies.victim.base import VictimPolicy
-
-
-def discover(package, base: type) -> dict[str, type]:
-    """name -> class for every `base` subclass defined in a policy module of `package`."""
-    table: dict[str, type] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "base":
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        for obj in vars(module).values():
-            if inspect.isclass(obj) and issubclass(obj, base) and obj.__module__ == module.__name__:
-                if obj.name in table or obj.name == base.name:
-                    raise TypeError(f"{obj.__module__}.{obj.__qualname__}: policy name {obj.name!r} is "
-                                    f"{'taken' if obj.name in table else 'the base class name'}; give it its own")
-                table[obj.name] = obj
-    return table
 
 
 SCHEDULING_POLICIES = discover(policies.scheduling, SchedulingPolicy)

@@ -8,18 +8,20 @@ Hydra configs may instead name a class directly (`_target_: sim.cost_model.Roofl
 """
 from __future__ import annotations
 
+import sys
+
+from engine.core.registry import discover
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModel, CostModelError, FittedCostModel, StepShape
+from sim.cost_model.calibrated import CalibratedCostModel
 from sim.cost_model.constant import ConstantCostModel
 from sim.cost_model.roofline import RooflineCostModel
 
-COST_MODELS: dict[str, type[CostModel]] = {
-    "roofline": RooflineCostModel,
-    "constant": ConstantCostModel,
-}
+# Every concrete CostModel in this package's files, by name (adding one: a file + conf/backend/cost_model/NAME.yaml).
+COST_MODELS: dict[str, type[CostModel]] = discover(sys.modules[__name__], CostModel)
 
 
 def register_cost_model(name: str):
-    """Class decorator adding a cost model to the registry (e.g. a `calibrated` model)."""
+    """Class decorator adding a cost model defined outside this package (e.g. in a study's own code)."""
     def deco(cls: type[CostModel]) -> type[CostModel]:
         if not (isinstance(cls, type) and issubclass(cls, CostModel)):
             raise TypeError(f"register_cost_model({name!r}) needs a CostModel subclass, got {cls!r}")
@@ -37,10 +39,5 @@ def get_cost_model(name: str, **kwargs) -> CostModel:
     return cls(**kwargs)
 
 
-__all__ = ["COST_MODELS", "STEP_TABLE_COLUMNS", "ConstantCostModel", "CostModel", "CostModelError",
+__all__ = ["COST_MODELS", "STEP_TABLE_COLUMNS", "CalibratedCostModel", "ConstantCostModel", "CostModel", "CostModelError",
            "FittedCostModel", "RooflineCostModel", "StepShape", "get_cost_model", "register_cost_model"]
-
-# Registered last: calibrated.py imports register_cost_model from this package.
-from sim.cost_model.calibrated import CalibratedCostModel  # noqa: E402
-
-__all__ += ["CalibratedCostModel"]

@@ -73,7 +73,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sim.cost_model import register_cost_model
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
@@ -93,7 +92,6 @@ def relative_errors(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(pred) - np.asarray(true)) / np.asarray(true)
 
 
-@register_cost_model("calibrated")
 class CalibratedCostModel(FittedCostModel):
     name = "calibrated"
 

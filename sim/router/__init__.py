@@ -3,16 +3,16 @@
     from sim.router import get_router
     router = get_router("prefix_affinity")
 """
+import sys
+
+from engine.core.registry import discover
 from sim.router.base import ReplicaView, RoutedTally, Router
 from sim.router.least_outstanding_tokens import LeastOutstandingTokensRouter
 from sim.router.prefix_affinity import PrefixAffinityRouter
 from sim.router.round_robin import RoundRobinRouter
 
-ROUTERS: dict[str, type[Router]] = {
-    "round_robin": RoundRobinRouter,
-    "least_outstanding_tokens": LeastOutstandingTokensRouter,
-    "prefix_affinity": PrefixAffinityRouter,
-}
+# Every Router subclass in this package's files, by name (adding a router: one file + conf/router/NAME.yaml).
+ROUTERS: dict[str, type[Router]] = discover(sys.modules[__name__], Router)
 
 
 def get_router(name: str, **kwargs) -> Router:

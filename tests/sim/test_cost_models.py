@@ -214,3 +214,11 @@ def test_nano_vllm_benchmark_floor():
     assert not b.kv_limited
     assert b.time_by_group_s["attention_decode"] > 0.8 * b.time_s
     assert 19e9 < b.peak_kv_tokens * 114_688 < 24e9
+
+
+def test_every_cost_model_file_is_registered_and_has_a_yaml():
+    """The registry is discovered from sim/cost_model/'s files; each entry has its conf/backend/cost_model YAML."""
+    from pathlib import Path
+    conf = Path(__file__).resolve().parents[2] / "conf" / "backend" / "cost_model"
+    assert set(COST_MODELS) == {p.stem for p in conf.glob("*.yaml")}
+    assert all(cls.__module__ == f"sim.cost_model.{name}" for name, cls in COST_MODELS.items())
