@@ -113,7 +113,7 @@ log "gpu_generalize: smoke=$SMOKE device=$DEVICE stages='$STAGES' repeats=$REPEA
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"
 
 # The checkpoint (every call: a fresh machine holds nothing; CKPT reuses one) --------------------------------------
-CKPT="${CKPT:-$WORK/model}"
+CKPT="${CKPT:-$WORK/model}"     # CKPT=/tmp/DIR keeps it for the next call on a still-warm machine
 if [ ! -f "$CKPT/config.json" ]; then
   if [ "$SMOKE" = 1 ]; then
     stage checkpoint "$T_CKPT" "$PY" -c "
@@ -166,7 +166,7 @@ for wl in $ALL_STAGES; do
   has_stage "$wl" || continue
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
-    --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --repeats "$REPEATS" --record-decisions --no-roofline \
+    --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --repeats "$REPEATS" --record-decisions --no-roofline --no-plot \
     --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl"
 done
 

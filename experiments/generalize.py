@@ -40,7 +40,7 @@ from experiments.results import atomic_write_text, write_json, write_parquet
 # validate flags that belong to the engine side (dropped on re-make), with whether they take a value.
 ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-dir": True, "--steps-out": True,
                 "--max-wall-s": True, "--repeats": True, "--profile": True, "--threads": True, "--name": True,
-                "--record-decisions": False, "--no-roofline": False, "--save-tables": False,
+                "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
                 "--enforce-eager": False, "--attention-backend": True}
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
             raise ValueError(f"{wl_dir}: {name}_real.json keeps no validate argv (saved before argv was recorded)")
         wl_argv = workload_argv(meta["argv"], args.traces_dir)
         argvs[name] = wl_argv
-        cmd = ["--from-real", str(wl_dir), "--name", name, "--profile", args.profile, "--no-roofline",
+        cmd = ["--from-real", str(wl_dir), "--name", name, "--profile", args.profile, "--no-roofline", "--no-plot",
                "--out-dir", str(out / "reports"), *wl_argv]
         commands[name] = "python -m experiments.validate " + " ".join(shlex.quote(a) for a in cmd)
         print(f"[{name}] {commands[name]}", flush=True)

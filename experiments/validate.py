@@ -256,6 +256,7 @@ def parse_args(argv=None):
     c.add_argument("--profile", default=None, help="calibrated cost model JSON (experiments.calibrate)")
     c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
     c.add_argument("--no-roofline", action="store_true")
+    ap.add_argument("--no-plot", action="store_true", help="skip validation_<name>.png (seconds per policy)")
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
     ap.add_argument("--real-dir", default=None, help="keep the real runs (parquet tables + engine facts) in this "
                     "directory, for a later --from-real")
@@ -399,7 +400,7 @@ def main(argv=None) -> int:
                            argv_list)
             report["policies"][policy].setdefault("repeats", {})[k] = run_summary(real)
             print(f"[{policy}] repeat {k}: {run_summary(real)['e2e_s_p50']:.3f} s E2E p50", flush=True)
-    if runs_by_policy:
+    if runs_by_policy and not args.no_plot:
         png = overlay_plot(runs_by_policy, out_dir / f"validation_{args.name}.png",
                            title=f"{args.name}: real vs simulated ({report['device']})")
         report["plot"] = png.name
