@@ -24,43 +24,14 @@
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CKPT (reuse a checkpoint directory).
 set -uo pipefail
 
-SMOKE=0
-TRACE=""
-OUT_DIR="${OUT:-}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --smoke) SMOKE=1; shift ;;
-    --trace) TRACE="$2"; shift 2 ;;
-    --out) OUT_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (allowed: --smoke, --trace PATH, --out DIR)" >&2; exit 2 ;;
-  esac
-done
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
-OUT_DIR="${OUT_DIR:-benchmarks/results/generalize}"
-mkdir -p "$OUT_DIR"
-OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_generalize.XXXXXX")"
-LOG="$OUT_DIR/gpu_generalize.log"
-touch "$LOG"
-export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_generalize benchmarks/results/generalize '2,25p' "$0" "$@"
 ALL_STAGES="fit prefill_heavy decode_heavy prefix_share bursty priority"
 STAGES="${STAGES:-$ALL_STAGES}"
 for s in $STAGES; do
   case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
 done
-# The GPU image lacks simpy and hydra-core; install the carried wheels (shared/gpu-wheels/README.md) when needed.
-if ! "$PY" -c "import simpy, hydra" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" .gpuwheels/* 2>&1 | tail -3
-  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-if [ -z "$TRACE" ]; then
-  for cand in shared/traces/AzureLLMInferenceTrace_conv.csv ../shared/traces/AzureLLMInferenceTrace_conv.csv; do
-    if [ -f "$cand" ]; then TRACE="$cand"; break; fi
-  done
-fi
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 
@@ -81,7 +52,7 @@ workload_flags() {
     case "$1" in
       prefill_heavy) echo "--num-requests 10 --arrival poisson --rate-rps 20 --prompt-len 200:400 --output-len 2:6 --num-kvcache-blocks 48 --policies fcfs,vllm,vllm+chunked,vllm_swap,sjf,sarathi" ;;
       decode_heavy) echo "--num-requests 10 --arrival poisson --rate-rps 20 --prompt-len 8:32 --output-len 20:40 --num-kvcache-blocks 12 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
-      prefix_share) echo "--trace $TRACES_DIR/synthetic_trace.jsonl --skip-requests 3780 --max-requests 10 --target-rate-rps 20 --output-len 4 --num-kvcache-blocks 96 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
+      prefix_share) echo "--trace $TRACES_DIR/synthetic_trace.jsonl --skip-requests 3780 --max-requests 10 --target-rate-rps 20 --num-kvcache-blocks 96 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
       bursty) echo "--num-requests 10 --arrival gamma --cv 3.5 --rate-rps 20 --prompt-len 16:128 --output-len 4:24 --num-kvcache-blocks 32 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
       priority) echo "--num-requests 12 --arrival poisson --rate-rps 30 --prompt-len 16:128 --output-len 4:24 --priority-classes 0:0.3,1:0.7 --num-kvcache-blocks 24 --policies fcfs,vllm,vllm+chunked,vllm_swap,priority,sjf" ;;
     esac
@@ -96,17 +67,6 @@ workload_flags() {
   fi
 }
 
-FAILED=()
-log() { echo "$*" | tee -a "$LOG"; }
-stage() {   # stage NAME SECONDS command...: runs under a time limit, logs, never aborts the script
-  local name="$1" limit="$2"; shift 2
-  log "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*"
-  local t0=$SECONDS
-  timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  if [ "$rc" -ne 0 ]; then FAILED+=("$name"); log "!!! [$name] failed (exit $rc) after $((SECONDS - t0))s"
-  else log "=== [$name] done in $((SECONDS - t0))s"; fi
-}
 has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 log "gpu_generalize: smoke=$SMOKE device=$DEVICE stages='$STAGES' repeats=$REPEATS out=$OUT_DIR trace=${TRACE:-none}"
@@ -114,29 +74,7 @@ log "gpu_generalize: smoke=$SMOKE device=$DEVICE stages='$STAGES' repeats=$REPEA
 
 # The checkpoint (every call: a fresh machine holds nothing; CKPT reuses one) --------------------------------------
 CKPT="${CKPT:-$WORK/model}"     # CKPT=/tmp/DIR keeps it for the next call on a still-warm machine
-if [ ! -f "$CKPT/config.json" ]; then
-  if [ "$SMOKE" = 1 ]; then
-    stage checkpoint "$T_CKPT" "$PY" -c "
-import sys; sys.path.insert(0, '.')
-from tests.engine.tiny_model import make_tiny_qwen3
-make_tiny_qwen3('$CKPT')
-print('tiny Qwen3 checkpoint in $CKPT')"
-  else
-    stage checkpoint "$T_CKPT" "$PY" -c "
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
-# Qwen3-0.6B's published config.json (huggingface.co/Qwen/Qwen3-0.6B), random weights.
-cfg = Qwen3Config(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                  head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
-                  rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960, bos_token_id=151643,
-                  eos_token_id=151645, dtype='bfloat16')
-torch.manual_seed(0)
-with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
-    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-model.save_pretrained('$CKPT')
-print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $CKPT')"
-  fi
-fi
+[ -f "$CKPT/config.json" ] || make_checkpoint "$CKPT" "$T_CKPT"
 
 mkdir -p "$WORK/real"
 TABLE="$OUT_DIR/profile_$TAG.csv"

@@ -9,19 +9,9 @@ import pytest
 
 from experiments.divergence import first_divergence
 from experiments.policy_diff import pair_difference, policy_differences
+from tests.experiments.test_validation import tiny  # noqa: F401  (the tiny checkpoint fixture)
 
 ALL_POLICIES = "fcfs,vllm,vllm+chunked,vllm_swap,sjf,srpt,priority,mlfq,sarathi"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    from tests.engine.tiny_model import make_tiny_qwen3
-    path = tmp_path_factory.mktemp("tiny_generalize")
-    make_tiny_qwen3(path)
-    threads = torch.get_num_threads()
-    yield path
-    torch.set_num_threads(threads)
 
 
 def test_policy_labels_build_the_hydra_configs():
