@@ -9,7 +9,7 @@
 #
 # Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
-#                  max_model_len 8,192, a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
+#                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
 #                  the fit on both tables                         -> profile_<tag>.{csv,json}, calib steps in the archive
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
@@ -21,7 +21,8 @@
 # recorded; nothing is simulated here. Outputs (--out, default $OUT, else benchmarks/results/generalize):
 # gpu_generalize.log, profile_<tag>.{csv,json} (fit stage), real_<stages>.tgz (real/<workload>/ for
 # `experiments.generalize --real-root`, and the calibration replay's steps).
-# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CKPT (reuse a checkpoint directory).
+# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# checkpoint directory).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -37,10 +38,13 @@ REPEATS="${REPEATS:-2}"
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-60}"
+  PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-512}"
   CAL=(--target-rate-rps 20 --max-requests "${CAL_REQUESTS:-16}" --num-kvcache-blocks 40 --num-cpu-blocks 40)
   T_CKPT=120; T_PROFILE=120; T_CAL=60; T_REPLAY=120; T_WL=300
 else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
+  # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
+  PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
   CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks 1024 --num-cpu-blocks 2048)
   T_CKPT=90; T_PROFILE=200; T_CAL=60; T_REPLAY=120; T_WL=330
 fi
@@ -81,7 +85,7 @@ TABLE="$OUT_DIR/profile_$TAG.csv"
 # fit: profile grid, calibration replay on the Azure conversation family, fit ---------------------------------------
 if has_stage fit; then
   stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
-    --grid "$GRID" --max-model-len "$MAX_MODEL_LEN" ${PROFILE_FLAGS:-}
+    --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN"
   CAL_STEPS="$WORK/real/calib_steps_$TAG.parquet"
   if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
     stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \

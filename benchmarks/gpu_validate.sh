@@ -6,7 +6,8 @@
 #
 # Stages (each logs, and a failing stage never stops the next):
 #   1. a random-weight Qwen3-0.6B checkpoint (published config.json dimensions, bf16, transformers save_pretrained)
-#   2. python -m experiments.profile   (full grid of step shapes on the GPU)          -> profile_<tag>.csv
+#   2. python -m experiments.profile   (full grid of step shapes on the GPU, contexts up to PROFILE_MAX_MODEL_LEN:
+#      the fit then covers every max_model_len a run may configure)                   -> profile_<tag>.csv
 #   3. a calibration replay: python -m experiments.validate on a DISJOINT slice of the trace (requests
 #      CAL_SKIP..CAL_SKIP+MAX_REQUESTS-1, vllm_swap: decodes, prefills, preemption and both swap directions),
 #      its real steps table kept                                                      -> calib_steps_<tag>.parquet
@@ -20,7 +21,8 @@
 # them tables_<tag>.tgz: the calibration replay's steps and real/ (the real runs' tables), from which
 # `python -m experiments.validate --from-real DIR/real` (same workload flags and --name) re-runs the simulated
 # side on any machine, e.g. after refitting a cost model.
-# Knobs (environment): RATE_RPS, MAX_REQUESTS, CAL_SKIP, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S; REUSE_PROFILE=fit.json
+# Knobs (environment): RATE_RPS, MAX_REQUESTS, CAL_SKIP, KV_BLOCKS, CPU_BLOCKS, MAX_WALL_S, PROFILE_MAX_MODEL_LEN
+# (default: the model's 40,960 positions on the GPU, 512 in the smoke run); REUSE_PROFILE=fit.json
 # skips stages 2-4 and validates against that fit (made on the same engine).
 set -uo pipefail
 
@@ -30,19 +32,23 @@ gpu_init gpu_validate benchmarks/results '2,22p' "$0" "$@"
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512
+  PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-512}"
   RATE_RPS="${RATE_RPS:-20}"; MAX_REQUESTS="${MAX_REQUESTS:-24}"; KV_BLOCKS="${KV_BLOCKS:-40}"
   CPU_BLOCKS="${CPU_BLOCKS:-40}"; MAX_WALL_S="${MAX_WALL_S:-60}"; CAL_SKIP="${CAL_SKIP:-$MAX_REQUESTS}"
   NANO=(--num-requests 16 --prompt-len 16:128 --output-len 8:48)
   T_CKPT=120; T_PROFILE=120; T_REPLAY=120; T_CAL=60; T_AZURE=200; T_NANO=120
 else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=4096
+  PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-40960}"
   # Azure conversation: ~1k-token prompts, ~250-token outputs. 6 req/s keeps the GPU ~80% busy without a
   # runaway queue; the bursts need ~1,500 blocks, so 1,024 blocks (16k tokens) of KV cache make vllm preempt
   # and vllm_swap swap (with 2,048 neither happened on the current engine).
   RATE_RPS="${RATE_RPS:-6}"; MAX_REQUESTS="${MAX_REQUESTS:-300}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
   CPU_BLOCKS="${CPU_BLOCKS:-2048}"; MAX_WALL_S="${MAX_WALL_S:-100}"; CAL_SKIP="${CAL_SKIP:-$MAX_REQUESTS}"
   NANO=(--num-requests 256 --prompt-len 100:1024 --output-len 100:1024)
-  T_CKPT=90; T_PROFILE=150; T_REPLAY=130; T_CAL=60; T_AZURE=330; T_NANO=120
+  # the full grid to 40,960 tokens: ~216 shapes, ~30 s of timed steps plus ~20 s of start-up (estimated with
+  # `python -m experiments.profile --dry-run --max-model-len 40960 --estimate-with FIT.json`; 132 shapes took 34 s)
+  T_CKPT=90; T_PROFILE=300; T_REPLAY=130; T_CAL=60; T_AZURE=330; T_NANO=120
 fi
 CKPT="$WORK/model"
 TABLE="$WORK/profile_$TAG.csv"
@@ -60,7 +66,7 @@ if [ -n "${REUSE_PROFILE:-}" ]; then     # stages 2-4 already ran on this engine
 else
 # 2. profile ------------------------------------------------------------------------------------------------
 stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
-  --grid "$GRID" --max-model-len "$MAX_MODEL_LEN"
+  --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN"
 [ -f "$TABLE" ] && cp "$TABLE" "$OUT_DIR/profile_$TAG.csv"
 
 # 3. calibration replay on a disjoint slice of the trace (held out by workload from stage 5) ------------------

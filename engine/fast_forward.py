@@ -52,7 +52,7 @@ class DecodeFastPath:
         the free blocks (rather than max_steps or a finishing sequence) set the horizon,
         in which case the step after it cannot be fast-forwarded either; when the result
         is > 0, `horizon_context_sum` is the first step's decode context sum (tokens of
-        the running set).
+        the running set) and `horizon_context_max` its longest decode context.
         """
         self.horizon_blocked = False
         running = self.running
@@ -87,6 +87,7 @@ class DecodeFastPath:
         if horizon < 1:
             return 0
         self.horizon_context_sum = sum(lens)
+        self.horizon_context_max = max(lens)
         # for advance_decodes and engine.fast_forward.DecodeChain, while nothing has changed (same running
         # list and length, step count, blocks)
         self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
@@ -270,13 +271,20 @@ class DecodeChain:
 
     def segments(self):
         """(n, first_context_sum, num_steps) per run of steps with the same running set."""
+        for n, s0, steps, _ in self.segments_with_max():
+            yield n, s0, steps
+
+    def segments_with_max(self):
+        """(n, first_context_sum, num_steps, first_context_max) per run of steps with the same running
+        set; the run's longest context is first_context_max in its first step, + 1 a step."""
         horizon = self.num_steps
         ends = sorted(zip(self.lefts, self.lens))      # (finishing step, context in step 1)
+        longest = list(accumulate(reversed([c for _, c in ends]), max))[::-1]   # [i]: max context of ends[i:]
         n, context = len(ends), self.sched.horizon_context_sum
         a, i = 1, 0                  # first step of the run (1-based); next sequence to finish
         while a <= horizon:
             b = ends[i][0] if i < len(ends) and ends[i][0] < horizon else horizon
-            yield n, context + (a - 1) * n, b - a + 1
+            yield n, context + (a - 1) * n, b - a + 1, longest[i] + a - 1
             while i < len(ends) and ends[i][0] == b:
                 n -= 1               # finishes in step b
                 context -= ends[i][1]

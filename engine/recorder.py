@@ -11,8 +11,8 @@ Torch-free.
 Step storage: start time, duration and kv_blocks_used are kept per step; the
 decode shape and the other block counts per run of consecutive steps that share
 them (one run per on_step, one per fast-path call: num_decode_seqs, the first
-step's decode_context_sum, growing by num_decode_seqs a step, used + free, and
-cached); the prefill / preemption / swap columns only for the steps where one of
+step's decode_context_sum, growing by num_decode_seqs a step, its longest decode
+context, growing by 1 a step, used + free, and cached); the prefill / preemption / swap columns only for the steps where one of
 them is non-zero. batch_size and num_batched_tokens are derived when the table
 is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
@@ -44,15 +44,20 @@ STEP_COLUMNS = (
     "num_swapped_out", "num_swapped_in",
     # step shape, for fitting cost models (sim.cost_model.base.STEP_TABLE_COLUMNS):
     "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "decode_context_sum", "num_swap_blocks",
+    # the longest single context (keys attended) of a prefill entry, of a decode entry, of any entry: a cost
+    # model's envelope (experiments.coverage) and the ragged / long-tail contexts a sum hides
+    "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",
 )
 RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
 DECISION_COLUMNS = ("step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids", "swapped_in_ids")
 # int64 ('q') columns of each run of steps (see the module docstring):
-_RUN = ("len", "num_decode_seqs", "decode_context_sum", "kv_blocks_total", "kv_blocks_cached")
+_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "kv_blocks_total",
+        "kv_blocks_cached")
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
-                "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks")
+                "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks",
+                "max_prefill_context_tokens")
 _REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s")
 _REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_preemptions", "num_swaps",
             "num_cached_tokens", "priority")
@@ -131,8 +136,11 @@ class Recorder:
         npf = batch.num_prefill_seqs
         nseq = len(batch.seqs)
         ctx = batch.context_lens
-        self._add_run(1, nseq - npf, sum(ctx[npf:]) if nseq > npf else 0, num_used_blocks + num_free_blocks,
-                      num_cached_blocks)
+        if nseq > npf:
+            dctx = ctx[npf:] if npf else ctx
+            self._add_run(1, nseq - npf, sum(dctx), max(dctx), num_used_blocks + num_free_blocks, num_cached_blocks)
+        else:
+            self._add_run(1, 0, 0, 0, num_used_blocks + num_free_blocks, num_cached_blocks)
         if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out):
             return      # a pure decode step: every sparse column is 0
         new = batch.num_new_tokens
@@ -145,19 +153,22 @@ class Recorder:
                 pairs += nj * cj - nj * (nj - 1) // 2     # causal: the query at position q sees q + 1 keys
                 samples += cj == len(seqs[j].token_ids)
         self._sparse.extend((row, sum(new[:npf]) if npf else 0, npf, len(batch.preempted), len(batch.swapped_out),
-                             len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out)))
+                             len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out),
+                             max(ctx[:npf]) if npf else 0))
         if self.record_decisions:
             self._decisions.append((row, start_s, _ids(batch.seqs[:npf]), _ids(batch.preempted),
                                     _ids(batch.swapped_out), _ids(batch.swapped_in)))
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
-                      kv_blocks_free, kv_blocks_cached) -> None:
+                      kv_blocks_free, kv_blocks_cached, max_decode_context_tokens=None) -> None:
         """k pure-decode steps at once (no prefill, preemption or swap in any of them).
 
         start_s: [k] start times; the other arguments are [k] sequences (lists,
         ranges, numpy arrays) or scalars (repeated). batch_size = num_batched_tokens
         = num_decode_seqs; decode_context_sum is the keys attended per step, summed
-        over sequences (including that step's token).
+        over sequences (including that step's token). max_decode_context_tokens: the
+        longest decode context per step; None records the mean context rounded up,
+        which is exact when every decode entry has the same context.
         """
         k = len(start_s)
         if k == 0:
@@ -171,6 +182,8 @@ class Recorder:
             (num_decode_seqs, "num_decode_seqs"), (decode_context_sum, "decode_context_sum"),
             (kv_blocks_used, "kv_blocks_used"), (kv_blocks_free, "kv_blocks_free"),
             (kv_blocks_cached, "kv_blocks_cached"))]
+        longest = (None if max_decode_context_tokens is None
+                   else _per_step(max_decode_context_tokens, k, "max_decode_context_tokens"))
         self._num_steps -= k
         for i in range(k):      # one run per step: any values are allowed here
             n, ctx, used, free, cached = (int(c[i]) for c in cols)
@@ -178,38 +191,43 @@ class Recorder:
             self._step_start.append(float(start[i]))
             self._step_dur.append(float(dur[i]))
             self._step_used.append(used)
-            self._add_run(1, n, ctx, used + free, cached)
+            m = (-(-ctx // n) if n else 0) if longest is None else int(longest[i])
+            self._add_run(1, n, ctx, m, used + free, cached)
 
     def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
-                        kv_blocks_used: list, num_blocks: int, kv_blocks_cached) -> None:
+                        kv_blocks_used: list, num_blocks: int, kv_blocks_cached, first_context_max: int) -> None:
         """on_steps_bulk for the simulator's fast path (no argument checks): k = len(start_s)
         pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
-        keys; kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or a [k] list."""
+        keys, its longest context first_context_max + i; kv_blocks_free = num_blocks -
+        kv_blocks_used; kv_blocks_cached an int or a [k] list."""
         k = len(start_s)
         if type(kv_blocks_cached) is not int and self._keep_steps and k:   # varies: one run per step
             self.on_steps_bulk(start_s, duration_s, num_seqs,
                                range(first_context_sum, first_context_sum + k * num_seqs, num_seqs),
-                               kv_blocks_used, [num_blocks - u for u in kv_blocks_used], kv_blocks_cached)
+                               kv_blocks_used, [num_blocks - u for u in kv_blocks_used], kv_blocks_cached,
+                               range(first_context_max, first_context_max + k))
             return
-        self.on_decode_runs(start_s, duration_s, ((k, num_seqs, first_context_sum),), kv_blocks_used, num_blocks,
-                            kv_blocks_cached)
+        self.on_decode_runs(start_s, duration_s, ((k, num_seqs, first_context_sum, first_context_max),),
+                            kv_blocks_used, num_blocks, kv_blocks_cached)
 
     def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_blocks: int,
                        kv_blocks_cached: int) -> None:
         """Pure-decode steps in runs of equal batch size (the simulator's decode chains; no argument
-        checks): runs = (num_steps, num_seqs, first_context_sum) per run, covering the len(start_s)
-        steps in order; kv_blocks_free = num_blocks - kv_blocks_used."""
+        checks): runs = (num_steps, num_seqs, first_context_sum, first_context_max) per run, covering
+        the len(start_s) steps in order (step i of a run: sum + i * num_seqs keys, longest context
+        max + i); kv_blocks_free = num_blocks - kv_blocks_used."""
         self._num_steps += len(start_s)
         if not self._keep_steps or not start_s:
             return
         self._step_start.extend(start_s)
         self._step_dur.extend(duration_s)
         self._step_used.extend(kv_blocks_used)
-        for k, n, s0 in runs:
-            self._add_run(k, n, s0, num_blocks, kv_blocks_cached)
+        for k, n, s0, m0 in runs:
+            self._add_run(k, n, s0, m0, num_blocks, kv_blocks_cached)
 
-    def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, total: int, cached: int) -> None:
-        self._run.extend((k, num_decode_seqs, decode_context_sum, total, cached))
+    def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, max_decode_context: int, total: int,
+                 cached: int) -> None:
+        self._run.extend((k, num_decode_seqs, decode_context_sum, max_decode_context, total, cached))
 
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
@@ -266,6 +284,7 @@ class Recorder:
         ndec = np.repeat(run["num_decode_seqs"], lens)
         d = {"num_decode_seqs": ndec,
              "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
+             "max_decode_context_tokens": np.repeat(run["max_decode_context_tokens"], lens) + offset * (ndec > 0),
              "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["kv_blocks_total"], lens) - used,
              "kv_blocks_cached": np.repeat(run["kv_blocks_cached"], lens)}
         rows, *sparse = _columns(self._sparse, 1 + len(_STEP_SPARSE), np.int64)
@@ -279,6 +298,7 @@ class Recorder:
                 "duration_s": np.frombuffer(self._step_dur, dtype=np.float64).copy() if n else np.zeros(0),
                 "batch_size": sp["num_prefill_seqs"] + d["num_decode_seqs"],
                 "num_batched_tokens": sp["num_prefill_tokens"] + d["num_decode_seqs"], **d, **sp}
+        cols["max_context_tokens"] = np.maximum(cols["max_prefill_context_tokens"], cols["max_decode_context_tokens"])
         return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
 
     def decisions_frame(self):

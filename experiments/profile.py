@@ -36,6 +36,7 @@ from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 GRIDS = ("small", "full")
 TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
+    "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",   # engine.recorder
     "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
     "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s")
 
@@ -65,7 +66,13 @@ class Shape:
 
 def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
                 seed: int = 0) -> list[Shape]:
-    """The shapes of a grid, within the engine's limits (context <= max_model_len, tokens <= batch budget)."""
+    """The shapes of a grid, within the engine's limits (context <= max_model_len, tokens <= batch budget).
+
+    The full grid covers its envelope: prefills and contexts up to max_model_len (sampled sparsely past
+    4,096 tokens, see long_shapes), chunks with a cached context, mixed chunk + decode steps, uniform,
+    ragged and long-tail decode batches and swaps, so that a fit on it interpolates inside the limits
+    a run is configured with instead of extrapolating.
+    """
     if grid not in GRIDS:
         raise ValueError(f"--grid must be one of {GRIDS}, got {grid!r}")
     rng = np.random.default_rng(seed)
@@ -83,7 +90,7 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         contexts = (64, 256, 512, 1024, 2048, 4096)
         mixed = [(b, ctx, n) for b in (16, 64, 128) for ctx in (512, 2048) for n in (256, 1024)]
         # whole sequences move: ~1k-token contexts are ~64 blocks; per-block cost grows past the host caches
-        swaps = (4, 16, 64, 128, 256)
+        swaps = (4, 16, 64, 128, 256, 1024)
         ragged = [(b, 2048) for b in (16, 64, 256)]
     fits = (lambda n, c: n + c <= max_model_len and n <= max_num_batched_tokens)
     shapes = [Shape("prefill", ((n, c),)) for c in cached for n in chunks if fits(n, c)]
@@ -97,6 +104,54 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
     shapes += [Shape("mixed", ((n, 0),), (ctx,) * b) for b, ctx, n in mixed
                if b + 1 <= max_num_seqs and fits(n, 0) and ctx <= max_model_len and n + b <= max_num_batched_tokens]
     shapes += [Shape(kind, swap_blocks=s) for s in swaps for kind in ("swap_out", "swap_in")]
+    if grid == "full":
+        shapes += long_shapes(max_model_len, max_num_batched_tokens, max_num_seqs, rng)
+    return list(dict.fromkeys(shapes))        # each shape once (the long end may repeat one at small limits)
+
+
+LONG_CONTEXTS = (6144, 8192, 12288, 16384, 24576, 32768)   # plus max_model_len itself
+DECODE_KV_TOKENS = 1 << 20      # largest uniform decode batch profiled, in keys (120 GB of Qwen3-0.6B KV; an
+                                # H200 holds ~1.15M tokens); shapes beyond the runner's cache are skipped
+
+
+def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
+                rng: np.random.Generator) -> list[Shape]:
+    """The full grid's long end and the shapes a sum hides, sparse (a few per context length).
+
+    * prefills of up to max_num_batched_tokens new tokens on an empty cache, and chunks of 128 / 1,024 /
+      4,096 tokens whose context (cached prefix + chunk) reaches each long context: a prefix-cache hit or
+      a late chunk of a long prompt;
+    * several long prefills in one step;
+    * mixed chunked steps: a chunk with a cached context plus a decode batch (chunked prefill);
+    * uniform decode batches at each long context, up to DECODE_KV_TOKENS keys in all;
+    * long-tail decode batches: many short contexts and a few long ones (one long sequence's keys take
+      one program through the whole context, which the sum of contexts does not show);
+    * ragged decode batches with contexts spread up to the long end.
+    """
+    L, T = max_model_len, max_num_batched_tokens
+    ctxs = sorted({c for c in LONG_CONTEXTS if c < L} | ({L} if L > 4096 else set()))
+    shapes = [Shape("prefill", ((n, 0),)) for n in (6144, 12288, 16384, 24576, 32768) if n <= min(L, T)]
+    if L > 8192 and L <= T:
+        shapes.append(Shape("prefill", ((L, 0),)))
+    shapes += [Shape("prefill", ((n, c - n),)) for c in ctxs for n in (128, 1024, 4096) if n <= T and n < c]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in ((2, 4096), (2, 8192), (4, 4096), (3, 5000))
+               if n <= L and k * n <= T and k <= max_num_seqs]
+    mixed = [(n, c, b, d) for n, c in ((512, 2048), (2048, 2048), (512, 8192), (2048, 16384), (512, 32768))
+             for b, d in ((16, 1024), (128, 1024), (32, 8192))]
+    shapes += [Shape("mixed", ((n, c),), (d,) * b) for n, c, b, d in mixed
+               if n + c <= L and d <= L and n + b <= T and b + 1 <= max_num_seqs]
+    shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
+               if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]
+    tails = [(64, 8, 256, 4000), (128, 16, 256, 4000), (256, 32, 256, 4000), (32, 2, 1024, 16384),
+             (128, 4, 1024, 16384), (256, 8, 2048, 8192), (32, 1, 512, L), (128, 2, 512, L)]
+    for b, n_long, short, long in tails:
+        long = min(long, L)
+        if b > max_num_seqs or long <= short:
+            continue
+        ctx = [int(x) for x in rng.integers(16, short + 1, size=b - n_long)] + [long] * n_long
+        shapes.append(Shape("decode", (), tuple(ctx)))
+    shapes += [Shape("decode", (), tuple(int(x) for x in rng.integers(16, hi + 1, size=b)))
+               for b, hi in ((16, L), (64, min(L, 16384)), (256, min(L, 8192))) if b <= max_num_seqs and hi > 4096]
     return shapes
 
 
@@ -190,6 +245,29 @@ def set_threads(threads: int | None, device: str) -> int | None:
     return threads
 
 
+def estimate_seconds(shapes: list[Shape], cost_model, warmup: int, repeats: int, block_size: int = 16) -> float:
+    """Device seconds the timed loop of `profile` would take, the steps priced by `cost_model`."""
+    rng = np.random.default_rng(0)
+    return sum((warmup + repeats) * cost_model.step_time_s(build_batch(sh, block_size, 1000, 0.0, rng))
+               for sh in shapes)
+
+
+def dry_run(args) -> int:
+    if args.max_model_len is None:
+        raise SystemExit("--dry-run needs --max-model-len (the runner would otherwise take it from the model)")
+    shapes = grid_shapes(args.grid, args.max_model_len, args.max_num_batched_tokens, args.max_num_seqs, args.seed)
+    for sh in shapes:
+        print(sh.label if len(sh.label) <= 100 else sh.label[:97] + "...")
+    line = f"{len(shapes)} shapes (grid {args.grid}, max_model_len {args.max_model_len})"
+    if args.estimate_with:
+        from sim.cost_model.calibrated import CalibratedCostModel
+        cm = CalibratedCostModel(args.estimate_with)
+        line += (f"; the timed loop takes about {estimate_seconds(shapes, cm, args.warmup, args.repeats):.0f} s "
+                 f"priced by {args.estimate_with} (plus the runner's start-up)")
+    print(line)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.profile", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
@@ -211,13 +289,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 on cpu, where "
                     "several threads make timings erratic on a shared machine; torch's default elsewhere)")
+    ap.add_argument("--dry-run", action="store_true", help="list the grid's shapes and estimate the profiling "
+                    "time (no model loaded, no torch); needs --max-model-len")
+    ap.add_argument("--estimate-with", default=None, metavar="FIT.json", help="with --dry-run: a calibrated cost "
+                    "model file whose step times price the estimate (default: only the shape count)")
     args = ap.parse_args(argv)
+    if args.dry_run:
+        return dry_run(args)
     set_threads(args.threads, args.device)
 
     from engine.config import EngineConfig
     from engine.model_runner import ModelRunner
 
-    max_swap = 256 if args.grid == "full" else 8
+    max_swap = 1024 if args.grid == "full" else 8
     cfg = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
                        attention_backend=args.attention_backend, num_kvcache_blocks=args.num_kvcache_blocks,
                        num_cpu_blocks=args.num_cpu_blocks if args.num_cpu_blocks is not None else max_swap,

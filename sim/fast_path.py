@@ -123,7 +123,7 @@ class FastPathMixin:
             else:
                 cached = cached0
             del clock[-1]
-            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_blocks, cached)
+            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_blocks, cached, sched.horizon_context_max)
         if self._track_load:
             r.outstanding_tokens -= k * n
         self._count_fast(r, durs, done)
@@ -132,13 +132,13 @@ class FastPathMixin:
     def _fast_chain(self, r: Replica, t: float, chain: DecodeChain, t_next: float) -> float | None:
         """Apply the steps of `chain` that the next arrival leaves, from t (see _fast_segment)."""
         durs, clock, runs = [], [t], []
-        for n, s0, steps in chain.segments():
+        for n, s0, steps, m0 in chain.segments_with_max():
             if self._prerouted and t >= t_next:
                 break
             d, c = self._price(r, n, s0, steps, t, t_next)
             if not d:
                 break
-            runs.append((len(d), n, s0))
+            runs.append((len(d), n, s0, m0))
             durs += d
             del c[0]
             clock += c
@@ -157,7 +157,7 @@ class FastPathMixin:
             del clock[-1]
             r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, 0)
         if self._track_load:
-            r.outstanding_tokens -= sum(j * n for j, n, _ in runs)
+            r.outstanding_tokens -= sum(j * n for j, n, _, _ in runs)
         self._count_fast(r, durs, done)
         return ends[-1]
 

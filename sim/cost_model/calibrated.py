@@ -14,7 +14,10 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     num_seqs                 per scheduled sequence (input preparation, per-sequence kernel work, decode's FLOPs)
     prefill_tokens           per prefill token (linear-layer FLOPs and activations)
     prefill_attention_pairs  per causal query-key pair of prefill entries: sum_j n_j*c_j - n_j*(n_j-1)/2
-                             (n_j new tokens, c_j context after the step)
+                             (n_j new tokens, c_j context after the step): attention FLOPs
+    prefill_context_tokens   per key a prefill entry reads, sum_j c_j (cached prefix + new tokens): the KV
+                             bytes of prefill attention, which a prefix-cache hit or a late chunk of a long
+                             prompt reads without computing them
     decode_context_sum       per key read by decode attention (sum of decode context lengths: KV bytes)
     lm_head_rows             per sampled row (finished prefills + decodes): LM head and sampler
     tokens_over_knee         per token of a step with prefill entries beyond `knee_tokens` (prefill tokens +
@@ -33,6 +36,10 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              allocation and prefix-cache hashing, which a profile's execute() never runs.
                              Fitted on the real runs' steps with prefill (the H200 fit: ~0.5 us a token,
                              0.45 ms of a 5 ms 1k-token prefill step)
+    loop_prefill_step        the serving loop's extra host time in a step with prefill entries (admission:
+                             schedule()'s work per admitted request, the first token's bookkeeping). Without
+                             it the per-token term took this fixed cost too: fitted on ~1k-token prompts it
+                             priced a 16k-token step of 30 prompts 16% slow
 
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
@@ -50,7 +57,9 @@ table column it was fitted on.
 Evaluating a step is a handful of multiply-adds; `decode_step_times_s` is the
 vectorized form for runs of pure-decode steps (the simulator's fast path).
 
-Files: format v2 (these terms). A v1 file (one `swap_blocks` term, `prefill_step`
+Files: format v3 (these terms, and `envelope`: the largest step the fit saw,
+sim/cost_model/envelope.py). A v2 file (no prefill_context_tokens, no envelope)
+loads with that coefficient 0; a v1 file (one `swap_blocks` term, `prefill_step`
 for `eager_step`, no loop terms) loads with swap_blocks as both directions.
 """
 from __future__ import annotations
@@ -66,10 +75,12 @@ import numpy as np
 
 from sim.cost_model import register_cost_model
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
+from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.calibrated_fit import (FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients,
                                            nnls)
 
-FORMAT = "servelab.calibrated_cost_model/v2"
+FORMAT = "servelab.calibrated_cost_model/v3"
+FORMAT_V2 = "servelab.calibrated_cost_model/v2"
 FORMAT_V1 = "servelab.calibrated_cost_model/v1"
 V1_RENAMES = {"prefill_step": ("eager_step",), "swap_blocks": ("swap_out_blocks", "swap_in_blocks")}
 
@@ -87,7 +98,8 @@ class CalibratedCostModel(FittedCostModel):
 
     def __init__(self, profile: str | Path | Mapping | None = None, *, coefficients: Mapping[str, float] | None = None,
                  knee_tokens: int | None = None, block_size: int = 16, metadata: Mapping | None = None,
-                 fitted_range: Mapping | None = None, max_model_len: int | None = None):
+                 fitted_range: Mapping | None = None, max_model_len: int | None = None,
+                 envelope: Mapping | None = None):
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -95,6 +107,7 @@ class CalibratedCostModel(FittedCostModel):
             coefficients = _coefficients_of(data, profile)
             knee_tokens, block_size = data.get("knee_tokens"), data.get("block_size", 16)
             metadata, fitted_range = data.get("metadata"), data.get("fitted_range")
+            envelope = data.get("envelope")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -117,10 +130,13 @@ class CalibratedCostModel(FittedCostModel):
         self.block_size = int(block_size)
         self.metadata = dict(metadata or {})
         self.fitted_range = dict(fitted_range or {})
+        # the largest step the fit saw (sim/cost_model/envelope.py); None: a file made before it was recorded
+        self.envelope = None if envelope is None else check_envelope(
+            envelope, profile if isinstance(profile, (str, Path)) else "CalibratedCostModel")
         self.max_model_len = max_model_len
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
-         self._loop_ptok) = (c[f] for f in FEATURES)
+         self._loop_ptok, self._pctx, self._loop_pstep) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         # A decode-only step's cost per sequence: the sequence, its LM-head row, its share of the loop.
         self._decode_seq = self._seq + self._lm + self._loop_seq
@@ -146,8 +162,9 @@ class CalibratedCostModel(FittedCostModel):
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
                 - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
             samples = n_pre if num_prefill_samples is None else num_prefill_samples
-            t += (self._eager + (self._seq + self._loop_seq) * n_pre + (self._ptok + self._loop_ptok) * pre_tokens
-                  + self._pairs * pairs + self._lm * samples)
+            t += (self._eager + self._loop_pstep + (self._seq + self._loop_seq) * n_pre
+                  + (self._ptok + self._loop_ptok) * pre_tokens + self._pairs * pairs
+                  + self._pctx * sum(prefill_context_lens) + self._lm * samples)
             if pre_tokens + num_decode_seqs > self._knee:
                 t += self._knee_slope * (pre_tokens + num_decode_seqs - self._knee)
         return t + swap_s
@@ -216,13 +233,13 @@ class CalibratedCostModel(FittedCostModel):
         if offset is not None:
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
-                   metadata=meta, fitted_range=rng)
+                   metadata=meta, fitted_range=rng, envelope=envelope_of(table))
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
                 "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
                 "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
-                "fitted_range": self.fitted_range, "metadata": self.metadata}
+                "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CalibratedCostModel":
@@ -256,7 +273,7 @@ class _WithoutSwaps:
 
 def _coefficients_of(data: Mapping, source) -> dict:
     fmt = data.get("format")
-    if fmt not in (FORMAT, FORMAT_V1):
+    if fmt not in (FORMAT, FORMAT_V2, FORMAT_V1):
         raise CostModelError(f"{source}: not a calibrated cost model file (format {fmt!r}, expected {FORMAT!r}); "
                              f"make one with `python -m experiments.calibrate`")
     coef = data.get("coefficients")

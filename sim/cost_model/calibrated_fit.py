@@ -31,8 +31,8 @@ from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
-            "loop_seqs", "loop_prefill_tokens")
-KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192)
+            "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step")
+KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
 
@@ -138,7 +138,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None)
     return np.column_stack([forward, eager, seqs, p_tok, _col(steps, "prefill_attention_pairs"),
                             _col(steps, "decode_context_sum"), _col(steps, "num_prefill_samples") + d_seqs, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
-                            loop * p_tok])
+                            loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager])
 
 
 def _weighted_nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:

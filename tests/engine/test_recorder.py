@@ -124,3 +124,22 @@ def test_recorder_workloads_metrics_import_neither_torch_nor_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
     assert out.stdout.strip() == "[]"
+
+
+def test_longest_context_columns_per_step_and_per_decode_run():
+    """max_prefill / max_decode / max_context_tokens on a hand-built mixed step, a prefill-only step and the
+    fast path's runs (the longest context grows by 1 a step; a run without decodes has none)."""
+    seqs = [Sequence(i, list(range(n)), SamplingParams(max_tokens=4)) for i, n in enumerate((300, 40, 7, 900, 30))]
+    mixed = Batch(seqs=seqs, num_new_tokens=[100, 40, 1, 1, 1], num_prefill_seqs=2, block_size=16,
+                  context_lens=[300, 40, 7, 900, 30])
+    prefill = Batch(seqs=seqs[:1], num_new_tokens=[300], num_prefill_seqs=1, block_size=16, context_lens=[300])
+    rec = Recorder()
+    rec.on_step(0.0, 0.1, mixed, 0, 0, 0)
+    rec.on_step(0.1, 0.1, prefill, 0, 0, 0)
+    rec.on_decode_runs([0.2, 0.3, 0.4], [0.1] * 3, ((2, 3, 60, 50), (1, 2, 66, 41)), [1, 1, 1], 10, 0)
+    rec.on_decode_steps([0.5, 0.6], [0.1, 0.1], 2, 80, [1, 1], 10, [0, 0], 70)      # varying cached: per step
+    rec.on_steps_bulk([0.7], 0.1, 4, 10, 1, 9, 0)                                     # no max given: the mean
+    df = rec.steps_frame()
+    assert df["max_prefill_context_tokens"].tolist() == [300, 300, 0, 0, 0, 0, 0, 0]
+    assert df["max_decode_context_tokens"].tolist() == [900, 0, 50, 51, 41, 70, 71, 3]
+    assert df["max_context_tokens"].tolist() == [900, 300, 50, 51, 41, 70, 71, 3]

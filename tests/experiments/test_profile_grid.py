@@ -1,0 +1,54 @@
+"""The profile grid covers its envelope: long prefills and contexts up to max_model_len, prefix-cache hits,
+chunked mixed steps, long-tail decode batches; every shape within the engine's limits (no torch needed)."""
+import numpy as np
+import pytest
+
+from experiments import profile
+from experiments.profile import grid_shapes
+
+
+def _extent(shape):
+    ctx = [n + c for n, c in shape.prefills] + list(shape.decode_ctx)
+    return max(ctx, default=0), sum(n for n, _ in shape.prefills) + len(shape.decode_ctx)
+
+
+@pytest.mark.parametrize("max_model_len", [8192, 16384, 40960])
+def test_full_grid_reaches_max_model_len_within_the_limits(max_model_len):
+    shapes = grid_shapes("full", max_model_len, 16384, 256)
+    assert len({s.label for s in shapes}) == len(shapes)            # no shape timed twice
+    longest = max(_extent(s)[0] for s in shapes)
+    assert longest == max_model_len
+    for s in shapes:
+        ctx, tokens = _extent(s)
+        assert ctx <= max_model_len and tokens <= 16384 and len(s.prefills) + len(s.decode_ctx) <= 256, s.label
+    prefills = [s for s in shapes if s.kind == "prefill"]
+    assert max(n for s in prefills for n, _ in s.prefills) == min(max_model_len, 16384)
+    # prefix-cache hits: a short chunk on a long cached context, at the long end
+    assert any(n <= 128 and n + c == max_model_len for s in prefills for n, c in s.prefills)
+    # chunked mixed steps: a chunk with a cached context plus decodes
+    assert any(s.kind == "mixed" and s.prefills[0][1] > 0 and len(s.decode_ctx) >= 16 for s in shapes)
+    # long-tail decode batches: a few long contexts among many short ones
+    tails = [s for s in shapes if s.kind == "decode" and len(s.decode_ctx) >= 32
+             and max(s.decode_ctx) >= 8 * np.median(s.decode_ctx)]
+    assert len(tails) >= 3 and any(max(s.decode_ctx) >= min(max_model_len, 16384) for s in tails)
+
+
+def test_short_limits_and_the_small_grid():
+    """At max_model_len 4,096 the long end adds the long-tail decodes and chunked mixed steps that fit (148
+    shapes, 132 before); the small grid (CPU tests) has no long end (46 shapes, as before)."""
+    full = grid_shapes("full", 4096, 16384, 256)
+    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 148
+    small = grid_shapes("small", 512, 512, 32)
+    assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 46
+
+
+def test_dry_run_lists_the_grid_and_prices_it(capsys, tmp_path):
+    from sim.cost_model.calibrated import CalibratedCostModel
+    fit = tmp_path / "fit.json"
+    CalibratedCostModel(coefficients={"step": 1e-3}).save(fit)
+    assert profile.main(["--model", "unused", "--out", "unused.csv", "--dry-run", "--max-model-len", "16384",
+                         "--estimate-with", str(fit), "--repeats", "3", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    n = len(grid_shapes("full", 16384, 16384, 256))
+    assert len(out) == n + 1 and out[-1].startswith(f"{n} shapes (grid full, max_model_len 16384)")
+    assert f"about {4e-3 * n:.0f} s" in out[-1]
