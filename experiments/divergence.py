@@ -9,9 +9,10 @@ walked in order; row i of one run matches row i of the other when all four id li
 first mismatch the runs made the same decisions, possibly at shifted times (`drift_s`: sim start - real
 start). At the first mismatch the cause is one of:
 
-  * "arrival boundary" (time drift): every request in one run's prefill list and not the other's had
-    arrived by that run's step start and not by the other's: the same policy saw different queues because
-    the clocks had drifted.
+  * "arrival boundary" (time drift): some request arrived between the two runs' step starts, so one
+    scheduler saw it in its queue and the other did not: the same policy, different queues, because the
+    clocks had drifted (the request need not be the one that differs: a later, more important arrival
+    changes whom a priority policy admits or preempts).
   * "step count" (time drift): the runs took a different number of steps since the last matching decision
     (e.g. a preemption when the KV cache fills up, which depends on how many decode steps ran): the same
     rule met a different state.
@@ -71,19 +72,15 @@ def _mismatch(i: int, r: dict, s: dict, last_r: dict | None, last_s: dict | None
     only_r = [x for x in r["prefill_ids"] if x not in s["prefill_ids"]]
     only_s = [x for x in s["prefill_ids"] if x not in r["prefill_ids"]]
     t_r, t_s = r["start_time_s"], s["start_time_s"]
-
-    def arrived_only_in(x, t_here, t_there):
-        a = arrivals.get(x)
-        return a is not None and a <= t_here and a > t_there
-
+    lo, hi = min(t_r, t_s), max(t_r, t_s)
+    # Requests one run's scheduler could see at this step and the other's could not.
+    between = sorted((x for x, a in arrivals.items() if lo < a <= hi), key=arrivals.get)
     steps_r = r["step"] - (last_r["step"] if last_r else -1)
     steps_s = s["step"] - (last_s["step"] if last_s else -1)
-    boundary = (only_r or only_s) and all(arrived_only_in(x, t_r, t_s) for x in only_r) \
-        and all(arrived_only_in(x, t_s, t_r) for x in only_s)
-    if boundary:
+    if between:
         cause = "arrival boundary"
-        why = (f"request(s) {only_r + only_s} arrived between the two runs' step starts "
-               f"(real {t_r:.4f} s, sim {t_s:.4f} s): time drift")
+        why = (f"request(s) {between} arrived between the two runs' step starts (real {t_r:.4f} s, sim "
+               f"{t_s:.4f} s), so the two schedulers saw different queues: time drift")
     elif steps_r != steps_s:
         cause = "step count"
         why = (f"{steps_r} real vs {steps_s} simulated steps since the last matching decision: the same rule "
@@ -93,4 +90,5 @@ def _mismatch(i: int, r: dict, s: dict, last_r: dict | None, last_s: dict | None
         why = "same step count since the last match, and no arrival between the step starts explains it"
     return {"diverged": True, "index": i, "cause": cause, "explanation": why,
             "real": r, "sim": s, "drift_s": t_s - t_r, "steps_since_match_real": int(steps_r),
-            "steps_since_match_sim": int(steps_s), "prefill_only_real": only_r, "prefill_only_sim": only_s}
+            "steps_since_match_sim": int(steps_s), "prefill_only_real": only_r, "prefill_only_sim": only_s,
+            "arrived_between": between}

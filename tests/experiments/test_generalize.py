@@ -120,7 +120,7 @@ def test_first_divergence_names_its_cause():
     arrivals = {"a": 0.0, "b": 0.09, "c": 0.15, "d": 0.195}
     out = first_divergence(real, sim, arrivals)
     assert out["diverged"] and out["index"] == 2 and out["cause"] == "arrival boundary"
-    assert out["prefill_only_real"] == ["d"] and out["num_matched"] == 2
+    assert out["prefill_only_real"] == ["d"] and out["arrived_between"] == ["d"] and out["num_matched"] == 2
     assert out["drift_s"] == pytest.approx(-0.01) and out["drift_s_at_last_match"] == 0.0
     # a preemption after a different number of decode steps: time drift through the state
     sim2 = _dec(base + [(9, 0.20, "c d", "", "", ""), (18, 0.45, "", "d", "", "")])
@@ -129,6 +129,11 @@ def test_first_divergence_names_its_cause():
     # the same step count and no arrival to blame: a different decision
     sim3 = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.5, "", "d", "", "")])
     assert first_divergence(real, sim3, arrivals)["cause"] == "different decision"
+    # a more important request arriving in between changes whom the policy admits: still time drift
+    real4 = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.50, "f", "", "", "")])
+    sim4 = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.52, "e", "f", "", "")])
+    out = first_divergence(real4, sim4, {**arrivals, "f": 0.3, "e": 0.51})
+    assert out["cause"] == "arrival boundary" and out["arrived_between"] == ["e"]
     assert first_divergence(real, real, arrivals) == {
         "diverged": False, "num_matched": 4, "num_real_rows": 4, "num_sim_rows": 4, "drift_s_at_last_match": 0.0,
         "max_abs_drift_s_before": 0.0}
