@@ -15,7 +15,8 @@ Written into --out:
                                  p50 / p90 / p99 (`*_q50_err` ..., signed), throughput error, step-sum ratio
                                  (the fit pricing the real run's own steps: sum predicted / sum real), preemptions
                                  real / sim, and the real-vs-real floor (per-request E2E / TTFT median |diff|
-                                 between the repeats, mean over pairs)
+                                 between the repeats, mean over pairs); `*_all_runs`: the same simulated run
+                                 scored against every real run (repeats too), averaged
   step_kinds.{parquet,md}        the step-sum ratio by step kind (decode / prefill / mixed / swap) and, for steps
                                  with prefill work, by prefill tokens: which cost term the error sits in
   policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload
@@ -185,22 +186,49 @@ def kinds_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def run_divergence(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
-    """Simulate `policy` on the workload with decisions recorded and align it with the saved real run."""
-    from experiments.divergence import first_divergence
+def simulate_saved(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model, record_decisions=False):
+    """(workload specs, SavedReplays, the simulated RunResult) of `policy` on a kept workload."""
+    from experiments.policy_conf import swaps
     from experiments.saved_runs import SavedReplays
     from experiments.validate import build_workload, parse_args, policy_scheduler_config, simulate
-    from experiments.policy_conf import swaps
     args = parse_args(["--from-real", str(wl_dir), "--out-dir", "/nonexistent", *argv])
     specs = build_workload(args).specs()
     saved = SavedReplays(wl_dir, name)
-    real = saved.replay(specs, policy)
-    if real.decisions is None:
-        raise ValueError(f"{wl_dir}: the {policy} run has no decisions (replay with --record-decisions)")
     cpu = saved.num_cpu_blocks if args.num_cpu_blocks is None else args.num_cpu_blocks
     sched_cfg = policy_scheduler_config(saved.scheduler_config(num_cpu_blocks=cpu if swaps(policy) else 0), policy)
     sim = simulate(specs, policy, cost_model, sched_cfg, saved.vocab_size, temperature=saved.config.temperature,
-                   rng_seed=saved.config.seed, record_decisions=True)
+                   rng_seed=saved.config.seed, record_decisions=record_decisions)
+    return specs, saved, sim
+
+
+def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
+    """The simulated run scored against every real run of the policy (repeat 0 and each repeat<k>): per-request
+    E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run."""
+    from experiments.saved_runs import SavedReplays
+    from experiments.validate import compare
+    _, _, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
+    dirs = [wl_dir] + sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
+    e2e, ttft, sums = [], [], []
+    for d in dirs:
+        saved = SavedReplays(d, name)
+        if policy not in saved.policies:
+            continue
+        c = compare(saved.run(policy), sim, cost_model)
+        e2e.append(c["e2e_s"]["median_rel_err"])
+        ttft.append(c["ttft_s"]["median_rel_err"])
+        sums.append(c["step_time"]["sum_pred_over_real"])
+    return dict(e2e_median_err_all_runs=float(np.mean(e2e)), e2e_median_err_best_run=float(np.min(e2e)),
+                ttft_median_err_all_runs=float(np.mean(ttft)), step_sum_ratio_all_runs=float(np.mean(sums)),
+                step_sum_ratio_min=float(np.min(sums)), step_sum_ratio_max=float(np.max(sums)), num_real_runs=len(e2e))
+
+
+def run_divergence(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
+    """Simulate `policy` on the workload with decisions recorded and align it with the saved real run."""
+    from experiments.divergence import first_divergence
+    specs, saved, sim = simulate_saved(wl_dir, name, policy, argv, cost_model, record_decisions=True)
+    real = saved.replay(specs, policy)
+    if real.decisions is None:
+        raise ValueError(f"{wl_dir}: the {policy} run has no decisions (replay with --record-decisions)")
     out = first_divergence(real.decisions, sim.decisions, {s.request_id: s.arrival_time_s for s in specs})
     return {"workload": name, "policy": policy, **out}
 
@@ -246,7 +274,8 @@ def main(argv=None) -> int:
             if not s or "error" in s:
                 continue
             sims[policy] = s["summary_sim"]
-            rows.append(table_row(name, policy, s, floor.get(policy, {})))
+            rows.append({**table_row(name, policy, s, floor.get(policy, {})),
+                         **errors_vs_repeats(wl_dir, name, policy, wl_argv, cm)})
             kinds.append(step_kinds(saved.run(policy).steps, cm).assign(workload=name, policy=policy))
         diffs.append(policy_diff.policy_differences(real_summaries, sims).assign(workload=name))
     table = pd.DataFrame(rows)
