@@ -33,6 +33,7 @@ import pandas as pd
 
 from experiments.step_tables import read_step_table
 from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
+from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 
 
 def read_table(path) -> pd.DataFrame:
@@ -111,13 +112,22 @@ def _fmt(s: dict) -> str:
             f"sum pred/real {s['sum_pred_over_real']:.3f} ({s['num_rows']} rows)")
 
 
+def _spec_dims(model_name: str) -> dict | None:
+    """The published dimensions of the model a name stands for (sim.specs), recorded where no profile sidecar
+    gives the checkpoint's own; the simulator checks a run's model against them (sim.cost_model.fit_identity)."""
+    spec = resolve_model_name(model_name)
+    return None if spec is None else model_dims_of(spec)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.calibrate", description=__doc__.split("\n")[0])
     ap.add_argument("tables", nargs="+", help="step tables (CSV or parquet): profiles and / or real runs' steps")
     ap.add_argument("--out", required=True, help="output JSON (written atomically)")
     ap.add_argument("--eval", nargs="*", default=[], metavar="TABLE", help="tables to score but never fit on")
     ap.add_argument("--hardware", default=None, help="hardware name to record (default: the profile's device)")
-    ap.add_argument("--model", default=None, help="model name to record (default: the profile's model path)")
+    ap.add_argument("--model", default=None, help="model name to record (default: the profile's model path); a "
+                    "name sim.specs knows (e.g. Qwen3-0.6B, or Qwen3-0.6B-random) also records its dimensions when "
+                    "the profile has no <table>.meta.json")
     ap.add_argument("--heldout", type=float, default=0.2, help="fraction of rows held out (default 0.2)")
     ap.add_argument("--objective", default="relative", choices=OBJECTIVES,
                     help="residual weighting: relative (default), sqrt or absolute")
@@ -140,11 +150,12 @@ def main(argv=None) -> int:
         raise ValueError(f"input tables must have distinct file names (they label the per-source errors), got {names}")
     table = pd.concat(frames, ignore_index=True)
     prof = next((s["profile"] for s in sources if "profile" in s), {})
+    model_name = args.model or prof.get("model_path", "unknown")
     meta = {
         "hardware": args.hardware or prof.get("device", "unknown"),
         "device": prof.get("device"),
-        "model": args.model or prof.get("model_path", "unknown"),
-        "model_dims": prof.get("model"),
+        "model": model_name,
+        "model_dims": prof.get("model") or _spec_dims(model_name),
         "dtype": prof.get("dtype"),
         "attention_backend": prof.get("attention_backend"),
         "cuda_graphs": prof.get("cuda_graphs"),

@@ -91,6 +91,12 @@ def format_summary(summary: dict) -> str:
         ("mean batch / KV use", f"{_fmt(m.get('mean_batch_size'))} / {_fmt(m.get('kv_usage_mean'))} "
                                 f"(max {_fmt(m.get('kv_usage_max'))})"),
     ]
+    if "cost_model_coverage" in meta:
+        from sim.cost_model.envelope import format_coverage
+        rows.append(("cost-model coverage", format_coverage(meta["cost_model_coverage"])))
+    if meta.get("cost_model_mismatch"):
+        rows.append(("cost-model file", f"made for another model or GPU ({meta['cost_model_mismatch']}); "
+                                        "allow_mismatch=true"))
     if meta.get("sim_wall_time_s") is not None:
         rows.append(("simulation wall time", _fmt(meta["sim_wall_time_s"], " s")))
     width = max(len(k) for k, _ in rows)

@@ -12,6 +12,7 @@ runner shares. Ctrl-C during the simulation stops it and returns what finished
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -231,4 +232,27 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
         "sim_wall_time_s": wall_s, "num_steps": num_steps, "num_fast_steps": num_fast_steps,
         "interrupted": interrupted, "num_unfinished": len(wl) - len(req_df),
     }
+    meta.update(fitted_model_meta(cost_model, steps_df))
     return RunResult(req_df, steps_df, token_times, meta, complete=not interrupted)
+
+
+def fitted_model_meta(cost_model, steps_df: pd.DataFrame) -> dict:
+    """For a fitted cost model (one with an `envelope`): the run's coverage by its envelope (share of steps and of
+    simulated step time outside it; one WARNING line on stderr past envelope.WARN_OUTSIDE_SHARE) and, where the
+    run allowed a file made for another model or GPU, what differs. {} for other cost models."""
+    from sim.cost_model.envelope import coverage, coverage_warning
+    if not hasattr(cost_model, "envelope"):
+        return {}
+    out = {"cost_model_coverage": coverage(steps_df, cost_model.envelope) if cost_model.envelope else None}
+    if out["cost_model_coverage"] is None:
+        out["cost_model_coverage_note"] = "the cost-model file records no envelope (fitted before format v3): refit it"
+    line = coverage_warning(out["cost_model_coverage"], "the calibrated cost model")
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    if getattr(cost_model, "allow_mismatch", False):
+        out["cost_model_allow_mismatch"] = True
+        out["cost_model_mismatch"] = cost_model.mismatch
+        if cost_model.mismatch:
+            print(f"WARNING: the calibrated cost model was fitted for another model or GPU ({cost_model.mismatch}); "
+                  f"used anyway (allow_mismatch=true)", file=sys.stderr, flush=True)
+    return out

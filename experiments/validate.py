@@ -39,6 +39,7 @@ from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run
 from experiments.step_tables import calibration_table
 from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
+from sim.cost_model.envelope import coverage, coverage_warning
 
 FORMAT = "servelab.validation/v1"
 # A nominal CPU for roofline pricing of CPU smoke runs (the roofline is a GPU model; on a CPU it is only a lower bound).
@@ -159,6 +160,10 @@ def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
                             "p90_rel_err": float(np.percentile(relative_errors(pred, true), 90)),
                             "sum_pred_over_real": float(pred.sum() / true.sum()), "num_steps": int(len(true)),
                             "target": "cycle time (duration + host gap to the next step)"}
+    envelope = getattr(cost_model, "envelope", None)
+    if envelope is not None:
+        # steps outside the envelope the model was fitted on: extrapolated (sim.cost_model.envelope)
+        out["coverage"] = {"sim": coverage(sim.steps, envelope), "real": coverage(real.steps, envelope)}
     return out
 
 
@@ -374,6 +379,9 @@ def main(argv=None) -> int:
             runs[name] = sim
             entry["sims"][name] = compare(real, sim, cm)
             entry["sims"][name]["info"] = sim.info
+            warning = coverage_warning((entry["sims"][name].get("coverage") or {}).get("sim"), f"{name} ({policy})")
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
             if args.save_tables:
                 for kind in ("requests", "steps"):
                     atomic_write_text(out_dir / f"validation_{args.name}_{policy}_{name}_{kind}.csv",
@@ -424,8 +432,10 @@ def _one_line(policy: str, entry: dict) -> str:
             continue
         med = e["e2e_s"]["median_rel_err"]
         tp = e["throughput"]["rel_err"]
+        cov = (e.get("coverage") or {}).get("sim")
         parts.append(f"{name}: throughput err {_pct(tp)}, median |E2E| err {_pct(med)}, "
-                     f"{e['preemptions']['sim']} preemptions")
+                     f"{e['preemptions']['sim']} preemptions"
+                     + (f", {100 * cov['share_steps_outside']:.1f}% of steps outside its envelope" if cov else ""))
     return "; ".join(parts)
 
 

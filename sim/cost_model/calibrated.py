@@ -76,6 +76,7 @@ import numpy as np
 from sim.cost_model import register_cost_model
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
 from sim.cost_model.envelope import check_envelope, envelope_of
+from sim.cost_model.fit_identity import fit_mismatch
 from sim.cost_model.calibrated_fit import (FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients,
                                            nnls)
 
@@ -99,7 +100,10 @@ class CalibratedCostModel(FittedCostModel):
     def __init__(self, profile: str | Path | Mapping | None = None, *, coefficients: Mapping[str, float] | None = None,
                  knee_tokens: int | None = None, block_size: int = 16, metadata: Mapping | None = None,
                  fitted_range: Mapping | None = None, max_model_len: int | None = None,
-                 envelope: Mapping | None = None):
+                 envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False):
+        """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
+        for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
+        keeps what differs in `mismatch` (None when it matches or nothing was checked)."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -138,8 +142,27 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
+        self.allow_mismatch = bool(allow_mismatch)
+        self.mismatch = self._check_identity(model, hardware, profile)
         # A decode-only step's cost per sequence: the sequence, its LM-head row, its share of the loop.
         self._decode_seq = self._seq + self._lm + self._loop_seq
+
+    def _check_identity(self, model, hardware, source) -> str | None:
+        if model is None and hardware is None:
+            return None
+        from sim.specs import get_hardware_spec, get_model_spec
+        model = get_model_spec(model) if isinstance(model, str) else model
+        hardware = get_hardware_spec(hardware) if isinstance(hardware, str) else hardware
+        problem = fit_mismatch(self.metadata, model, hardware)
+        if problem and not self.allow_mismatch:
+            where = source if isinstance(source, (str, Path)) else "this calibrated cost model"
+            run = " on ".join(x.name for x in (model, hardware) if x is not None)
+            raise CostModelError(
+                f"{where} was fitted for {self.metadata.get('model', '?')} on {self.metadata.get('hardware', '?')}, "
+                f"not for this run's {run} ({problem}): its step times are that engine's. Profile and fit this "
+                f"model and GPU (python -m experiments.profile, then experiments.calibrate), or pass "
+                f"allow_mismatch=True (servelab: backend.cost_model.allow_mismatch=true) to use it anyway")
+        return problem
 
     def __repr__(self) -> str:
         terms = ", ".join(f"{f}={v:.3g}" for f, v in self.coefficients.items() if v)
