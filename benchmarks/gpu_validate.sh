@@ -26,42 +26,9 @@
 # skips stages 2-4 and validates against that fit (made on the same engine).
 set -uo pipefail
 
-SMOKE=0
-TRACE=""
-OUT_DIR="${OUT:-}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --smoke) SMOKE=1; shift ;;
-    --trace) TRACE="$2"; shift 2 ;;
-    --out) OUT_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (allowed: --smoke, --trace PATH, --out DIR)" >&2; exit 2 ;;
-  esac
-done
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
-OUT_DIR="${OUT_DIR:-benchmarks/results}"
-mkdir -p "$OUT_DIR"
-OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_validate.XXXXXX")"
-LOG="$OUT_DIR/gpu_validate.log"
-: > "$LOG"
-export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
-# The GPU image lacks simpy (and hydra); install the carried wheels (shared/gpu-wheels/README.md) when needed.
-if ! "$PY" -c "import simpy" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" .gpuwheels/* 2>&1 | tail -3
-  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-
-# Default trace: ../shared/traces/ beside the repository root; the other two are where the GPU machine finds
-# it when it is carried inside the repository.
-if [ -z "$TRACE" ]; then
-  for cand in ../shared/traces/AzureLLMInferenceTrace_conv.csv shared/traces/AzureLLMInferenceTrace_conv.csv \
-              tmp/traces/AzureLLMInferenceTrace_conv.csv; do
-    if [ -f "$cand" ]; then TRACE="$cand"; break; fi
-  done
-fi
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_validate benchmarks/results '2,22p' "$0" "$@"
 
 # The committed results ran with 16,384 tokens per step (the former default of experiments.validate; its
 # default is now derived from max_model_len, engine/core/token_budget.py): pinned so that a re-run reproduces them.
@@ -89,44 +56,11 @@ fi
 CKPT="$WORK/model"
 TABLE="$WORK/profile_$TAG.csv"
 PROFILE="$OUT_DIR/profile_$TAG.json"
-FAILED=()
-
-log() { echo "$*" | tee -a "$LOG"; }
-stage() {   # stage NAME SECONDS command...: runs under a time limit, logs, never aborts the script
-  local name="$1" limit="$2"; shift 2
-  log "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*"
-  local t0=$SECONDS
-  timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  if [ "$rc" -ne 0 ]; then FAILED+=("$name"); log "!!! [$name] failed (exit $rc) after $((SECONDS - t0))s"
-  else log "=== [$name] done in $((SECONDS - t0))s"; fi
-}
-
 log "gpu_validate: smoke=$SMOKE device=$DEVICE out=$OUT_DIR work=$WORK trace=${TRACE:-none}"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 
 # 1. checkpoint ------------------------------------------------------------------------------------------
-if [ "$SMOKE" = 1 ]; then
-  stage checkpoint "$T_CKPT" "$PY" -c "
-import sys; sys.path.insert(0, '.')
-from tests.engine.tiny_model import make_tiny_qwen3
-make_tiny_qwen3('$CKPT')
-print('tiny Qwen3 checkpoint in $CKPT')"
-else
-  stage checkpoint "$T_CKPT" "$PY" -c "
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
-# Qwen3-0.6B's published config.json (huggingface.co/Qwen/Qwen3-0.6B), random weights.
-cfg = Qwen3Config(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                  head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
-                  rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960, bos_token_id=151643,
-                  eos_token_id=151645, dtype='bfloat16')
-torch.manual_seed(0)
-with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
-    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-model.save_pretrained('$CKPT')
-print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $CKPT')"
-fi
+make_checkpoint "$CKPT" "$T_CKPT"
 
 CAL_STEPS="$OUT_DIR/calib_steps_$TAG.parquet"
 if [ -n "${REUSE_PROFILE:-}" ]; then     # stages 2-4 already ran on this engine: validate against their fit

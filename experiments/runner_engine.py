@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -76,6 +76,7 @@ class RunResult:
     requests: object                        # pandas DataFrame, engine.core.recorder.REQUEST_COLUMNS
     steps: object                           # pandas DataFrame, engine.core.recorder.STEP_COLUMNS
     info: dict = field(default_factory=dict)
+    decisions: object = None                # pandas DataFrame, engine.core.recorder.DECISION_COLUMNS, when recorded
 
 
 def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 0.6, rng_seed: int = 0,
@@ -167,22 +168,29 @@ class EngineReplayer:
         self._sync()
         return time.perf_counter() - t0
 
-    def replay(self, requests: Iterable, policy: str = "vllm", *, num_kvcache_blocks: int | None = None,
+    def replay(self, requests: Iterable, policy="vllm", *, num_kvcache_blocks: int | None = None,
                num_cpu_blocks: int | None = None, eviction: str | None = None, recorder: Recorder | None = None,
-               max_wall_s: float | None = None) -> RunResult:
-        """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring."""
+               max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None) -> RunResult:
+        """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring.
+
+        policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state);
+        enable_chunked_prefill overrides the engine config's setting for this replay."""
         seqs = self.sequences(requests)
         sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks)
-        sched = Scheduler(sched_cfg, policy=_make_policy(policy),
-                          eviction=None if eviction is None else _make_eviction(eviction))
+        if enable_chunked_prefill is not None:
+            sched_cfg = replace(sched_cfg, enable_chunked_prefill=bool(enable_chunked_prefill))
+        pol = _make_policy(policy) if isinstance(policy, str) else policy
+        sched = Scheduler(sched_cfg, policy=pol, eviction=None if eviction is None else _make_eviction(eviction))
         rec = recorder or Recorder()
         info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
                         max_wall_s=max_wall_s)
-        info.update(policy=policy, scheduler=asdict(sched_cfg), engine=asdict(self.config),
+        info.update(policy=policy if isinstance(policy, str) else pol.name, scheduler=asdict(sched_cfg),
+                    engine=asdict(self.config),
                     runner_num_kvcache_blocks=self.num_kvcache_blocks, device=str(self.runner.device),
                     dtype=str(self.runner.dtype), attention_backend=self.runner.attn_backend.name,
                     num_cuda_graphs=len(getattr(self.runner, "graphs", {}) or {}))
-        return RunResult(rec.requests_frame(), rec.steps_frame(), info)
+        return RunResult(rec.requests_frame(), rec.steps_frame(), info,
+                         rec.decisions_frame() if rec.record_decisions else None)
 
 
 def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorder, *, release=None,

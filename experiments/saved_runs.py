@@ -3,8 +3,11 @@
 A validation with `--real-dir DIR` writes, next to its report, what the real side produced:
 
     DIR/<name>_<policy>_requests.parquet, DIR/<name>_<policy>_steps.parquet   one pair per policy
+    DIR/<name>_<policy>_decisions.parquet     the scheduler's decisions per step (--record-decisions)
     DIR/<name>_real.json      engine facts: EngineRunConfig, KV and swap blocks, vocab size, device,
-                              load and warm-up seconds, each policy's run info
+                              load and warm-up seconds, each policy's run info, the validate
+                              command's arguments (`argv`: experiments.generalize re-makes the
+                              simulated side from them)
     DIR/config.json           the checkpoint's config (the roofline model's dimensions)
 
 `python -m experiments.validate --from-real DIR` with the same workload flags then loads those
@@ -28,14 +31,20 @@ def _paths(real_dir: Path, name: str, policy: str) -> tuple[Path, Path]:
     return real_dir / f"{name}_{policy}_requests.parquet", real_dir / f"{name}_{policy}_steps.parquet"
 
 
+def _decisions_path(real_dir: Path, name: str, policy: str) -> Path:
+    return real_dir / f"{name}_{policy}_decisions.parquet"
+
+
 def save_real_run(real_dir, name: str, policy: str, run: RunResult) -> None:
     requests, steps = _paths(Path(real_dir), name, policy)
     write_parquet(run.requests, requests)
     write_parquet(run.steps, steps)
+    if run.decisions is not None:
+        write_parquet(run.decisions, _decisions_path(Path(real_dir), name, policy))
 
 
 def save_real_meta(real_dir, name: str, replayer, device: str, runner_device: str, load_s: float,
-                   warm_s: float, infos: dict) -> None:
+                   warm_s: float, infos: dict, argv: list[str] | None = None) -> None:
     """Engine facts of a live replayer (experiments.runner_engine.EngineReplayer) and its runs' info."""
     real_dir = Path(real_dir)
     real_dir.mkdir(parents=True, exist_ok=True)
@@ -45,7 +54,7 @@ def save_real_meta(real_dir, name: str, replayer, device: str, runner_device: st
         "engine_load_s": load_s, "warmup_s": warm_s,
         "vocab_size": replayer.vocab_size, "max_model_len": replayer.max_model_len,
         "num_kvcache_blocks": replayer.num_kvcache_blocks, "num_cpu_blocks": replayer.num_cpu_blocks,
-        "runs": infos})
+        "runs": infos, "argv": list(argv) if argv is not None else None})
 
 
 class SavedReplays:
@@ -81,8 +90,10 @@ class SavedReplays:
         req_path, steps_path = _paths(self.real_dir, self.name, policy)
         if not req_path.is_file():
             raise FileNotFoundError(f"no saved real run for policy {policy!r} in {self.real_dir} ({req_path.name})")
+        dec_path = _decisions_path(self.real_dir, self.name, policy)
         return RunResult(pd.read_parquet(req_path), pd.read_parquet(steps_path),
-                         dict(self.meta["runs"].get(policy, {})))
+                         dict(self.meta["runs"].get(policy, {})),
+                         pd.read_parquet(dec_path) if dec_path.is_file() else None)
 
     def replay(self, requests, policy: str = "vllm", **_) -> RunResult:
         run = self.run(policy)

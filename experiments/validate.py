@@ -25,12 +25,13 @@ import datetime as _dt
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from experiments.metrics import summary
+from experiments.policy_conf import make_policy, parse_label, policy_names, swaps
 from experiments.profile import set_threads
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
@@ -40,7 +41,6 @@ from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
 from sim.cost_model.envelope import coverage, coverage_warning
 
-POLICIES = ("fcfs", "vllm", "vllm_swap")
 FORMAT = "servelab.validation/v1"
 # A nominal CPU for roofline pricing of CPU smoke runs (the roofline is a GPU model; on a CPU it is only a lower bound).
 CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=20.0, memory_gib=16.0,
@@ -50,22 +50,29 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 
 # -- the simulator side -------------------------------------------------------------------
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
-             rng_seed: int = 0) -> RunResult:
-    """The same requests under the same SchedulerConfig and policy, priced by `cost_model`."""
+             rng_seed: int = 0, record_decisions: bool = False) -> RunResult:
+    """The same requests under the same SchedulerConfig and policy (a label of experiments.policy_conf, whose
+    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`."""
     from engine.core.recorder import Recorder
     from engine.core.scheduler import Scheduler
-    from policies.registry import make_scheduling_policy
     from sim.replica import Replica
     from sim.simulator import Simulator
 
     seqs = make_sequences(requests, vocab_size, temperature=temperature, rng_seed=rng_seed)
-    rec = Recorder()
-    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_scheduling_policy(policy)), cost_model, rec),
+    rec = Recorder(record_decisions=record_decisions)
+    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_policy(policy)), cost_model, rec),
                     vocab_size=vocab_size, prompt_seed=rng_seed)
     res = sim.run(seqs)
     return RunResult(rec.requests_frame(), rec.steps_frame(),
                      dict(sim_end_s=float(res.end_time_s), sim_wall_s=float(res.wall_s), num_steps=int(res.num_steps),
-                          num_fast_steps=int(res.num_fast_steps)))
+                          num_fast_steps=int(res.num_fast_steps)),
+                     rec.decisions_frame() if record_decisions else None)
+
+
+def policy_scheduler_config(sched_cfg, label: str):
+    """sched_cfg with the label's forced chunked-prefill setting (experiments.policy_conf)."""
+    chunked = parse_label(label).chunked
+    return sched_cfg if chunked is None else replace(sched_cfg, enable_chunked_prefill=chunked)
 
 
 def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
@@ -170,6 +177,18 @@ def _length_range(text: str, flag: str) -> tuple[int, int]:
     return lo, hi
 
 
+def priority_classes(text: str):
+    """'0:0.3,1:0.7' (value:probability, lower value = more important) -> PriorityClasses."""
+    from experiments.workloads.options import PriorityClasses
+    try:
+        pairs = [item.split(":") for item in text.split(",")]
+        values, probs = zip(*((int(v), float(p)) for v, p in pairs))
+        return PriorityClasses(tuple(values), tuple(probs))
+    except ValueError as exc:
+        raise ValueError(f"--priority-classes must be VALUE:PROB,... with probabilities summing to 1 (e.g. "
+                         f"0:0.3,1:0.7), got {text!r} ({exc})") from None
+
+
 def build_workload(args, max_model_len: int | None = None):
     """The workload the flags describe, clipped to max_model_len (None: --max-model-len)."""
     from experiments.workloads import (AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace,
@@ -180,6 +199,8 @@ def build_workload(args, max_model_len: int | None = None):
         opts["target_rate_rps"] = args.target_rate_rps
     if args.time_scale is not None:
         opts["time_scale"] = args.time_scale
+    if args.priority_classes:
+        opts["priorities"] = priority_classes(args.priority_classes)
     if args.trace:
         return read_trace(args.trace, format=args.trace_format, **opts)
     arrivals = {"poisson": lambda: Poisson(args.rate_rps), "gamma": lambda: Gamma(args.rate_rps, args.cv),
@@ -217,8 +238,12 @@ def parse_args(argv=None):
     w.add_argument("--skip-requests", type=int, default=0, help="drop the first N requests (after sorting by "
                    "arrival), e.g. a calibration replay on requests 300-599: --skip-requests 300 --max-requests 300")
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--priority-classes", default=None, help="random priority per request, VALUE:PROB,... "
+                   "(lower value = more important), e.g. 0:0.3,1:0.7 (for the priority policy)")
     e = ap.add_argument_group("engine and scheduler (the same for both backends)")
-    e.add_argument("--policies", default="vllm", help=f"comma-separated, of {POLICIES}")
+    e.add_argument("--policies", default="vllm", help="comma-separated conf/scheduler names (fcfs, vllm, vllm_swap, "
+                   "sjf, srpt, priority, mlfq, sarathi, ...), each optionally +chunked / +nochunk to force chunked "
+                   "prefill for that policy alone (e.g. vllm,vllm+chunked)")
     e.add_argument("--device", default="auto")
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
@@ -238,11 +263,16 @@ def parse_args(argv=None):
     c.add_argument("--profile", default=None, help="calibrated cost model JSON (experiments.calibrate)")
     c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
     c.add_argument("--no-roofline", action="store_true")
+    ap.add_argument("--no-plot", action="store_true", help="skip validation_<name>.png (seconds per policy)")
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
     ap.add_argument("--real-dir", default=None, help="keep the real runs (parquet tables + engine facts) in this "
                     "directory, for a later --from-real")
     ap.add_argument("--from-real", default=None, help="replay nothing: load the real runs a --real-dir run kept "
                     "there (same workload flags and --name) and simulate against them")
+    ap.add_argument("--repeats", type=int, default=1, help="replay every policy this many times (the real-vs-real "
+                    "floor); repeat k > 0 is kept in REAL_DIR/repeat<k> (needs --real-dir) and simulated by nothing")
+    ap.add_argument("--record-decisions", action="store_true", help="keep the scheduler's decisions per step in "
+                    "both backends (experiments.divergence)")
     ap.add_argument("--steps-out", default=None, help="write each real run's steps table to this parquet (with "
                     "several policies: <stem>_<policy>.parquet), a calibration input for experiments.calibrate")
     return ap.parse_args(argv)
@@ -252,15 +282,17 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.model and not args.from_real:
         raise ValueError("--model CHECKPOINT_DIR is required (or --from-real DIR to reuse saved real runs)")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    bad = [p for p in policies if p not in POLICIES]
-    if bad or not policies:
-        raise ValueError(f"--policies must be a comma-separated list of {POLICIES}, got {args.policies!r}")
+    policies = [parse_label(p).label for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise ValueError(f"--policies must be a comma-separated list of {policy_names()}, got {args.policies!r}")
+    if args.repeats < 1 or (args.repeats > 1 and not args.real_dir):
+        raise ValueError(f"--repeats must be >= 1 and needs --real-dir when > 1, got {args.repeats}")
+    swapping = {p: swaps(p) for p in policies}
     set_threads(args.threads, args.device)
     out_dir = Path(args.out_dir)
     cpu_blocks = args.num_cpu_blocks
     if cpu_blocks is None:
-        cpu_blocks = (args.num_kvcache_blocks or 4096) if "vllm_swap" in policies else 0
+        cpu_blocks = (args.num_kvcache_blocks or 4096) if any(swapping.values()) else 0
     if args.from_real:          # the real side as measured before (experiments/saved_runs.py)
         rep = SavedReplays(args.from_real, args.name)
         cfg, device, model_dir = rep.config, rep.device, rep.model_dir
@@ -306,11 +338,22 @@ def main(argv=None) -> int:
         "policies": {},
     }
     runs_by_policy, real_infos = {}, {}
+    argv_list = list(argv if argv is not None else sys.argv[1:])
+
+    def replay(policy):
+        kw = dict(num_cpu_blocks=cpu_blocks if swapping[policy] else 0, max_wall_s=args.max_wall_s)
+        if args.from_real:
+            return rep.replay(specs, policy, **kw)
+        from engine.core.recorder import Recorder
+        run = rep.replay(specs, make_policy(policy), enable_chunked_prefill=parse_label(policy).chunked,
+                         recorder=Recorder(record_decisions=args.record_decisions), **kw)
+        run.info["policy"] = policy
+        return run
+
     for policy in policies:
         entry = report["policies"][policy] = {}
         try:
-            real = rep.replay(specs, policy, num_cpu_blocks=cpu_blocks if policy == "vllm_swap" else 0,
-                              max_wall_s=args.max_wall_s)
+            real = replay(policy)
         except Exception as exc:        # one failing policy must not lose the others' results
             entry["error"] = f"{type(exc).__name__}: {exc}"
             print(f"[{policy}] real run failed: {entry['error']}", flush=True)
@@ -319,18 +362,20 @@ def main(argv=None) -> int:
         if args.real_dir:
             save_real_run(args.real_dir, args.name, policy, real)
             real_infos[policy] = real.info
-            save_real_meta(args.real_dir, args.name, rep, device, runner_device, load_s, warm_s, real_infos)
+            save_real_meta(args.real_dir, args.name, rep, device, runner_device, load_s, warm_s, real_infos,
+                           argv_list)
         if args.steps_out:
             path = steps_out_path(args.steps_out, policy, len(policies))
             write_parquet(real.steps, path)
             entry["real"]["steps_file"] = str(path)
         runs = {"real": real}
-        sched_cfg = rep.scheduler_config(num_cpu_blocks=cpu_blocks if policy == "vllm_swap" else 0)
+        sched_cfg = policy_scheduler_config(rep.scheduler_config(num_cpu_blocks=cpu_blocks if swapping[policy] else 0),
+                                            policy)
         entry["sims"] = {}
         for name, cm in cost_models.items():
             try:
                 sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
-                               rng_seed=cfg.seed)
+                               rng_seed=cfg.seed, record_decisions=args.record_decisions)
             except Exception as exc:
                 entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
@@ -350,7 +395,23 @@ def main(argv=None) -> int:
                              getattr(real, kind).to_csv(index=False))
         runs_by_policy[policy] = runs
         print(_one_line(policy, entry), flush=True)
-    if runs_by_policy:
+    # Repeats: the same replays again, interleaved by policy, kept for experiments.real_vs_real (not simulated).
+    for k in range(1, args.repeats if not args.from_real else 1):
+        repeat_dir, repeat_infos = Path(args.real_dir) / f"repeat{k}", {}
+        for policy in policies:
+            try:
+                real = replay(policy)
+            except Exception as exc:
+                report["policies"][policy].setdefault("repeat_errors", {})[k] = f"{type(exc).__name__}: {exc}"
+                print(f"[{policy}] repeat {k} failed: {exc}", flush=True)
+                continue
+            save_real_run(repeat_dir, args.name, policy, real)
+            repeat_infos[policy] = real.info
+            save_real_meta(repeat_dir, args.name, rep, device, runner_device, load_s, warm_s, repeat_infos,
+                           argv_list)
+            report["policies"][policy].setdefault("repeats", {})[k] = run_summary(real)
+            print(f"[{policy}] repeat {k}: {run_summary(real)['e2e_s_p50']:.3f} s E2E p50", flush=True)
+    if runs_by_policy and not args.no_plot:
         png = overlay_plot(runs_by_policy, out_dir / f"validation_{args.name}.png",
                            title=f"{args.name}: real vs simulated ({report['device']})")
         report["plot"] = png.name

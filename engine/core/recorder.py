@@ -17,6 +17,13 @@ kv_blocks_cached only at the steps where it changes; the prefill / preemption /
 swap columns only for the steps where one of them is non-zero. batch_size and num_batched_tokens are derived when the table
 is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
+
+`record_decisions=True` also keeps, for every step with prefill work, a
+preemption or a swap, the request ids of the scheduler's decisions
+(`decisions_frame()`: which requests got prefill work, were preempted, swapped
+out, swapped in), to align two runs decision by decision
+(experiments.divergence). Off by default: the simulator's hot path pays one
+flag test per such step.
 """
 from __future__ import annotations
 
@@ -43,6 +50,8 @@ STEP_COLUMNS = (
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",
 )
 RECORD_STEPS = ("all", "none")
+# One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
+DECISION_COLUMNS = ("step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids", "swapped_in_ids")
 # int64 ('q') columns of each run of steps (see the module docstring):
 _RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "kv_blocks_total")
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
@@ -66,6 +75,10 @@ def _per_step(x, k: int, name: str) -> list:
     return [x] * k
 
 
+def _ids(seqs) -> str:
+    return " ".join(str(s.request_id) for s in seqs)
+
+
 def _columns(values: array, width: int, dtype) -> list:
     """The `width` columns of rows stored side by side in `values`, as numpy arrays (copies)."""
     table = np.frombuffer(values, dtype=dtype).reshape(-1, width) if len(values) else np.zeros((0, width), dtype)
@@ -75,10 +88,12 @@ def _columns(values: array, width: int, dtype) -> list:
 class Recorder:
     """record_steps: "all" (one row per step) or "none" (no per-step rows; steps_frame() raises)."""
 
-    def __init__(self, replica: int = 0, record_steps: str = "all"):
+    def __init__(self, replica: int = 0, record_steps: str = "all", record_decisions: bool = False):
         if record_steps not in RECORD_STEPS:
             raise ValueError(f"Recorder.record_steps must be one of {RECORD_STEPS}, got {record_steps!r}")
         self.replica = int(replica)
+        self.record_decisions = bool(record_decisions)
+        self._decisions: list[tuple] = []        # (step, start_s, prefill, preempted, swapped_out, swapped_in)
         self.record_steps = record_steps
         self._keep_steps = record_steps == "all"
         self._num_steps = 0
@@ -145,6 +160,9 @@ class Recorder:
         self._sparse.extend((row, sum(new[:npf]) if npf else 0, npf, len(batch.preempted), len(batch.swapped_out),
                              len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out),
                              max(ctx[:npf]) if npf else 0))
+        if self.record_decisions:
+            self._decisions.append((row, start_s, _ids(batch.seqs[:npf]), _ids(batch.preempted),
+                                    _ids(batch.swapped_out), _ids(batch.swapped_in)))
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached, max_decode_context_tokens=None) -> None:
@@ -297,6 +315,15 @@ class Recorder:
                 "num_batched_tokens": sp["num_prefill_tokens"] + d["num_decode_seqs"], **d, **sp}
         cols["max_context_tokens"] = np.maximum(cols["max_prefill_context_tokens"], cols["max_decode_context_tokens"])
         return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
+
+    def decisions_frame(self):
+        """One row per step with prefill work, a preemption or a swap (DECISION_COLUMNS); needs record_decisions."""
+        import pandas as pd
+        if not self.record_decisions:
+            raise ValueError(f"replica {self.replica}: this Recorder kept no decisions; build it with "
+                             "record_decisions=True")
+        df = pd.DataFrame(self._decisions, columns=list(DECISION_COLUMNS))
+        return df.astype({"step": np.int64, "start_time_s": np.float64})
 
     def token_times_frame(self):
         """Long table (request_id, token_index, time_s) for sequences that recorded token times."""

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The generalization suite's GPU side: fit once on the Azure conversation family, then real replays of workload
+# families the fit never saw, each kept (--real-dir) so that every simulated side is re-made on CPU
+# (python -m experiments.generalize). Or the same stages on CPU with the tiny test model (--smoke).
+#
+#   STAGES="fit prefill_heavy" benchmarks/gpu_generalize.sh --trace PATH/AzureLLMInferenceTrace_conv.csv [--out DIR]
+#   STAGES="decode_heavy prefix_share" benchmarks/gpu_generalize.sh [--out DIR]
+#   benchmarks/gpu_generalize.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, every stage
+#
+# Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
+#   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
+#                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
+#                  the fit on both tables                         -> profile_<tag>.{csv,json}, calib steps in the archive
+#   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
+#   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
+#   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
+#   bursty         gamma arrivals with cv 3.5, prompts 100-2,000, outputs 50-400
+#   priority       two priority classes (30% / 70%), prompts 200-1,500, outputs 50-300
+# Every workload replays fcfs, vllm, vllm+chunked (chunked prefill on), vllm_swap and two of sjf / srpt / mlfq /
+# sarathi / priority, REPEATS times each (default 2: the real-vs-real floor), with the scheduler's decisions
+# recorded; nothing is simulated here. Outputs (--out, default $OUT, else benchmarks/results/generalize):
+# gpu_generalize.log, profile_<tag>.{csv,json} (fit stage), real_<stages>.tgz (real/<workload>/ for
+# `experiments.generalize --real-root`, and the calibration replay's steps).
+# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# checkpoint directory).
+set -uo pipefail
+
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_generalize benchmarks/results/generalize '2,25p' "$0" "$@"
+ALL_STAGES="fit prefill_heavy decode_heavy prefix_share bursty priority"
+STAGES="${STAGES:-$ALL_STAGES}"
+for s in $STAGES; do
+  case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
+done
+TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
+REPEATS="${REPEATS:-2}"
+
+if [ "$SMOKE" = 1 ]; then
+  TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-60}"
+  PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-512}"
+  CAL=(--target-rate-rps 20 --max-requests "${CAL_REQUESTS:-16}" --num-kvcache-blocks 40 --num-cpu-blocks 40)
+  T_CKPT=120; T_PROFILE=120; T_CAL=60; T_REPLAY=120; T_WL=300
+else
+  TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
+  # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
+  PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
+  CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks 1024 --num-cpu-blocks 2048)
+  T_CKPT=90; T_PROFILE=200; T_CAL=60; T_REPLAY=120; T_WL=330
+fi
+CAL_SKIP="${CAL_SKIP:-300}"
+
+# workload_flags NAME: the validate flags of one family (prompts, outputs, arrivals, KV cache, policies).
+workload_flags() {
+  if [ "$SMOKE" = 1 ]; then
+    case "$1" in
+      prefill_heavy) echo "--num-requests 10 --arrival poisson --rate-rps 20 --prompt-len 200:400 --output-len 2:6 --num-kvcache-blocks 48 --policies fcfs,vllm,vllm+chunked,vllm_swap,sjf,sarathi" ;;
+      decode_heavy) echo "--num-requests 10 --arrival poisson --rate-rps 20 --prompt-len 8:32 --output-len 20:40 --num-kvcache-blocks 12 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
+      prefix_share) echo "--trace $TRACES_DIR/synthetic_trace.jsonl --skip-requests 3780 --max-requests 10 --target-rate-rps 20 --num-kvcache-blocks 96 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
+      bursty) echo "--num-requests 10 --arrival gamma --cv 3.5 --rate-rps 20 --prompt-len 16:128 --output-len 4:24 --num-kvcache-blocks 32 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
+      priority) echo "--num-requests 12 --arrival poisson --rate-rps 30 --prompt-len 16:128 --output-len 4:24 --priority-classes 0:0.3,1:0.7 --num-kvcache-blocks 24 --policies fcfs,vllm,vllm+chunked,vllm_swap,priority,sjf" ;;
+    esac
+  else
+    case "$1" in
+      prefill_heavy) echo "--num-requests 150 --arrival poisson --rate-rps 12 --prompt-len 2000:7400 --output-len 16:64 --num-kvcache-blocks 768 --policies fcfs,vllm,vllm+chunked,vllm_swap,sjf,sarathi" ;;
+      decode_heavy) echo "--num-requests 120 --arrival poisson --rate-rps 10 --prompt-len 16:128 --output-len 300:800 --num-kvcache-blocks 384 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
+      prefix_share) echo "--trace $TRACES_DIR/synthetic_trace.jsonl --skip-requests 3780 --max-requests 170 --target-rate-rps 14 --num-kvcache-blocks 6144 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
+      bursty) echo "--num-requests 120 --arrival gamma --cv 3.5 --rate-rps 10 --prompt-len 100:2000 --output-len 50:400 --num-kvcache-blocks 1024 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
+      priority) echo "--num-requests 240 --arrival poisson --rate-rps 20 --prompt-len 200:1500 --output-len 50:300 --priority-classes 0:0.3,1:0.7 --num-kvcache-blocks 768 --policies fcfs,vllm,vllm+chunked,vllm_swap,priority,sjf" ;;
+    esac
+  fi
+}
+
+has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+log "gpu_generalize: smoke=$SMOKE device=$DEVICE stages='$STAGES' repeats=$REPEATS out=$OUT_DIR trace=${TRACE:-none}"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"
+
+# The checkpoint (every call: a fresh machine holds nothing; CKPT reuses one) --------------------------------------
+CKPT="${CKPT:-$WORK/model}"     # CKPT=/tmp/DIR keeps it for the next call on a still-warm machine
+[ -f "$CKPT/config.json" ] || make_checkpoint "$CKPT" "$T_CKPT"
+
+mkdir -p "$WORK/real"
+TABLE="$OUT_DIR/profile_$TAG.csv"
+# fit: profile grid, calibration replay on the Azure conversation family, fit ---------------------------------------
+if has_stage fit; then
+  stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
+    --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN"
+  CAL_STEPS="$WORK/real/calib_steps_$TAG.parquet"
+  if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
+    stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+      --trace "$TRACE" --skip-requests "$CAL_SKIP" "${CAL[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm_swap \
+      --max-wall-s "$MAX_WALL_S" --no-roofline --out-dir "$WORK" --name calib --steps-out "$CAL_STEPS"
+  else
+    FAILED+=(calib_replay); log "!!! [calib_replay] skipped: no trace file (give --trace PATH)"
+  fi
+  HW="$([ "$SMOKE" = 1 ] && echo cpu || echo H200)"
+  MODEL_NAME="$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
+  CAL_INPUTS=("$TABLE")
+  [ -f "$CAL_STEPS" ] && CAL_INPUTS+=("$CAL_STEPS")
+  stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$OUT_DIR/profile_$TAG.json" \
+    --hardware "$HW" --model "$MODEL_NAME"
+fi
+
+# the workload families: real replays only, kept for experiments.generalize --------------------------------------
+for wl in $ALL_STAGES; do
+  [ "$wl" = fit ] && continue
+  has_stage "$wl" || continue
+  # shellcheck disable=SC2046
+  stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
+    --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --repeats "$REPEATS" --record-decisions --no-roofline --no-plot \
+    --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl"
+done
+
+# One archive (a device run returns at most 8 files): real/<workload>/ (runs, repeats, reports) and the calib steps.
+ARCHIVE="$OUT_DIR/real_$(echo "$STAGES" | tr ' ' '-').tgz"
+if [ -n "$(ls -A "$WORK/real")" ]; then
+  tar czf "$ARCHIVE" -C "$WORK" real && log "real runs in $ARCHIVE (tar xzf it; experiments.generalize --real-root real)"
+fi
+log "gpu_generalize finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
+ls -la "$OUT_DIR" | tee -a "$LOG"
+rm -rf "$WORK"
+[ ${#FAILED[@]} -eq 0 ]

@@ -1,0 +1,77 @@
+# Shared by the GPU scripts (source it): arguments, folders, carried wheels, logged stages, the checkpoint.
+#   gpu_init NAME DEFAULT_OUT HELP_LINES "$@"   sets SMOKE, TRACE, OUT_DIR, ROOT, WORK, LOG, PY (and cd's to ROOT)
+#   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
+#   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
+
+gpu_init() {
+  local name="$1" default_out="$2" help_lines="$3" script="$4"; shift 4
+  SMOKE=0; TRACE=""; OUT_DIR="${OUT:-}"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --smoke) SMOKE=1; shift ;;
+      --trace) TRACE="$2"; shift 2 ;;
+      --out) OUT_DIR="$2"; shift 2 ;;
+      -h|--help) sed -n "$help_lines" "$script"; exit 0 ;;
+      *) echo "unknown argument $1 (allowed: --smoke, --trace PATH, --out DIR)" >&2; exit 2 ;;
+    esac
+  done
+  ROOT="$(cd "$(dirname "$script")/.." && pwd)"
+  cd "$ROOT" || exit 2
+  OUT_DIR="${OUT_DIR:-$default_out}"
+  mkdir -p "$OUT_DIR"
+  OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX")"
+  LOG="$OUT_DIR/$name.log"
+  : > "$LOG"
+  export PYTHONUNBUFFERED=1
+  PY="${PYTHON:-python3}"
+  # The GPU image lacks simpy and hydra-core; install the carried wheels (shared/gpu-wheels/README.md) when needed.
+  if ! "$PY" -c "import simpy, hydra" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" .gpuwheels/* 2>&1 | tail -3
+    export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  if [ -z "$TRACE" ]; then
+    for cand in ../shared/traces/AzureLLMInferenceTrace_conv.csv shared/traces/AzureLLMInferenceTrace_conv.csv \
+                tmp/traces/AzureLLMInferenceTrace_conv.csv; do
+      if [ -f "$cand" ]; then TRACE="$cand"; break; fi
+    done
+  fi
+  FAILED=()
+}
+
+log() { echo "$*" | tee -a "$LOG"; }
+
+stage() {
+  local name="$1" limit="$2"; shift 2
+  log "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then FAILED+=("$name"); log "!!! [$name] failed (exit $rc) after $((SECONDS - t0))s"
+  else log "=== [$name] done in $((SECONDS - t0))s"; fi
+}
+
+make_checkpoint() {
+  local ckpt="$1" limit="$2"
+  if [ "$SMOKE" = 1 ]; then
+    stage checkpoint "$limit" "$PY" -c "
+import sys; sys.path.insert(0, '.')
+from tests.engine.tiny_model import make_tiny_qwen3
+make_tiny_qwen3('$ckpt')
+print('tiny Qwen3 checkpoint in $ckpt')"
+  else
+    stage checkpoint "$limit" "$PY" -c "
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+# Qwen3-0.6B's published config.json (huggingface.co/Qwen/Qwen3-0.6B), random weights.
+cfg = Qwen3Config(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                  head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
+                  rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960, bos_token_id=151643,
+                  eos_token_id=151645, dtype='bfloat16')
+torch.manual_seed(0)
+with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+model.save_pretrained('$ckpt')
+print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $ckpt')"
+  fi
+}

@@ -1,0 +1,326 @@
+"""The generalization suite's CPU side: from saved real runs of several workload families, re-make every
+simulated side with one fit and write one table.
+
+    python -m experiments.generalize --real-root real --profile profile.json --out benchmarks/results/generalize \\
+        [--traces-dir ../shared/traces] [--workloads prefill_heavy,bursty] [--divergence prefill_heavy:vllm]
+
+`--real-root` holds one folder per workload, as benchmarks/gpu_generalize.sh keeps them: REAL/<w>/ with the
+runs of `python -m experiments.validate --real-dir REAL/<w> --name <w> --repeats N` (experiments.saved_runs;
+repeat k in REAL/<w>/repeat<k>/). For each workload the validate command stored with the runs is run again
+with `--from-real` and the fit (the workload flags as on the GPU; trace paths re-rooted at --traces-dir).
+Written into --out:
+
+  generalize.{parquet,md,json}   workload x policy: per-request TTFT / TPOT / E2E median and p90 |error|
+                                 (`*_median_err`, `*_p90_err`), the errors of the TTFT and E2E distributions'
+                                 p50 / p90 / p99 (`*_q50_err` ..., signed), throughput error, step-sum ratio
+                                 (the fit pricing the real run's own steps: sum predicted / sum real), preemptions
+                                 real / sim, and the real-vs-real floor (per-request E2E / TTFT median |diff|
+                                 between the repeats, mean over pairs); `*_all_runs`: the same simulated run
+                                 scored against every real run (repeats too), averaged
+  step_kinds.{parquet,md}        the step-sum ratio by step kind (decode / prefill / mixed / swap) and, for steps
+                                 with prefill work, by prefill tokens: which cost term the error sits in
+  policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload
+  divergence.json                experiments.divergence for each --divergence WORKLOAD:POLICY
+  reports/validation_<w>.json    the full validate reports
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments import policy_diff
+from experiments.results import atomic_write_text, write_json, write_parquet
+
+# validate flags that belong to the engine side (dropped on re-make), with whether they take a value.
+ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-dir": True, "--steps-out": True,
+                "--max-wall-s": True, "--repeats": True, "--profile": True, "--threads": True, "--name": True,
+                "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
+                "--enforce-eager": False, "--attention-backend": True}
+PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
+GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
+
+
+def workload_argv(saved_argv: list[str], traces_dir: str | None) -> list[str]:
+    """The stored validate argv without the engine-side flags; --trace re-rooted at traces_dir."""
+    out, i = [], 0
+    while i < len(saved_argv):
+        a = saved_argv[i]
+        flag = a.split("=", 1)[0]
+        if flag in ENGINE_FLAGS:
+            i += 1 + (ENGINE_FLAGS[flag] and "=" not in a)
+            continue
+        if flag == "--trace" and traces_dir:
+            path = a.split("=", 1)[1] if "=" in a else saved_argv[i + 1]
+            out += ["--trace", str(Path(traces_dir) / Path(path).name)]
+            i += 1 if "=" in a else 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def find_workloads(real_root: Path, only=None) -> dict[str, Path]:
+    found = {p.parent.name: p.parent for p in sorted(real_root.glob("*/*_real.json"))
+             if p.name == f"{p.parent.name}_real.json"}
+    if not found:
+        raise FileNotFoundError(f"--real-root {real_root}: no <workload>/<workload>_real.json (untar the archive "
+                                f"benchmarks/gpu_generalize.sh wrote, and give its real/ folder)")
+    if only:
+        missing = sorted(set(only) - set(found))
+        if missing:
+            raise ValueError(f"--workloads: {missing} not in {real_root} (found: {sorted(found)})")
+        found = {w: found[w] for w in only}
+    return found
+
+
+def step_kinds(steps: pd.DataFrame, cost_model) -> pd.DataFrame:
+    """Sum of predicted / sum of real cycle times of a real run's steps, by kind and by prefill size."""
+    from experiments.step_tables import calibration_table
+    st = calibration_table(steps.assign(block_size=getattr(cost_model, "block_size", 16)))
+    pred, true = cost_model.predict_table(st), st["duration_s"].to_numpy()
+    pf, dec = st["num_prefill_seqs"].to_numpy() > 0, st["num_decode_seqs"].to_numpy() > 0
+    swap = st["num_swap_blocks"].to_numpy() > 0
+    kind = np.where(swap, "swap", np.where(pf & dec, "mixed", np.where(pf, "prefill", "decode")))
+    tokens = st["num_prefill_tokens"].to_numpy()
+    rows = []
+    for name, mask in [(k, kind == k) for k in ("decode", "prefill", "mixed", "swap")] + [
+            (f"prefill tokens {lo}-{hi if hi < 1 << 30 else 'max'}", pf & (tokens >= lo) & (tokens < hi))
+            for lo, hi in zip(PREFILL_BINS[:-1], PREFILL_BINS[1:])] + [("all", np.ones(len(st), bool))]:
+        if mask.any():
+            rows.append(dict(kind=name, num_steps=int(mask.sum()), real_s=float(true[mask].sum()),
+                             pred_s=float(pred[mask].sum()), sum_ratio=float(pred[mask].sum() / true[mask].sum()),
+                             share_of_real=float(true[mask].sum() / true.sum())))
+    return pd.DataFrame(rows)
+
+
+def floors(wl_dir: Path, name: str) -> tuple[dict, dict]:
+    """({policy: floor metrics}, {policy: [real summaries of every repeat]}) from the repeats."""
+    from experiments.real_vs_real import real_vs_real
+    from experiments.saved_runs import SavedReplays
+    from experiments.validate import run_summary
+    dirs = [wl_dir] + sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
+    saved = [SavedReplays(d, name) for d in dirs]
+    summaries = {p: [run_summary(s.run(p)) for s in saved if p in s.policies] for p in saved[0].policies}
+    if len(dirs) < 2:
+        return {}, summaries
+    result = real_vs_real(dirs, name)
+    out = {}
+    for p in result["pairs"]:
+        f = out.setdefault(p["policy"], {"e2e": [], "ttft": [], "tpot": [], "e2e_p50": [], "ttft_p50": []})
+        f["e2e"].append(p["e2e_s"]["median_rel_err"])
+        f["ttft"].append(p["ttft_s"]["median_rel_err"])
+        f["tpot"].append(p["tpot_s"]["median_rel_err"])
+        f["e2e_p50"].append(abs(p["e2e_s"]["quantile_rel_err"]["p50"] or 0.0))
+        f["ttft_p50"].append(abs(p["ttft_s"]["quantile_rel_err"]["p50"] or 0.0))
+    return ({pol: {f"floor_{k}_median": float(np.mean([x for x in v if x is not None])) if v else float("nan")
+                   for k, v in f.items()} for pol, f in out.items()}, summaries)
+
+
+def _q(s: dict, m: str, q: str) -> float:
+    v = (s.get(m) or {}).get("quantile_rel_err", {}).get(q)
+    return float("nan") if v is None else float(v)
+
+
+def table_row(workload: str, policy: str, s: dict, floor: dict) -> dict:
+    g = lambda *k: _get(s, *k)   # noqa: E731
+    row = dict(workload=workload, policy=policy,
+               ttft_median_err=g("ttft_s", "median_rel_err"), ttft_p90_err=g("ttft_s", "p90_rel_err"),
+               tpot_median_err=g("tpot_s", "median_rel_err"), tpot_p90_err=g("tpot_s", "p90_rel_err"),
+               e2e_median_err=g("e2e_s", "median_rel_err"), e2e_p90_err=g("e2e_s", "p90_rel_err"),
+               **{f"{m}_q{q[1:]}_err": _q(s, f"{m}_s", q) for m in ("ttft", "e2e") for q in ("p50", "p90", "p99")},
+               throughput_err=g("throughput", "rel_err"), step_sum_ratio=g("step_time", "sum_pred_over_real"),
+               step_median_err=g("step_time", "median_rel_err"),
+               preemptions_real=g("preemptions", "real"), preemptions_sim=g("preemptions", "sim"),
+               swaps_real=g("preemptions", "real_swaps"), swaps_sim=g("preemptions", "sim_swaps"),
+               # the real run's step time outside the fit's envelope (its profiled ranges): extrapolated
+               real_time_outside_envelope=g("coverage", "real", "share_time_outside"),
+               **{k: floor.get(k, float("nan")) for k in ("floor_e2e_median", "floor_ttft_median",
+                                                           "floor_tpot_median", "floor_e2e_p50_median")})
+    row["meets_e2e_goal"] = bool(row["e2e_median_err"] <= GOALS["e2e_median_err"]
+                                 and not row["e2e_median_err"] > row["floor_e2e_median"])
+    row["meets_quantile_goal"] = bool(all(abs(row[f"{m}_q{q}_err"]) <= GOALS["quantile_err"]
+                                          for m in ("ttft", "e2e") for q in ("50", "90", "99")))
+    row["meets_step_sum_goal"] = bool(abs(row["step_sum_ratio"] - 1) <= GOALS["step_sum_err"])
+    return row
+
+
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return float("nan")
+        d = d[k]
+    return float(d)
+
+
+def _pct(x, signed=False) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else (f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%")
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    head = ["workload", "policy", "E2E med / p90", "E2E med, all runs", "floor E2E", "TTFT med / p90", "TPOT med", "TTFT p50/p90/p99",
+            "E2E p50/p90/p99", "throughput", "step sum", "preempt real/sim", "goals E2E/quant/steps"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    yn = lambda b: "y" if b else "n"   # noqa: E731
+    for r in df.itertuples(index=False):
+        lines.append(" | ".join([
+            f"| {r.workload}", r.policy, f"{_pct(r.e2e_median_err)} / {_pct(r.e2e_p90_err)}",
+            _pct(getattr(r, "e2e_median_err_all_runs", float("nan"))), _pct(r.floor_e2e_median), f"{_pct(r.ttft_median_err)} / {_pct(r.ttft_p90_err)}", _pct(r.tpot_median_err),
+            " / ".join(_pct(getattr(r, f"ttft_q{q}_err"), True) for q in ("50", "90", "99")),
+            " / ".join(_pct(getattr(r, f"e2e_q{q}_err"), True) for q in ("50", "90", "99")),
+            _pct(r.throughput_err, True), f"{r.step_sum_ratio:.3f}", f"{r.preemptions_real:g} / {r.preemptions_sim:g}",
+            f"{yn(r.meets_e2e_goal)}/{yn(r.meets_quantile_goal)}/{yn(r.meets_step_sum_goal)} |"]))
+    return "\n".join(lines)
+
+
+def kinds_markdown(df: pd.DataFrame) -> str:
+    lines = ["| workload | policy | step kind | steps | real s | sum pred / real | share of real time |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in df.itertuples(index=False):
+        lines.append(f"| {r.workload} | {r.policy} | {r.kind} | {r.num_steps} | {r.real_s:.3f} | {r.sum_ratio:.3f} | "
+                     f"{100 * r.share_of_real:.1f}% |")
+    return "\n".join(lines)
+
+
+def simulate_saved(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model, record_decisions=False):
+    """(workload specs, SavedReplays, the simulated RunResult) of `policy` on a kept workload."""
+    from experiments.policy_conf import swaps
+    from experiments.saved_runs import SavedReplays
+    from experiments.validate import build_workload, parse_args, policy_scheduler_config, simulate
+    args = parse_args(["--from-real", str(wl_dir), "--out-dir", "/nonexistent", *argv])
+    specs = build_workload(args).specs()
+    saved = SavedReplays(wl_dir, name)
+    cpu = saved.num_cpu_blocks if args.num_cpu_blocks is None else args.num_cpu_blocks
+    sched_cfg = policy_scheduler_config(saved.scheduler_config(num_cpu_blocks=cpu if swaps(policy) else 0), policy)
+    sim = simulate(specs, policy, cost_model, sched_cfg, saved.vocab_size, temperature=saved.config.temperature,
+                   rng_seed=saved.config.seed, record_decisions=record_decisions)
+    return specs, saved, sim
+
+
+def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
+    """The simulated run scored against every real run of the policy (repeat 0 and each repeat<k>): per-request
+    E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run."""
+    from experiments.saved_runs import SavedReplays
+    from experiments.validate import compare
+    _, _, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
+    dirs = [wl_dir] + sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
+    e2e, ttft, sums = [], [], []
+    for d in dirs:
+        saved = SavedReplays(d, name)
+        if policy not in saved.policies:
+            continue
+        c = compare(saved.run(policy), sim, cost_model)
+        e2e.append(c["e2e_s"]["median_rel_err"])
+        ttft.append(c["ttft_s"]["median_rel_err"])
+        sums.append(c["step_time"]["sum_pred_over_real"])
+    return dict(e2e_median_err_all_runs=float(np.mean(e2e)), e2e_median_err_best_run=float(np.min(e2e)),
+                ttft_median_err_all_runs=float(np.mean(ttft)), step_sum_ratio_all_runs=float(np.mean(sums)),
+                step_sum_ratio_min=float(np.min(sums)), step_sum_ratio_max=float(np.max(sums)), num_real_runs=len(e2e))
+
+
+def run_divergence(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
+    """Simulate `policy` on the workload with decisions recorded and align it with the saved real run."""
+    from experiments.divergence import first_divergence
+    specs, saved, sim = simulate_saved(wl_dir, name, policy, argv, cost_model, record_decisions=True)
+    real = saved.replay(specs, policy)
+    if real.decisions is None:
+        raise ValueError(f"{wl_dir}: the {policy} run has no decisions (replay with --record-decisions)")
+    out = first_divergence(real.decisions, sim.decisions, {s.request_id: s.arrival_time_s for s in specs})
+    return {"workload": name, "policy": policy, **out}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.generalize", description=__doc__.split("\n")[0])
+    ap.add_argument("--real-root", required=True, help="folder with one <workload>/ folder of saved real runs each")
+    ap.add_argument("--profile", required=True, help="the calibrated fit (experiments.calibrate JSON)")
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--traces-dir", default=None, help="where the traces the GPU run read are here (their paths "
+                    "are re-rooted at this folder)")
+    ap.add_argument("--workloads", default=None, help="comma-separated (default: every folder in --real-root)")
+    ap.add_argument("--divergence", action="append", default=[], metavar="WORKLOAD:POLICY",
+                    help="align this simulated run with the real one decision by decision (repeatable)")
+    args = ap.parse_args(argv)
+    from experiments import validate
+    from sim.cost_model.calibrated import CalibratedCostModel
+
+    root, out = Path(args.real_root), Path(args.out)
+    if not Path(args.profile).is_file():
+        raise FileNotFoundError(f"--profile {args.profile}: no such file (the fit experiments.calibrate wrote)")
+    cm = CalibratedCostModel.load(args.profile)
+    workloads = find_workloads(root, args.workloads.split(",") if args.workloads else None)
+    rows, kinds, diffs, commands, argvs = [], [], [], {}, {}
+    for name, wl_dir in workloads.items():
+        meta = json.loads((wl_dir / f"{name}_real.json").read_text())
+        if not meta.get("argv"):
+            raise ValueError(f"{wl_dir}: {name}_real.json keeps no validate argv (saved before argv was recorded)")
+        wl_argv = workload_argv(meta["argv"], args.traces_dir)
+        argvs[name] = wl_argv
+        cmd = ["--from-real", str(wl_dir), "--name", name, "--profile", args.profile, "--no-roofline", "--no-plot",
+               "--out-dir", str(out / "reports"), *wl_argv]
+        commands[name] = "python -m experiments.validate " + " ".join(shlex.quote(a) for a in cmd)
+        print(f"[{name}] {commands[name]}", flush=True)
+        validate.main(cmd)
+        report = json.loads((out / "reports" / f"validation_{name}.json").read_text())
+        floor, real_summaries = floors(wl_dir, name)
+        sims = {}
+        from experiments.saved_runs import SavedReplays
+        saved = SavedReplays(wl_dir, name)
+        for policy, entry in report["policies"].items():
+            s = entry.get("sims", {}).get("calibrated")
+            if not s or "error" in s:
+                continue
+            sims[policy] = s["summary_sim"]
+            rows.append({**table_row(name, policy, s, floor.get(policy, {})),
+                         **errors_vs_repeats(wl_dir, name, policy, wl_argv, cm)})
+            kinds.append(step_kinds(saved.run(policy).steps, cm).assign(workload=name, policy=policy))
+        diffs.append(policy_diff.policy_differences(real_summaries, sims).assign(workload=name))
+    table = pd.DataFrame(rows)
+    kinds_df = pd.concat(kinds, ignore_index=True) if kinds else pd.DataFrame()
+    diff_df = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame()
+    divergences = []
+    for item in args.divergence:
+        wl, _, pol = item.partition(":")
+        if wl not in workloads or not pol:
+            raise ValueError(f"--divergence {item!r}: give WORKLOAD:POLICY with a workload of {sorted(workloads)}")
+        divergences.append(run_divergence(workloads[wl], wl, pol, argvs[wl], cm))
+        print(f"[divergence {item}] {divergences[-1].get('cause', 'none')}: "
+              f"{divergences[-1].get('explanation', 'no divergence')}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet(table, out / "generalize.parquet")
+    write_parquet(kinds_df, out / "step_kinds.parquet")
+    write_parquet(diff_df, out / "policy_diff.parquet")
+    atomic_write_text(out / "generalize.md", to_markdown(table) + "\n")
+    atomic_write_text(out / "step_kinds.md", kinds_markdown(kinds_df) + "\n")
+    atomic_write_text(out / "policy_diff.md", policy_diff.to_markdown(diff_df) + "\n")
+    write_json(out / "divergence.json", divergences)
+    write_json(out / "generalize.json", {
+        "format": "servelab.generalize/v1", "profile": args.profile, "goals": GOALS,
+        "command": "python -m experiments.generalize " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "validate_commands": commands,
+        "rows": table.to_dict(orient="records"),
+        "policy_diff_summary": _diff_summary(diff_df), "divergence": divergences})
+    with pd.option_context("display.width", 250, "display.max_columns", None, "display.precision", 3):
+        print(to_markdown(table))
+        print(_diff_summary(diff_df))
+    print(f"wrote {out}/generalize.{{parquet,md,json}}, step_kinds, policy_diff, divergence.json")
+    return 0
+
+
+def _diff_summary(df: pd.DataFrame) -> dict:
+    """Counts of verdicts; among pairs whose real difference exceeds twice its band, how many agree."""
+    if df.empty:
+        return {}
+    sig = df[df["real_significant"]]
+    return {"num_pairs_metrics": int(len(df)), "verdicts": df["verdict"].value_counts().to_dict(),
+            "num_significant": int(len(sig)), "num_significant_agree": int((sig["verdict"] == "agree").sum()),
+            "num_significant_sign_right": int(sig["sign_agrees"].sum())}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

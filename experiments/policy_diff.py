@@ -1,0 +1,89 @@
+"""Policy-difference fidelity: does the simulator rank two policies as the real engine does, and by as much?
+
+    rows = policy_differences({"fcfs": [real_summary_r0, real_summary_r1], "vllm": [...]},
+                              {"fcfs": sim_summary, "vllm": sim_summary})
+
+For a pair (A, B) and a summary metric m (experiments.validate.run_summary keys):
+
+    real difference   d     = (mean_r B_r - mean_r A_r) / mean_r A_r        over the real repeats r
+    noise band        band  = max over repeat pairs (r, s) of |(B_s - A_r) / A_r - d|
+                              (how far one real comparison of one run each lands from the mean one)
+    simulated         d_sim = (B_sim - A_sim) / A_sim
+
+Verdicts: the real difference is `significant` when |d| > 2 band. A simulated difference with
+|d_sim| <= band is reported as "no difference" (the simulator does not rank what the engine does
+not reproduce); otherwise its sign is right when it has d's sign, and its size when
+|d_sim - d| <= |d| / 3. `verdict` is one of: "agree" (sign and size), "sign only", "wrong sign",
+"sim: no difference", and, where the real difference is not significant, "real: no difference"
+(then a simulated "no difference" is the right answer: `ok` is True for it). With a single real run
+the band is 0 (unknown); `band_known` says so.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+DIFF_METRICS = ("ttft_s_p50", "ttft_s_p90", "e2e_s_p50", "e2e_s_p90", "output_throughput_tps")
+SIZE_TOLERANCE = 1 / 3
+
+
+def _value(summary: dict, metric: str) -> float:
+    v = summary.get(metric)
+    return float("nan") if v is None else float(v)
+
+
+def pair_difference(real_a: list[dict], real_b: list[dict], sim_a: dict | None, sim_b: dict | None,
+                    metric: str) -> dict:
+    """One (A, B, metric) row; see the module docstring."""
+    a = np.array([_value(s, metric) for s in real_a])
+    b = np.array([_value(s, metric) for s in real_b])
+    mean_a, mean_b = float(np.nanmean(a)), float(np.nanmean(b))
+    d = (mean_b - mean_a) / mean_a if mean_a else float("nan")
+    cross = [(bs - ar) / ar for ar, bs in itertools.product(a, b) if ar]
+    band = float(max(abs(x - d) for x in cross)) if cross else float("nan")
+    d_sim = float("nan")
+    if sim_a is not None and sim_b is not None:
+        sa, sb = _value(sim_a, metric), _value(sim_b, metric)
+        d_sim = (sb - sa) / sa if sa else float("nan")
+    significant = bool(abs(d) > 2 * band) if np.isfinite(d) and np.isfinite(band) else False
+    sim_none = bool(abs(d_sim) <= band) if np.isfinite(d_sim) and np.isfinite(band) else False
+    sign_ok = bool(np.sign(d_sim) == np.sign(d)) if np.isfinite(d_sim) and not sim_none else False
+    size_ok = bool(abs(d_sim - d) <= SIZE_TOLERANCE * abs(d)) if np.isfinite(d_sim) and not sim_none else False
+    if not np.isfinite(d_sim):
+        verdict = "no simulation"
+    elif not significant:
+        verdict = "real: no difference"
+    elif sim_none:
+        verdict = "sim: no difference"
+    elif sign_ok and size_ok:
+        verdict = "agree"
+    elif sign_ok:
+        verdict = "sign only"
+    else:
+        verdict = "wrong sign"
+    ok = verdict == "agree" or (verdict == "real: no difference" and (sim_none or size_ok))
+    return dict(metric=metric, real_a=mean_a, real_b=mean_b, real_diff=d, noise_band=band,
+                band_known=len(a) > 1 or len(b) > 1, real_significant=significant, sim_diff=d_sim,
+                sim_no_difference=sim_none, sign_agrees=sign_ok, size_agrees=size_ok, verdict=verdict, ok=ok,
+                num_real_a=int(len(a)), num_real_b=int(len(b)))
+
+
+def policy_differences(real: dict[str, list[dict]], sim: dict[str, dict], metrics=DIFF_METRICS) -> pd.DataFrame:
+    """Every pair of policies in `real` (in the given order) x metric; `sim` maps policy -> simulated summary."""
+    rows = []
+    for pa, pb in itertools.combinations(list(real), 2):
+        for m in metrics:
+            rows.append(dict(policy_a=pa, policy_b=pb,
+                             **pair_difference(real[pa], real[pb], sim.get(pa), sim.get(pb), m)))
+    return pd.DataFrame(rows)
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    head = ["workload", "A", "B", "metric", "real (B-A)/A", "noise band", "sim (B-A)/A", "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in df.itertuples(index=False):
+        lines.append(f"| {getattr(r, 'workload', '')} | {r.policy_a} | {r.policy_b} | {r.metric} | "
+                     f"{100 * r.real_diff:+.1f}% | {100 * r.noise_band:.1f}% | {100 * r.sim_diff:+.1f}% | {r.verdict} |")
+    return "\n".join(lines)

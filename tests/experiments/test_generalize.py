@@ -1,0 +1,172 @@
+"""The generalization suite on CPU: every conf/scheduler policy through the validation loop with the tiny model,
+repeats and decisions kept, the table re-made from the saved runs; the policy-difference and divergence logic
+on hand-made runs."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.divergence import first_divergence
+from experiments.policy_diff import pair_difference, policy_differences
+from tests.experiments.test_validation import tiny  # noqa: F401  (the tiny checkpoint fixture)
+
+ALL_POLICIES = "fcfs,vllm,vllm+chunked,vllm_swap,sjf,srpt,priority,mlfq,sarathi"
+
+
+def test_policy_labels_build_the_hydra_configs():
+    from experiments.policy_conf import make_policy, parse_label, policy_names, swaps
+    assert {"fcfs", "vllm", "vllm_swap", "sjf", "srpt", "priority", "mlfq", "sarathi"} <= set(policy_names())
+    assert make_policy("priority").victim.name == "lowest_priority"      # the YAML's victim, not the default
+    assert parse_label("vllm+chunked").chunked is True and parse_label("vllm+nochunk").chunked is False
+    assert parse_label("vllm").chunked is None
+    assert swaps("mlfq") and swaps("vllm_swap") and not swaps("vllm+chunked")
+    with pytest.raises(ValueError, match="allowed: .*fcfs"):
+        parse_label("lifo")
+    with pytest.raises(ValueError, match="suffix"):
+        parse_label("vllm+fast")
+
+
+def test_every_policy_validates_on_cpu_and_generalize_remakes_the_table(tiny, tmp_path):
+    from experiments import generalize, validate
+    real = tmp_path / "real" / "mix"
+    wl = ["--num-requests", "6", "--arrival", "poisson", "--rate-rps", "30", "--prompt-len", "8:64",
+          "--output-len", "4:16", "--max-model-len", "256", "--num-kvcache-blocks", "16", "--num-cpu-blocks", "32",
+          "--priority-classes", "0:0.5,1:0.5", "--policies", ALL_POLICIES]
+    assert validate.main(["--model", str(tiny), "--device", "cpu", "--out-dir", str(real), "--name", "mix", *wl,
+                          "--max-wall-s", "60", "--repeats", "2", "--record-decisions", "--no-roofline", "--no-plot",
+                          "--real-dir", str(real)]) == 0
+    report = json.loads((real / "validation_mix.json").read_text())
+    for p in ALL_POLICIES.split(","):
+        assert report["policies"][p]["real"]["summary"]["num_finished"] == 6, p
+        assert (real / "repeat1" / f"mix_{p}_requests.parquet").is_file()
+        assert (real / f"mix_{p}_decisions.parquet").is_file()
+    assert report["policies"]["vllm+chunked"]["real"]["info"]["scheduler"]["enable_chunked_prefill"] is True
+    assert report["policies"]["vllm"]["real"]["info"]["scheduler"]["enable_chunked_prefill"] is False
+    assert report["policies"]["mlfq"]["real"]["info"]["scheduler"]["num_cpu_blocks"] == 32
+    meta = json.loads((real / "mix_real.json").read_text())
+    assert "--policies" in meta["argv"] and "--repeats" in meta["argv"]
+
+    out = tmp_path / "gen"
+    assert generalize.main(["--real-root", str(tmp_path / "real"), "--profile",
+                            "benchmarks/results/profile_cpu_tiny.json", "--out", str(out),
+                            "--divergence", "mix:vllm"]) == 0
+    table = pd.read_parquet(out / "generalize.parquet")
+    assert list(table["policy"]) == ALL_POLICIES.split(",")
+    redo = json.loads((out / "reports" / "validation_mix.json").read_text())
+    row = table[table["policy"] == "srpt"].iloc[0]
+    assert row["e2e_median_err"] == redo["policies"]["srpt"]["sims"]["calibrated"]["e2e_s"]["median_rel_err"]
+    assert np.isfinite(row["floor_e2e_median"]) and np.isfinite(row["step_sum_ratio"])
+    kinds = pd.read_parquet(out / "step_kinds.parquet")
+    allk = kinds[(kinds["policy"] == "vllm") & (kinds["kind"] == "all")].iloc[0]
+    assert allk["sum_ratio"] == pytest.approx(table[table["policy"] == "vllm"].iloc[0]["step_sum_ratio"])
+    diffs = pd.read_parquet(out / "policy_diff.parquet")
+    assert len(diffs) == 9 * 8 // 2 * 5
+    div = json.loads((out / "divergence.json").read_text())
+    assert div[0]["policy"] == "vllm" and div[0]["num_real_rows"] > 0 and div[0]["num_sim_rows"] > 0
+    assert (out / "generalize.md").read_text().count("\n") == 2 + 9
+
+
+def test_workload_argv_drops_engine_flags_and_reroots_traces():
+    from experiments.generalize import workload_argv
+    saved = ["--model", "/tmp/m", "--device", "cuda", "--trace", "/device/data/t.jsonl", "--max-requests", "5",
+             "--record-decisions", "--repeats", "2", "--real-dir", "/x", "--policies", "vllm", "--no-roofline"]
+    assert workload_argv(saved, "../shared/traces") == ["--trace", "../shared/traces/t.jsonl", "--max-requests",
+                                                        "5", "--policies", "vllm"]
+
+
+def _s(**kw):
+    return dict(kw)
+
+
+def test_policy_difference_logic_by_hand():
+    # A: e2e p50 1.0 / 1.1 over two repeats, B: 1.5 / 1.5 -> d = (1.5 - 1.05) / 1.05
+    real_a, real_b = [_s(e2e_s_p50=1.0), _s(e2e_s_p50=1.1)], [_s(e2e_s_p50=1.5), _s(e2e_s_p50=1.5)]
+    r = pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.8), "e2e_s_p50")
+    d = 0.45 / 1.05
+    assert r["real_diff"] == pytest.approx(d)
+    assert r["noise_band"] == pytest.approx(max(abs(0.5 - d), abs(0.4 / 1.1 - d)))
+    assert r["real_significant"] and r["sim_diff"] == pytest.approx(0.4)
+    assert r["sign_agrees"] and r["size_agrees"] and r["verdict"] == "agree" and r["ok"]
+    # the right sign, a size off by more than a third
+    r = pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.2), "e2e_s_p50")
+    assert r["verdict"] == "sign only" and not r["ok"]
+    # the wrong sign
+    r = pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=1.0), "e2e_s_p50")
+    assert r["verdict"] == "wrong sign"
+    # a simulated difference inside the noise band is "no difference", not a ranking
+    r = pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.05), "e2e_s_p50")
+    assert r["sim_no_difference"] and r["verdict"] == "sim: no difference" and not r["ok"]
+    # a real difference below twice its band: nothing to rank; a simulated "no difference" is right
+    noisy_a, noisy_b = [_s(e2e_s_p50=1.0), _s(e2e_s_p50=1.4)], [_s(e2e_s_p50=1.3), _s(e2e_s_p50=1.3)]
+    r = pair_difference(noisy_a, noisy_b, _s(e2e_s_p50=1.0), _s(e2e_s_p50=1.0), "e2e_s_p50")
+    assert not r["real_significant"] and r["verdict"] == "real: no difference" and r["ok"]
+    df = policy_differences({"a": real_a, "b": real_b, "c": noisy_b}, {"a": _s(e2e_s_p50=2.0)},
+                            metrics=("e2e_s_p50",))
+    assert list(zip(df["policy_a"], df["policy_b"])) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert set(df["verdict"]) == {"no simulation"}
+
+
+def _dec(rows):
+    return pd.DataFrame(rows, columns=["step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids",
+                                       "swapped_in_ids"])
+
+
+def test_first_divergence_names_its_cause():
+    base = [(0, 0.00, "a", "", "", ""), (5, 0.10, "b", "", "", "")]
+    real = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.5, "", "c", "", "")])
+    # d arrives at 0.195: in time for the real step at 0.20, not for the simulated one at 0.19
+    sim = _dec(base + [(9, 0.19, "c", "", "", ""), (10, 0.21, "d", "", "", "")])
+    arrivals = {"a": 0.0, "b": 0.09, "c": 0.15, "d": 0.195}
+    out = first_divergence(real, sim, arrivals)
+    assert out["diverged"] and out["index"] == 2 and out["cause"] == "arrival boundary"
+    assert out["prefill_only_real"] == ["d"] and out["arrived_between"] == ["d"] and out["num_matched"] == 2
+    assert out["drift_s"] == pytest.approx(-0.01) and out["drift_s_at_last_match"] == 0.0
+    # a preemption after a different number of decode steps: time drift through the state
+    sim2 = _dec(base + [(9, 0.20, "c d", "", "", ""), (18, 0.45, "", "d", "", "")])
+    out = first_divergence(real, sim2, arrivals)
+    assert out["cause"] == "step count" and out["steps_since_match_real"] == 11 and out["steps_since_match_sim"] == 9
+    # the same step count and no arrival to blame: a different decision
+    sim3 = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.5, "", "d", "", "")])
+    assert first_divergence(real, sim3, arrivals)["cause"] == "different decision"
+    # a more important request arriving in between changes whom the policy admits: still time drift
+    real4 = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.50, "f", "", "", "")])
+    sim4 = _dec(base + [(9, 0.20, "c d", "", "", ""), (20, 0.52, "e", "f", "", "")])
+    out = first_divergence(real4, sim4, {**arrivals, "f": 0.3, "e": 0.51})
+    assert out["cause"] == "arrival boundary" and out["arrived_between"] == ["e"]
+    assert first_divergence(real, real, arrivals) == {
+        "diverged": False, "num_matched": 4, "num_real_rows": 4, "num_sim_rows": 4, "drift_s_at_last_match": 0.0,
+        "max_abs_drift_s_before": 0.0}
+    assert first_divergence(real, real.iloc[:3], arrivals)["cause"] == "length"
+
+
+def test_two_simulated_clocks_part_ways_and_the_recorder_says_where():
+    """A forced divergence end to end: the same requests under two step-time scales, decisions recorded."""
+    from engine.core.recorder import Recorder
+    from engine.core.scheduler import SchedulerConfig
+    from experiments.validate import simulate
+    from experiments.workloads import Poisson, Uniform, synthetic_workload
+
+    from sim.cost_model.base import CostModel
+
+    class Scaled(CostModel):
+        def __init__(self, scale):
+            self.scale = scale
+
+        def step_time_from_shape(self, prefill_new_tokens, prefill_context_lens, num_decode_seqs,
+                                 decode_context_sum, num_swap_blocks=0, num_prefill_samples=None, block_size=16):
+            return self.scale * (1e-3 + 2e-6 * (sum(prefill_new_tokens) + num_decode_seqs))
+
+    specs = synthetic_workload(40, Poisson(200.0), Uniform(16, 64), Uniform(8, 32), seed=1).specs()
+    cfg = SchedulerConfig(num_kvcache_blocks=24, max_model_len=256)
+    fast = simulate(specs, "vllm", Scaled(1.0), cfg, 1000, record_decisions=True)
+    slow = simulate(specs, "vllm", Scaled(1.6), cfg, 1000, record_decisions=True)
+    assert list(fast.decisions.columns) == ["step", "start_time_s", "prefill_ids", "preempted_ids",
+                                            "swapped_out_ids", "swapped_in_ids"]
+    prefilled = {i for ids in fast.decisions["prefill_ids"] for i in ids.split()}
+    assert prefilled == {str(s.request_id) for s in specs}              # every request got prefill work
+    out = first_divergence(fast.decisions, slow.decisions, {s.request_id: s.arrival_time_s for s in specs})
+    assert out["diverged"] and out["cause"] in ("arrival boundary", "step count")
+    assert first_divergence(fast.decisions, fast.decisions, {})["diverged"] is False
+    with pytest.raises(ValueError, match="record_decisions"):
+        Recorder().decisions_frame()
