@@ -139,7 +139,7 @@ def check_workload_files(cfg: DictConfig) -> None:
                 walk(child, f"{prefix}{key}.")
             elif key == "path" and not child._is_none() and Path(str(node[key])).is_dir():
                 raise ValueError(f"{prefix}{key}={node[key]} is a folder; give the file itself, e.g. "
-                                 f"{prefix}{key}=../shared/traces/AzureLLMInferenceTrace_conv.csv")
+                                 f"{prefix}{key}=path/to/AzureLLMInferenceTrace_conv.csv")
     walk(cfg.workload, "workload.")
 
 

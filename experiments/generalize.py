@@ -2,7 +2,7 @@
 simulated side with one fit and write one table.
 
     python -m experiments.generalize --real-root real --profile profile.json --out benchmarks/results/generalize \\
-        [--traces-dir ../shared/traces] [--workloads prefill_heavy,bursty] [--divergence prefill_heavy:vllm]
+        [--traces-dir DIR] [--workloads prefill_heavy,bursty] [--divergence prefill_heavy:vllm]
 
 `--real-root` holds one folder per workload, as benchmarks/gpu_generalize.sh keeps them: REAL/<w>/ with the
 runs of `python -m experiments.validate --real-dir REAL/<w> --name <w> --repeats N` (experiments.saved_runs;

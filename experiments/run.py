@@ -2,7 +2,7 @@
 
     servelab                                   # built-in synthetic workload, Qwen3-8B on one H200, vllm policy
     servelab scheduler=srpt num_kvcache_blocks=2000
-    servelab workload=azure workload.path=../shared/traces/AzureLLMInferenceTrace_conv.csv
+    servelab workload=azure workload.path=path/to/AzureLLMInferenceTrace_conv.csv
     servelab -m experiment=fcfs_vs_preemptive  # a sweep (resumable: relaunch to finish it)
     python -m experiments.run --help           # groups and options
 

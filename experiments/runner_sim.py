@@ -111,7 +111,7 @@ def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workloa
     missing = _null_paths(cfg.workload, "workload")
     if missing:
         raise ValueError(f"{missing[0]} is null: this workload reads a file; give it on the command line, e.g. "
-                         f"workload=azure {missing[0]}=../shared/traces/AzureLLMInferenceTrace_conv.csv")
+                         f"workload=azure {missing[0]}=path/to/AzureLLMInferenceTrace_conv.csv")
     if max_model_len is None:
         max_model_len, _ = model_max_model_len(cfg)
     wcfg = OmegaConf.to_container(cfg.workload, resolve=True)

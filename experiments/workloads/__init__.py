@@ -1,7 +1,7 @@
 """Workloads: request specs from synthetic processes or public traces.
 
     from experiments.workloads import read_azure_trace, synthetic_workload, Poisson, Uniform, prompt_token_ids
-    wl = read_azure_trace("../shared/traces/AzureLLMInferenceTrace_conv.csv", target_rate_rps=8.0, max_model_len=4096)
+    wl = read_azure_trace("path/to/AzureLLMInferenceTrace_conv.csv", target_rate_rps=8.0, max_model_len=4096)
     for spec in wl:                      # RequestSpec, in arrival order
         ids = prompt_token_ids(spec, vocab_size=151936, rng_seed=0)   # made lazily, on arrival
     print(wl.stats.summary())            # rows read / skipped / clipped

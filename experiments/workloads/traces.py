@@ -1,4 +1,4 @@
-"""Readers for public request traces (see ../shared/traces/README.md for the files).
+"""Readers for public request traces (the public files and their formats: docs/experiments.md).
 
 Every reader returns a Workload in arrival order with request ids 0..n-1, and
 takes the TraceOptions keywords (time_scale / target_rate_rps, start_offset_s,
