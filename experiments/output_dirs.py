@@ -67,7 +67,12 @@ def sweep_name(name: str, overrides) -> str:
         if bare.endswith("path") and sep:       # a file: its name, not its folders
             value = ",".join(Path(v.strip("'\"")).name for v in value.split(","))
         items.append(_clean(f"{bare.replace('/', '.')}{sep}{value}"))
-    text = "+".join(sorted(items)) or "default"
+    return safe_name("+".join(sorted(items)) or "default")
+
+
+def safe_name(text: str) -> str:
+    """text as one path component: odd characters replaced, cut to MAX_NAME_CHARS with a hash of the whole."""
+    text = _clean(text)
     if len(text) > MAX_NAME_CHARS:
         digest = hashlib.sha1(text.encode()).hexdigest()[:8]
         text = f"{text[:MAX_NAME_CHARS - 9]}_{digest}"

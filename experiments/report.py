@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from experiments.output_dirs import safe_name
 from experiments.results import SUMMARY, read_summary, write_parquet, atomic_write_text
 from experiments.user_errors import nearest, one_line
 
@@ -138,7 +139,7 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
         for metric in TL_METRICS:
             files.append(plots.throughput_latency(df, out / f"throughput_latency_{metric}.png", metric, x, by))
         # CDFs and timelines at each policy's highest rate
-        top = df.loc[df.groupby(by)[x].idxmax()]
+        top = df.loc[df.dropna(subset=[x]).groupby(by)[x].idxmax()]   # a group may lack x (another sweep's runs)
     else:
         top = df.drop_duplicates(by)
     runs = {row[by]: sweep_dir / row["run_dir"] for _, row in top.iterrows()}
@@ -151,8 +152,8 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
             steps = pd.read_parquet(d / "steps.parquet")
             if len(steps):
                 steps = steps[steps["replica"] == steps["replica"].min()]
-                safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in str(k))
-                files.append(plots.step_timeline(steps, out / f"step_timeline_{safe}.png", title=f"{k} ({d.name})"))
+                files.append(plots.step_timeline(steps, out / f"step_timeline_{safe_name(str(k))}.png",
+                                                 title=f"{k} ({d.name})"))
     df.attrs["removed"] = [str(p) for p in _remove_stale(out, files)]
     return df, files
 

@@ -39,7 +39,12 @@ def fail(message: str, status: int = 2):
 
 def nearest(word: str, choices, prefix: str = "") -> str:
     """`; did you mean 'prefix+x'?` for the choice closest to word, or ''."""
-    best = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    choices = [str(c) for c in choices]
+    # a dotted name whose last part is the word, or contains it (rate -> workload.arrival.rate_rps), then spelling
+    w = str(word)
+    best = ([c for c in choices if c.rsplit(".", 1)[-1] == w]
+            or [c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1]][:1]
+            or difflib.get_close_matches(w, choices, n=1, cutoff=0.6))
     return f"; did you mean {prefix + best[0]!r}?" if best else ""
 
 

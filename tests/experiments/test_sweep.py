@@ -113,6 +113,8 @@ def test_report_names_the_runs_it_left_out(swept, tmp_path):
     ("--x", "request_rate", "error: --x 'request_rate' is not a column of the sweep table; did you mean "
                             "'request_rate_rps'?"),
     ("--by", "polcy", "error: --by 'polcy' is not a column of the sweep table; did you mean 'policy'?"),
+    # a part of a dotted override name finds it (difflib alone would offer 'router')
+    ("--x", "rate", "error: --x 'rate' is not a column of the sweep table; did you mean 'workload.arrival.rate_rps'?"),
 ])
 def test_report_unknown_column(swept, flag, value, expected):
     proc = report_cli(swept / "sw", "--out", swept / "rep_bad", flag, value)
