@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from gpu_attention_check import cuda_time_ms  # noqa: E402
 
 from engine.kernels.paged_decode import choose_num_splits, paged_decode_attention  # noqa: E402
-from gpu_attention_check import cuda_time_ms  # noqa: E402
 
 HQ, HKV, HEAD_DIM, BLOCK_SIZE = 16, 8, 128, 16
 SPLITS = [None, 1, 2, 4, 8, 16]
@@ -69,7 +69,9 @@ def main(argv=None) -> int:
         for s in SPLITS:
             out = paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5, num_splits=s)
             err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
-            ms = cuda_time_ms(lambda: paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5, num_splits=s),
+            # the lambda runs inside cuda_time_ms, before the `del k, v` below
+            ms = cuda_time_ms(lambda: paged_decode_attention(q, k, v, lens, tables, HEAD_DIM ** -0.5,  # noqa: F821
+                                                             num_splits=s),
                               args.warmup, args.iters)
             base = ms if s is None else base
             rows.append(dict(case=name, num_seqs=B, context_sum=sum(ctx), context_max=max(ctx),

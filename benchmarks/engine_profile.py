@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from engine_throughput import make_checkpoint, make_workload, QWEN3_0P6B  # noqa: E402
+from engine_throughput import QWEN3_0P6B, make_checkpoint, make_workload  # noqa: E402
 
 
 def main(argv=None):
@@ -32,8 +32,9 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     import torch
-    from engine.llm import LLM
+
     from engine.core.sequence import SamplingParams
+    from engine.llm import LLM
 
     prompts, outs = make_workload(args.num_requests, 100, args.max_len, QWEN3_0P6B["vocab_size"], 0)
     tmp = Path(tempfile.mkdtemp())
@@ -117,7 +118,8 @@ def main(argv=None):
     for k in ("wall", "gpu", "schedule", "prepare", "execute_rest", "postprocess"):
         a = np.array(phases[k])
         summary[f"{k}_ms_decode_mean"] = 1e3 * float(a[dec].mean())
-        summary[f"{k}_ms_decode_fullbatch_mean"] = 1e3 * float(a[dec & (b >= 200)].mean()) if (dec & (b >= 200)).any() else None
+        full = dec & (b >= 200)
+        summary[f"{k}_ms_decode_fullbatch_mean"] = 1e3 * float(a[full].mean()) if full.any() else None
         summary[f"{k}_s_total"] = float(a.sum())
     summary["decode_steps"] = int(dec.sum())
     summary["prefill_steps"] = int((~dec).sum())

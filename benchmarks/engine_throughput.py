@@ -80,8 +80,9 @@ def make_workload(n: int, lo: int, hi: int, vocab: int, seed: int):
 
 def run_engine(path: Path, args, prompts, output_lens) -> dict:
     import torch
-    from engine.llm import LLM
+
     from engine.core.sequence import SamplingParams
+    from engine.llm import LLM
 
     max_model_len = 2 * args.max_len
     llm = LLM(path, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,

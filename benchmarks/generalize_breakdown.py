@@ -16,7 +16,6 @@ import io
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -65,21 +64,22 @@ def report(a: pd.DataFrame) -> None:
     print(f"one decode shape (4-8 sequences, 1k-4k keys) in {len(g)} runs: median real cycle {g.real_ms.min():.3f}"
           f"-{g.real_ms.max():.3f} ms (p10-p90 {g.real_ms.quantile(0.1):.3f}-{g.real_ms.quantile(0.9):.3f}), "
           f"priced {g.pred_ms.min():.3f}-{g.pred_ms.max():.3f} ms\n")
-    print("decode steps by batch size:\n", ratio_by(dec.assign(seqs=pd.cut(dec.num_decode_seqs, [0, 8, 16, 32, 64, 256])),
-                                                     "seqs").round(3).to_string(), "\n")
+    def by_bins(df, column, bins, label):
+        return ratio_by(df.assign(**{label: pd.cut(df[column], bins)}), label).round(3).to_string()
+
+    print("decode steps by batch size:\n", by_bins(dec, "num_decode_seqs", [0, 8, 16, 32, 64, 256], "seqs"), "\n")
     sw = a[a.num_swap_blocks > 0]
-    print("swap steps by blocks moved:\n", ratio_by(sw.assign(blocks=pd.cut(sw.num_swap_blocks, [0, 32, 128, 256, 512, 4096])),
-                                                     "blocks").round(3).to_string())
+    print("swap steps by blocks moved:\n", by_bins(sw, "num_swap_blocks", [0, 32, 128, 256, 512, 4096], "blocks"))
     print(ratio_by(sw, ["workload", "policy"]).round(3).to_string(), "\n")
     mx = a[(a.num_prefill_seqs > 0) & (a.num_decode_seqs > 0) & (a.num_swap_blocks == 0)]
     print("mixed steps by prefill context (keys):\n",
-          ratio_by(mx.assign(ctx=pd.cut(mx.prefill_context_sum, [0, 1024, 2048, 4096, 8192, 1 << 30])), "ctx").round(3).to_string())
+          by_bins(mx, "prefill_context_sum", [0, 1024, 2048, 4096, 8192, 1 << 30], "ctx"))
     print("mixed steps by longest decode context:\n",
-          ratio_by(mx.assign(dctx=pd.cut(mx.max_decode_context_tokens, [0, 512, 1024, 2048, 4096, 8192])), "dctx").round(3).to_string())
+          by_bins(mx, "max_decode_context_tokens", [0, 512, 1024, 2048, 4096, 8192], "dctx"))
     print(ratio_by(mx, ["workload", "policy"]).round(3).to_string(), "\n")
     pf = a[(a.num_prefill_seqs > 0) & (a.num_decode_seqs == 0) & (a.num_swap_blocks == 0)]
     print("prefill-only steps by prefill tokens:\n",
-          ratio_by(pf.assign(tokens=pd.cut(pf.num_prefill_tokens, [0, 1024, 2048, 4096, 8192, 16384])), "tokens").round(3).to_string())
+          by_bins(pf, "num_prefill_tokens", [0, 1024, 2048, 4096, 8192, 16384], "tokens"))
 
 
 def main(argv=None) -> int:

@@ -119,9 +119,9 @@ def _float_case(c):
 # -- checks -------------------------------------------------------------------------------------------
 
 def check_store(bs: int, hq: int, hkv: int, seed: int) -> dict:
-    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.store_kvcache import store_kvcache
     from engine.layers.attention_backends.torch_backend import store_kvcache_torch
+    from tests.engine.paged_cases import make_paged_case
     c = make_paged_case([300, 1, 1], [300, 5000, 77], 1, hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed,
                         num_pad_tokens=7)
     kt, vt, kr, vr = c.k_cache.clone(), c.v_cache.clone(), c.k_cache.clone(), c.v_cache.clone()
@@ -133,9 +133,9 @@ def check_store(bs: int, hq: int, hkv: int, seed: int) -> dict:
 
 
 def check_prefill(bs: int, hq: int, hkv: int, new: list[int], ctx: list[int], seed: int) -> dict:
-    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.paged_prefill import paged_prefill_attention
     from engine.layers.attention_backends.torch_backend import prefill_attention_torch, store_kvcache_torch
+    from tests.engine.paged_cases import make_paged_case
     c = make_paged_case(new, ctx, len(new), hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed)
     store_kvcache_torch(c.k, c.v, c.k_cache, c.v_cache, c.meta.slot_mapping)
     m = c.meta
@@ -152,9 +152,9 @@ def check_prefill(bs: int, hq: int, hkv: int, new: list[int], ctx: list[int], se
 
 
 def check_decode(bs: int, hq: int, hkv: int, ctx: list[int], num_splits: int | None, seed: int) -> dict:
-    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.paged_decode import paged_decode_attention
     from engine.layers.attention_backends.torch_backend import decode_attention_torch, store_kvcache_torch
+    from tests.engine.paged_cases import make_paged_case
     c = make_paged_case([1] * len(ctx), ctx, 0, hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed)
     store_kvcache_torch(c.k, c.v, c.k_cache, c.v_cache, c.meta.slot_mapping)
     m = c.meta
@@ -173,8 +173,8 @@ def check_decode(bs: int, hq: int, hkv: int, ctx: list[int], num_splits: int | N
 
 def check_backend(name: str, bs: int, hq: int, hkv: int, seed: int) -> dict:
     """A whole mixed step (2 prefills, one with a cached prefix, 3 decodes, 5 padding tokens) vs torch in fp32."""
-    from tests.engine.paged_cases import make_paged_case
     from engine.layers.attention_backends import get_attention_backend
+    from tests.engine.paged_cases import make_paged_case
     new, ctx = [100, 37, 1, 1, 1], [100, 5000, 1, 3000, 16384]
     c = make_paged_case(new, ctx, 2, hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", seed, num_pad_tokens=5)
     f = _float_case(c)
@@ -239,7 +239,7 @@ def time_decode(B: int, L: int, hq: int, hkv: int, bs: int, warmup: int, iters: 
     kc = torch.randn(B, hkv, L, D, device=dev, dtype=dt)                          # contiguous KV for SDPA
     vc = torch.randn(B, hkv, L, D, device=dev, dtype=dt)
     q4 = q.unsqueeze(2)                                                          # [B, Hq, 1, D]
-    ms = cuda_time_ms(lambda: F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True),
+    ms = cuda_time_ms(lambda: F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True),  # noqa: F821
                       warmup, iters)
     res.update(sdpa_ms=ms, sdpa_gbps=kv_bytes / ms / 1e6)
     del kc, vc
@@ -272,9 +272,9 @@ def causal_flops(new: list[int], ctx: list[int], hq: int) -> float:
 
 def time_prefill(new: list[int], ctx: list[int], hq: int, hkv: int, bs: int, warmup: int, iters: int,
                  sweep: bool) -> dict:
-    from tests.engine.paged_cases import make_paged_case
     from engine.kernels.paged_prefill import paged_prefill_attention
     from engine.layers.attention_backends.torch_backend import prefill_attention_torch, store_kvcache_torch
+    from tests.engine.paged_cases import make_paged_case
     c = make_paged_case(new, ctx, len(new), hq, hkv, HEAD_DIM, bs, torch.bfloat16, "cuda", 0)
     store_kvcache_torch(c.k, c.v, c.k_cache, c.v_cache, c.meta.slot_mapping)
     c.dense_k.clear()

@@ -46,8 +46,8 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.llm import LLM
     from engine.core.sequence import SamplingParams, Sequence
+    from engine.llm import LLM
 
     vocab = (QWEN3_0P6B if args.preset == "qwen3-0.6b" else TINY)["vocab_size"]
     rng = np.random.default_rng(args.seed)

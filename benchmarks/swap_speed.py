@@ -29,6 +29,7 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     import torch
+
     from engine.swap_space import SwapSpace
 
     dev = torch.device("cuda")

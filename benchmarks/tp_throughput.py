@@ -95,8 +95,9 @@ class LogitsRecorder:
 
 def equality(path: Path, args) -> dict:
     import numpy as np
-    from engine.llm import LLM
+
     from engine.core.sequence import SamplingParams
+    from engine.llm import LLM
 
     rng = np.random.default_rng(args.seed)
     prompts = [rng.integers(0, 10000, int(n)).tolist() for n in rng.integers(16, 512, args.equality_prompts)]
@@ -122,8 +123,9 @@ def equality(path: Path, args) -> dict:
 
 def throughput(path: Path, args, tp: int, prompts, output_lens) -> dict:
     import torch
-    from engine.llm import LLM
+
     from engine.core.sequence import SamplingParams
+    from engine.llm import LLM
 
     max_model_len = 2 * args.max_len
     with LLM(path, dtype="bfloat16", tensor_parallel_size=tp, max_num_seqs=args.max_num_seqs,

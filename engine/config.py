@@ -54,7 +54,8 @@ class EngineConfig:
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
     prefill_graph_max_tokens: int = 8192         # steps with prefill of up to this many tokens replay a CUDA
                                                  # graph (engine/prefill_graphs.py); 0: they run eagerly
-    compile_layers: bool | None = None           # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
+    # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
+    compile_layers: bool | None = None
     seed: int = 0                                # generator of unseeded sampled requests
     tensor_parallel_size: int = 1                # GPUs (processes) one model is split across, 1..8, one host
     distributed_timeout_s: float = 600.0         # tensor parallel only: a collective waiting longer raises

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from engine.config import EngineConfig
-from engine.models import load_hf_config
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
+from engine.models import load_hf_config
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -61,7 +61,7 @@ class StepStats:
 class LLM:
     def __init__(self, model_path: str | Path, *, clock: Callable[[], float] | None = None,
                  policy=None, eviction=None, **engine_options):
-        from engine.model_runner import ModelRunner     # torch is imported here, not at module import
+        from engine.model_runner import ModelRunner  # torch is imported here, not at module import
 
         self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
         hf_config = load_hf_config(model_path)

@@ -22,9 +22,8 @@ import warnings
 import numpy as np
 import torch
 
-from engine.core.batch import Batch
-from engine.step_inputs import StepInputBuilder, StepInputs
 from engine.config import EngineConfig
+from engine.core.batch import Batch
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -32,6 +31,7 @@ from engine.layers.sampler import Sampler, SamplingTensors
 from engine.loader import build_model
 from engine.models import load_hf_config
 from engine.prefill_graphs import PrefillGraphs
+from engine.step_inputs import StepInputBuilder, StepInputs
 from engine.swap_space import SwapSpace
 
 GIB = 1 << 30

@@ -164,14 +164,16 @@ def _pct(x, signed=False) -> str:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    head = ["workload", "policy", "E2E med / p90", "E2E med, all runs", "floor E2E", "TTFT med / p90", "TPOT med", "TTFT p50/p90/p99",
-            "E2E p50/p90/p99", "throughput", "step sum", "preempt real/sim", "goals E2E/quant/steps"]
+    head = ["workload", "policy", "E2E med / p90", "E2E med, all runs", "floor E2E", "TTFT med / p90", "TPOT med",
+            "TTFT p50/p90/p99", "E2E p50/p90/p99", "throughput", "step sum", "preempt real/sim",
+            "goals E2E/quant/steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     yn = lambda b: "y" if b else "n"   # noqa: E731
     for r in df.itertuples(index=False):
         lines.append(" | ".join([
             f"| {r.workload}", r.policy, f"{_pct(r.e2e_median_err)} / {_pct(r.e2e_p90_err)}",
-            _pct(getattr(r, "e2e_median_err_all_runs", float("nan"))), _pct(r.floor_e2e_median), f"{_pct(r.ttft_median_err)} / {_pct(r.ttft_p90_err)}", _pct(r.tpot_median_err),
+            _pct(getattr(r, "e2e_median_err_all_runs", float("nan"))), _pct(r.floor_e2e_median),
+            f"{_pct(r.ttft_median_err)} / {_pct(r.ttft_p90_err)}", _pct(r.tpot_median_err),
             " / ".join(_pct(getattr(r, f"ttft_q{q}_err"), True) for q in ("50", "90", "99")),
             " / ".join(_pct(getattr(r, f"e2e_q{q}_err"), True) for q in ("50", "90", "99")),
             _pct(r.throughput_err, True), f"{r.step_sum_ratio:.3f}", f"{r.preemptions_real:g} / {r.preemptions_sim:g}",

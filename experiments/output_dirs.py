@@ -21,8 +21,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf, open_dict, read_write
 
+from experiments.results import NON_RESULT_KEYS, SUMMARY, read_summary
 from experiments.user_errors import fail
-from experiments.results import SUMMARY, NON_RESULT_KEYS, read_summary
 
 # Files whose presence means a folder holds a run's results (summary.json is written last).
 RESULT_FILES = (SUMMARY, "requests.parquet")

@@ -85,5 +85,6 @@ def to_markdown(df: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in df.itertuples(index=False):
         lines.append(f"| {getattr(r, 'workload', '')} | {r.policy_a} | {r.policy_b} | {r.metric} | "
-                     f"{100 * r.real_diff:+.1f}% | {100 * r.noise_band:.1f}% | {100 * r.sim_diff:+.1f}% | {r.verdict} |")
+                     f"{100 * r.real_diff:+.1f}% | {100 * r.noise_band:.1f}% | {100 * r.sim_diff:+.1f}% | "
+                     f"{r.verdict} |")
     return "\n".join(lines)

@@ -196,6 +196,7 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
             seed: int = 0, log=print):
     """Times every shape on `runner` (an engine.model_runner.ModelRunner); returns the table (DataFrame)."""
     import pandas as pd
+
     from experiments.runner_engine import _device_sync
 
     if repeats < 1 or warmup < 0:

@@ -25,7 +25,7 @@ import pandas as pd
 import yaml
 
 from experiments.output_dirs import safe_name
-from experiments.results import SUMMARY, read_summary, write_parquet, atomic_write_text
+from experiments.results import SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.user_errors import nearest, one_line
 
 RATE = "request_rate_rps"
@@ -94,8 +94,9 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
 
 def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=TL_METRICS) -> Path:
     """p50 (solid) and p99 (dashed) of each metric vs x, one colour per `by` value, side by side."""
-    from experiments import plots   # noqa: F401  (selects the Agg backend)
     import matplotlib.pyplot as plt
+
+    from experiments import plots  # noqa: F401  (selects the Agg backend)
 
     labels = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)",
               "normalized_latency_s": "normalized latency (s/token)"}

@@ -32,8 +32,15 @@ import experiments.config  # noqa: F401  (registers the schema before Hydra comp
 from experiments.config_check import check_config, trace_format_hint
 from experiments.output_dirs import interrupted_message
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
-from experiments.user_errors import (TRACEBACK_ENV, USER_ERRORS, MissingExtraError, fail, is_user_error, one_line,
-                                     tracebacks_wanted)
+from experiments.user_errors import (
+    TRACEBACK_ENV,
+    USER_ERRORS,
+    MissingExtraError,
+    fail,
+    is_user_error,
+    one_line,
+    tracebacks_wanted,
+)
 from experiments.workloads.changes import describe_input
 
 GROUPS = ("backend", "backend/cost_model", "model", "hardware", "scheduler", "victim", "eviction", "router",
@@ -54,6 +61,7 @@ def get_runner(backend_name: str):
             # the engine runner imports these only once it builds the engine: probe them first
             import safetensors  # noqa: F401
             import torch  # noqa: F401
+
             from experiments.runner_engine import run_engine
         except ModuleNotFoundError as e:
             if (e.name or "").split(".")[0] in ENGINE_PACKAGES:

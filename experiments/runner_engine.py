@@ -48,7 +48,7 @@ class EngineRunConfig:
     block_size: int = 16
     num_kvcache_blocks: int | None = None   # KV blocks the runner allocates (None: from GPU memory / cpu_kvcache_gib)
     gpu_memory_utilization: float = 0.9     # used when num_kvcache_blocks is None
-    num_cpu_blocks: int | None = 0          # swap blocks the runner allocates (vllm_swap needs > 0); None: swap_space_gib
+    num_cpu_blocks: int | None = 0          # swap blocks to allocate (vllm_swap needs > 0); None: swap_space_gib
     swap_space_gib: float = 0.0
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None   # None: derived (engine.core.token_budget)
@@ -122,7 +122,7 @@ class EngineReplayer:
     """Loads the model once; replays workloads in real time under any policy."""
 
     def __init__(self, config: EngineRunConfig):
-        from engine.llm import LLM        # torch is imported only when the engine backend is chosen
+        from engine.llm import LLM  # torch is imported only when the engine backend is chosen
 
         self.config = config
         self.llm = LLM(config.model_path, **config.engine_options())

@@ -15,6 +15,7 @@ import sys
 
 from engine.core.requests import WorkloadFormatError
 
+
 class MissingExtraError(ImportError):
     """An optional part of servelab is not installed; the message names the pip command."""
 
@@ -62,8 +63,12 @@ def _schema_keys(head: str) -> list[str]:
 
 
 def _hydra_message(exc) -> str | None:
-    from hydra.errors import (ConfigCompositionException, InstantiationException, MissingConfigException,
-                              OverrideParseException)
+    from hydra.errors import (
+        ConfigCompositionException,
+        InstantiationException,
+        MissingConfigException,
+        OverrideParseException,
+    )
     text = str(exc)
     if isinstance(exc, MissingConfigException):
         found = re.search(r"Could not find '([^']+)'", text)

@@ -137,7 +137,8 @@ def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
                  "num_finished_both": int(len(both)), "one_to_one": bool(one_to_one)},
         "throughput": {"output_tps_real": sr["output_throughput_tps"], "output_tps_sim": ss["output_throughput_tps"],
                        "rel_err": _rel(ss["output_throughput_tps"], sr["output_throughput_tps"]),
-                       "request_rps_real": sr["request_throughput_rps"], "request_rps_sim": ss["request_throughput_rps"],
+                       "request_rps_real": sr["request_throughput_rps"],
+                       "request_rps_sim": ss["request_throughput_rps"],
                        "makespan_s_real": sr["makespan_s"], "makespan_s_sim": ss["makespan_s"],
                        "makespan_rel_err": _rel(ss["makespan_s"], sr["makespan_s"])},
         "preemptions": {"real": sr["num_preemptions"], "sim": ss["num_preemptions"],
@@ -191,8 +192,7 @@ def priority_classes(text: str):
 
 def build_workload(args, max_model_len: int | None = None):
     """The workload the flags describe, clipped to max_model_len (None: --max-model-len)."""
-    from experiments.workloads import (AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace,
-                                       synthetic_workload)
+    from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace, synthetic_workload
     opts = dict(max_requests=args.max_requests, max_model_len=max_model_len or args.max_model_len, seed=args.seed,
                 skip_requests=args.skip_requests)
     if args.target_rate_rps is not None:

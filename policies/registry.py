@@ -31,7 +31,6 @@ from policies.predictors.base import OutputLengthPredictor
 from policies.scheduling.base import SchedulingPolicy
 from policies.victim.base import VictimPolicy
 
-
 SCHEDULING_POLICIES = discover(policies.scheduling, SchedulingPolicy)
 EVICTION_POLICIES = discover(policies.eviction, EvictionPolicy)
 VICTIM_POLICIES = discover(policies.victim, VictimPolicy)

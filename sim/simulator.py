@@ -39,7 +39,7 @@ from sim.arrivals import Arrivals, dummy_token_id, private_blocks_exact, token_o
 from sim.fast_path import FastPathMixin
 from sim.replica import Replica
 from sim.result import SimResult
-from sim.router import ReplicaView, Router, RoundRobinRouter, get_router
+from sim.router import ReplicaView, RoundRobinRouter, Router, get_router
 
 INF = math.inf
 PROMPT_IDS = ("auto", "hashed", "private", "zeros")
@@ -105,7 +105,8 @@ class Simulator(FastPathMixin):
         if prompt_ids not in PROMPT_IDS:
             raise ValueError(f"prompt_ids must be one of {PROMPT_IDS}, got {prompt_ids!r}")
         if prompt_ids == "auto":
-            caching = [r.scheduler.block_manager for r in self.replicas if r.scheduler.block_manager.enable_prefix_caching]
+            caching = [r.scheduler.block_manager for r in self.replicas
+                       if r.scheduler.block_manager.enable_prefix_caching]
             if not caching:
                 prompt_ids = "zeros"
             elif all(private_blocks_exact(vocab_size, bm.block_size) for bm in caching):

@@ -1,7 +1,8 @@
 """The file tree is the architecture: the import graph of the four packages, read from the source.
 
 Every import counts, also one deferred into a function body (a cycle held together by deferred
-imports is still a cycle); only `if TYPE_CHECKING:` imports, never executed, do not. Layers: the torch-free core (engine/core) imports neither torch, the
+imports is still a cycle); only `if TYPE_CHECKING:` imports, never executed, do not.
+Layers: the torch-free core (engine/core) imports neither torch, the
 GPU runtime, sim nor experiments (it may import the policies' base contracts); policies import
 only the core and themselves; sim imports no experiments and no
 torch; nothing imports experiments but experiments; and the graph has no cycles.
@@ -43,7 +44,8 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue

@@ -157,8 +157,9 @@ COMMANDS: dict[str, Run | Excluded] = {
     "bash benchmarks/gpu_engine.sh --out DIR": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_validate.sh": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_generalize.sh": Excluded(NEEDS_CUDA),
-    "python -m experiments.generalize": Excluded("needs the kept real runs (benchmarks/results/generalize/real_h200.tgz, "
-                                                 "11 MB unpacked to /tmp); tests/experiments/test_generalize.py runs "
+    "python -m experiments.generalize": Excluded("needs the kept real runs (benchmarks/results/generalize/"
+                                                 "real_h200.tgz, 11 MB unpacked to /tmp); "
+                                                 "tests/experiments/test_generalize.py runs "
                                                  "it on tiny-model runs"),
     "python benchmarks/swap_speed.py": Excluded(NEEDS_CUDA),
     "python benchmarks/sim_speed.py": Excluded("a benchmark of minutes (a 1M-request run among them); its figures "

@@ -4,7 +4,8 @@ from pathlib import Path
 
 
 def test_core_imports_do_not_import_torch():
-    code = ("import sys; import engine.core.sequence, engine.core.batch, engine.core.block_manager, engine.core.scheduler, policies, sim; "
+    code = ("import sys; import engine.core.sequence, engine.core.batch, engine.core.block_manager, "
+            "engine.core.scheduler, policies, sim; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                          capture_output=True, text=True, check=True)

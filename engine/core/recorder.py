@@ -14,8 +14,8 @@ them (one run per on_step, one per fast-path call: num_decode_seqs, the first
 step's decode_context_sum, growing by num_decode_seqs a step, its longest decode
 context, growing by 1 a step, and used + free);
 kv_blocks_cached only at the steps where it changes; the prefill / preemption /
-swap columns only for the steps where one of them is non-zero. batch_size and num_batched_tokens are derived when the table
-is built. `record_steps="none"` keeps no step rows at all (a million-request
+swap columns only for the steps where one of them is non-zero. batch_size and num_batched_tokens
+are derived when the table is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
 
 `record_decisions=True` also keeps, for every step with prefill work, a

@@ -216,6 +216,7 @@ def prompt_token_ids(spec: RequestSpec, vocab_size: int, rng_seed: int = 0) -> l
     covered = min(n, len(hashes) * b)
     out = _hash_tokens(block_key, np.repeat(hashes, b)[:covered], pos[:covered] % b, vocab_size)
     if covered < n:
-        rest = _hash_tokens(private_key, np.full(n - covered, spec.request_id, dtype=np.int64), pos[covered:], vocab_size)
+        rest = _hash_tokens(private_key, np.full(n - covered, spec.request_id, dtype=np.int64), pos[covered:],
+                            vocab_size)
         out = np.concatenate([out, rest])
     return out.tolist()

@@ -124,7 +124,8 @@ class Sequence:
                  arrival_time_s: float = 0.0, priority: int = 0, eos_token_id: int | None = None,
                  record_token_times: bool = False):
         if len(prompt_token_ids) == 0:
-            raise ValueError(f"request {request_id!r}: prompt_token_ids is empty; a request needs at least one prompt token")
+            raise ValueError(f"request {request_id!r}: prompt_token_ids is empty; a request needs at least one "
+                             "prompt token")
         self.request_id = request_id
         self.arrival_time_s = float(arrival_time_s)
         self.token_ids: list[int] = list(prompt_token_ids)

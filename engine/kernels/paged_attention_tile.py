@@ -36,7 +36,7 @@ def paged_attention_tile_loop(
         row_off = page * stride_cb + (offs_n % BLOCK_SIZE) * stride_cs + kv_head_off   # [BLOCK_N] int64
         kv_mask = nmask[:, None] & dmask[None, :]
         k = tl.load(k_cache_ptr + row_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale                                  # [BLOCK_M, BLOCK_N] f32
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale        # [BLOCK_M, BLOCK_N] f32
         if CAUSAL:
             keep = nmask[None, :] & (offs_n[None, :] <= q_pos[:, None])
         else:

@@ -91,6 +91,6 @@ def race_sample_reference(logits: Tensor, temperatures: Tensor, noise: Tensor) -
 
 def _race_sample(logits: Tensor, temps: Tensor, noise: Tensor) -> Tensor:
     if logits.is_cuda:
-        from engine.kernels.sample import race_sample     # triton: imported only where it runs
+        from engine.kernels.sample import race_sample  # triton: imported only where it runs
         return race_sample(logits, temps, noise)
     return race_sample_reference(logits, temps, noise)

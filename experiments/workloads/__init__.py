@@ -6,13 +6,34 @@
         ids = prompt_token_ids(spec, vocab_size=151936, rng_seed=0)   # made lazily, on arrival
     print(wl.stats.summary())            # rows read / skipped / clipped
 """
+from engine.core.requests import (
+                                        MOONCAKE_BLOCK_TOKENS,
+                                        RequestSpec,
+                                        Workload,
+                                        WorkloadFormatError,
+                                        WorkloadStats,
+                                        prompt_token_ids,
+)
 from experiments.workloads.options import PriorityClasses, TraceOptions, spawn_streams
-from engine.core.requests import (MOONCAKE_BLOCK_TOKENS, RequestSpec, Workload, WorkloadFormatError,
-                                        WorkloadStats, prompt_token_ids)
-from experiments.workloads.synthetic import (AllAtOnce, Constant, Fixed, FromFile, Gamma, Poisson, Uniform,
-                                             sharegpt_workload, synthetic_workload)
-from experiments.workloads.traces import (detect_format, read_azure_trace, read_length_file, read_mooncake_trace,
-                                          read_trace, read_vidur_trace)
+from experiments.workloads.synthetic import (
+                                        AllAtOnce,
+                                        Constant,
+                                        Fixed,
+                                        FromFile,
+                                        Gamma,
+                                        Poisson,
+                                        Uniform,
+                                        sharegpt_workload,
+                                        synthetic_workload,
+)
+from experiments.workloads.traces import (
+                                        detect_format,
+                                        read_azure_trace,
+                                        read_length_file,
+                                        read_mooncake_trace,
+                                        read_trace,
+                                        read_vidur_trace,
+)
 
 __all__ = [
     "AllAtOnce", "Constant", "Fixed", "FromFile", "Gamma", "MOONCAKE_BLOCK_TOKENS", "Poisson", "PriorityClasses",

@@ -7,8 +7,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.core.requests import (CLIPPED_OUTPUT, CLIPPED_PROMPT, MAX_LISTED_LINES, MOONCAKE_BLOCK_TOKENS,
-                                        REORDERED, Workload, WorkloadStats)
+from engine.core.requests import (
+    CLIPPED_OUTPUT,
+    CLIPPED_PROMPT,
+    MAX_LISTED_LINES,
+    MOONCAKE_BLOCK_TOKENS,
+    REORDERED,
+    Workload,
+    WorkloadStats,
+)
 
 STREAMS = ("arrivals", "prompt_lengths", "output_lengths", "priorities")
 TOO_LONG_MODES = ("clip", "drop")
@@ -47,7 +54,8 @@ class TraceOptions:
 
     Applied in this order: sort by arrival (stable), drop the first
     `skip_requests` (a later slice of a trace, e.g. to calibrate on requests
-    300-599 and validate on 0-299), keep the first `max_requests`, shift so the first request arrives at 0, rescale the gaps
+    300-599 and validate on 0-299), keep the first `max_requests`, shift so the first request arrives at 0,
+    rescale the gaps
     (`time_scale` multiplies every inter-arrival gap, 2.0 = half the rate; or
     `target_rate_rps` sets the mean rate (n-1)/span), add `start_offset_s`, then
     make every request fit `max_model_len` (prompt + output tokens): with

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
 from engine.core.requests import Workload, WorkloadStats
+from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
 from experiments.workloads.traces import read_length_file, read_length_rows
 
 
@@ -128,7 +128,8 @@ class FromFile:
 
     def __post_init__(self):
         if self.column not in ("num_prefill_tokens", "num_decode_tokens"):
-            raise ValueError(f"FromFile.column must be 'num_prefill_tokens' or 'num_decode_tokens', got {self.column!r}")
+            raise ValueError(f"FromFile.column must be 'num_prefill_tokens' or 'num_decode_tokens', "
+                             f"got {self.column!r}")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         prompt, output = load_lengths(self.path)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.requests import Workload, WorkloadStats
 from experiments.workloads._io import check_on_error, read_csv_columns, read_jsonl_columns
 from experiments.workloads.options import TraceOptions, finalize, make_options
-from engine.core.requests import Workload, WorkloadStats
 
 AZURE_COLUMNS = {"TIMESTAMP": "timestamp", "ContextTokens": "count", "GeneratedTokens": "count"}
 VIDUR_COLUMNS = {"arrived_at": "time", "num_prefill_tokens": "count", "num_decode_tokens": "count"}

@@ -39,5 +39,6 @@ def get_cost_model(name: str, **kwargs) -> CostModel:
     return cls(**kwargs)
 
 
-__all__ = ["COST_MODELS", "STEP_TABLE_COLUMNS", "CalibratedCostModel", "ConstantCostModel", "CostModel", "CostModelError",
-           "FittedCostModel", "RooflineCostModel", "StepShape", "get_cost_model", "register_cost_model"]
+__all__ = ["COST_MODELS", "STEP_TABLE_COLUMNS", "CalibratedCostModel", "ConstantCostModel", "CostModel",
+           "CostModelError", "FittedCostModel", "RooflineCostModel", "StepShape", "get_cost_model",
+           "register_cost_model"]

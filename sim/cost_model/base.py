@@ -136,8 +136,9 @@ class CostModel(ABC):
                 or decode_context_sum > num_decode_seqs * self.max_model_len):
             problem = f"a context exceeds max_model_len={self.max_model_len}"
         if problem:
-            raise CostModelError(f"{type(self).__name__} cannot price "
-                                 f"{describe_shape(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum, num_swap_blocks)}: {problem}")
+            shape = describe_shape(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
+                                   num_swap_blocks)
+            raise CostModelError(f"{type(self).__name__} cannot price {shape}: {problem}")
 
 
 # Per-step table columns a fitted model trains on. The recorder's per-step table

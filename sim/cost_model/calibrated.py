@@ -1,6 +1,7 @@
 """Calibrated cost model: a non-negative linear model of step time, fitted to times the engine measured.
 
-    cm = CalibratedCostModel("benchmarks/results/profile_h200_qwen3_0p6b.json")   # or get_cost_model("calibrated", profile=...)
+    cm = CalibratedCostModel("benchmarks/results/profile_h200_qwen3_0p6b.json")
+    # or get_cost_model("calibrated", profile=...)
     cm.step_time_s(batch)
 
 Step time in seconds is a sum of physically meaningful terms, every
@@ -74,10 +75,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
+from sim.cost_model.calibrated_fit import FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients, nnls
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
-from sim.cost_model.calibrated_fit import (FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients,
-                                           nnls)
 
 FORMAT = "servelab.calibrated_cost_model/v3"
 FORMAT_V2 = "servelab.calibrated_cost_model/v2"
@@ -170,7 +170,8 @@ class CalibratedCostModel(FittedCostModel):
     def _swap_s(self, out_blocks: float, in_blocks: float, block_size: int) -> float:
         if not (out_blocks or in_blocks):
             return 0.0
-        return self._swap_step + (self._swap_out * out_blocks + self._swap_in * in_blocks) * (block_size / self.block_size)
+        per_block = self._swap_out * out_blocks + self._swap_in * in_blocks
+        return self._swap_step + per_block * (block_size / self.block_size)
 
     def _price(self, prefill_new_tokens, prefill_context_lens, num_decode_seqs: int, decode_context_sum: int,
                num_prefill_samples: int | None, swap_s: float) -> float:

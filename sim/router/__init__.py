@@ -22,5 +22,5 @@ def get_router(name: str, **kwargs) -> Router:
     return cls(**kwargs)
 
 
-__all__ = ["ROUTERS", "LeastOutstandingTokensRouter", "PrefixAffinityRouter", "ReplicaView", "RoundRobinRouter", "RoutedTally",
-           "Router", "get_router"]
+__all__ = ["ROUTERS", "LeastOutstandingTokensRouter", "PrefixAffinityRouter", "ReplicaView", "RoundRobinRouter",
+           "RoutedTally", "Router", "get_router"]

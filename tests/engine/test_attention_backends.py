@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.engine.paged_cases import PagedCase, dense_attention, make_paged_case
 from engine.layers.attention_backends import flash_attn_available, get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
+from tests.engine.paged_cases import PagedCase, dense_attention, make_paged_case
 
 # (num_new_tokens, context_lens, num_prefill_seqs)
 SCENARIOS = {

@@ -10,12 +10,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is first import
 import pytest
 import torch
 
-from tests.engine.paged_cases import make_paged_case
 from engine.kernels.paged_decode import paged_decode_attention
 from engine.kernels.paged_prefill import paged_prefill_attention
 from engine.kernels.store_kvcache import store_kvcache
-from engine.layers.attention_backends.torch_backend import (decode_attention_torch, prefill_attention_torch,
-                                                             store_kvcache_torch)
+from engine.layers.attention_backends.torch_backend import (
+    decode_attention_torch,
+    prefill_attention_torch,
+    store_kvcache_torch,
+)
+from tests.engine.paged_cases import make_paged_case
 
 ATOL = 2e-5
 HEADS = [(2, 1, 16), (4, 2, 32), (6, 2, 16)]     # (q heads, kv heads, head_dim); the last has group 3

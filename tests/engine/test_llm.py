@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from engine.llm import LLM
 from engine.core.sequence import SamplingParams
+from engine.llm import LLM
 from policies.scheduling.vllm import VLLMPolicy
 from tests.engine.tiny_model import make_tiny_qwen3, make_tiny_tokenizer
 

@@ -126,7 +126,8 @@ def test_unsupported_architecture(tmp_path, untied):
     cfg = json.loads((d / "config.json").read_text())
     cfg["architectures"] = ["MixtralForCausalLM"]
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"unsupported architecture \['MixtralForCausalLM'\]; supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"):
+    with pytest.raises(ValueError, match=r"unsupported architecture \['MixtralForCausalLM'\]; supported: "
+                                         r"LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"):
         build_model(d, "cpu", torch.float32, BACKEND)
 
 

@@ -4,7 +4,6 @@ The graphs themselves need CUDA (tests/engine/test_llm.py -k cuda); what can go 
 layout (padding entries, padding tokens, decodes as one-token prefill entries, stale block-table
 rows from earlier steps) shows up here as tokens that differ from transformers' greedy decoding.
 """
-import pytest
 
 from engine.llm import LLM
 from engine.prefill_graphs import prefill_graph_sizes

@@ -37,8 +37,9 @@ def test_graph_block_tables_track_growth_reordering_and_rebuilt_tables():
         s.block_table = [next(next_block) for _ in range(-(-len(s.token_ids) // BS))]
         pool.append(s)
     patched_rows = 0
+    seqs = pool[:5]
     for step in range(400):
-        seqs = rng.sample(pool, rng.randint(1, MAX_BS)) if step % 7 == 0 else seqs if step else pool[:5]
+        seqs = rng.sample(pool, rng.randint(1, MAX_BS)) if step % 7 == 0 else seqs
         for s in seqs:
             if rng.random() < 0.1:           # rebuilt table: new list object with new block ids, same length
                 s.block_table = [next(next_block) for _ in s.block_table]

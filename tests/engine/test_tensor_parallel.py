@@ -10,12 +10,17 @@ import torch.nn.functional as F
 
 from engine import collectives, workers
 from engine.config import EngineConfig
+from engine.core.sequence import SamplingParams
 from engine.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
-from engine.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear, QKVParallelLinear,
-                                  RowParallelLinear, kv_heads_of_rank)
+from engine.layers.linear import (
+    ColumnParallelLinear,
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+    kv_heads_of_rank,
+)
 from engine.llm import LLM
 from engine.loader import build_model
-from engine.core.sequence import SamplingParams
 from policies.scheduling.vllm import VLLMPolicy
 from tests.engine.tiny_model import make_tiny_qwen3
 

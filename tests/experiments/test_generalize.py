@@ -146,7 +146,6 @@ def test_two_simulated_clocks_part_ways_and_the_recorder_says_where():
     from engine.core.scheduler import SchedulerConfig
     from experiments.validate import simulate
     from experiments.workloads import Poisson, Uniform, synthetic_workload
-
     from sim.cost_model.base import CostModel
 
     class Scaled(CostModel):

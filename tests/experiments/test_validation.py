@@ -124,6 +124,7 @@ def test_cpu_validation_loop(tiny, tmp_path):
 
     # the engine against itself: a copy of the kept run scores zero on every error, and one run alone is refused
     import shutil
+
     from experiments.real_vs_real import SPREAD_METRICS, real_vs_real
     shutil.copytree(tmp_path / "real", tmp_path / "real_copy")
     rr = real_vs_real([tmp_path / "real", tmp_path / "real_copy"], "ci")

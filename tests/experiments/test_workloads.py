@@ -1,13 +1,29 @@
 """Workloads: trace readers on the real shared files, broken files, seeded streams, prompt tokens."""
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from experiments.workloads import (AllAtOnce, Constant, Fixed, FromFile, Gamma, Poisson, PriorityClasses, RequestSpec,
-                                   Uniform, WorkloadFormatError, detect_format, prompt_token_ids, read_azure_trace,
-                                   read_length_file, read_mooncake_trace, read_trace, read_vidur_trace,
-                                   sharegpt_workload, synthetic_workload)
+from experiments.workloads import (
+    AllAtOnce,
+    Constant,
+    Fixed,
+    FromFile,
+    Gamma,
+    Poisson,
+    PriorityClasses,
+    RequestSpec,
+    Uniform,
+    WorkloadFormatError,
+    detect_format,
+    prompt_token_ids,
+    read_azure_trace,
+    read_length_file,
+    read_mooncake_trace,
+    read_trace,
+    read_vidur_trace,
+    sharegpt_workload,
+    synthetic_workload,
+)
 from tests.helpers import TRACES, trace_file
 
 AZURE = TRACES / "AzureLLMInferenceTrace_conv.csv"

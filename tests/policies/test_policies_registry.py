@@ -10,8 +10,16 @@ from omegaconf import OmegaConf
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from policies.predictors.noisy import NoisyPredictor
 from policies.predictors.oracle import OraclePredictor
-from policies.registry import (EVICTION_POLICIES, PREDICTORS, SCHEDULING_POLICIES, VICTIM_POLICIES,
-                               make_eviction_policy, make_predictor, make_scheduling_policy, make_victim_policy)
+from policies.registry import (
+    EVICTION_POLICIES,
+    PREDICTORS,
+    SCHEDULING_POLICIES,
+    VICTIM_POLICIES,
+    make_eviction_policy,
+    make_predictor,
+    make_scheduling_policy,
+    make_victim_policy,
+)
 from policies.scheduling.base import SchedulingPolicy
 from policies.victim.base import VictimPolicy
 

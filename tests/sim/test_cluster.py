@@ -5,8 +5,14 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from sim.cost_model import ConstantCostModel
 from sim.replica import Replica
-from sim.router import (LeastOutstandingTokensRouter, PrefixAffinityRouter, ReplicaView, RoundRobinRouter, Router,
-                        get_router)
+from sim.router import (
+    LeastOutstandingTokensRouter,
+    PrefixAffinityRouter,
+    ReplicaView,
+    RoundRobinRouter,
+    Router,
+    get_router,
+)
 from sim.simulator import Simulator
 
 

@@ -4,8 +4,15 @@ import pytest
 
 from engine.core.batch import Batch
 from engine.core.sequence import SamplingParams, Sequence
-from sim.cost_model import (COST_MODELS, ConstantCostModel, CostModel, CostModelError, RooflineCostModel,
-                            get_cost_model, register_cost_model)
+from sim.cost_model import (
+    COST_MODELS,
+    ConstantCostModel,
+    CostModel,
+    CostModelError,
+    RooflineCostModel,
+    get_cost_model,
+    register_cost_model,
+)
 from sim.lower_bound import decode_schedule, workload_lower_bound
 
 

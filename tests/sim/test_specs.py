@@ -4,8 +4,7 @@ import sys
 
 import pytest
 
-from sim.specs import (HARDWARE_SPECS, MODEL_SPECS, ModelSpec, get_hardware_spec, get_model_spec,
-                       num_kv_blocks)
+from sim.specs import HARDWARE_SPECS, MODEL_SPECS, ModelSpec, get_hardware_spec, get_model_spec, num_kv_blocks
 
 # (total params, non-embedding params) as the model cards publish them.
 PUBLISHED = {
