@@ -140,8 +140,16 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
              for b, d in ((16, 1024), (128, 1024), (32, 8192))]
     shapes += [Shape("mixed", ((n, c),), (d,) * b) for n, c, b, d in mixed
                if n + c <= L and d <= L and n + b <= T and b + 1 <= max_num_seqs]
+    # a chunk at a short context beside a few long decodes (chunked prefill on a long-output workload): in a
+    # padded prefill graph every decode is a varlen entry whose one program per head reads its whole context
+    shapes += [Shape("mixed", ((n, c),), (d,) * b) for n, c in ((128, 0), (512, 0), (512, 1024))
+               for b, d in ((1, 4096), (2, 8192), (4, 6144), (1, L)) if n + c <= L and d <= L and n + b <= T]
     shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
                if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]
+    # either side of the batch size where the decode kernel stops splitting keys (num_seqs * kv_heads vs the
+    # SM count: 33 sequences for 8 KV heads on 132 SMs)
+    shapes += [Shape("decode", (), (c,) * b) for b in (12, 24, 40) for c in (256, 2048, 8192)
+               if b <= max_num_seqs and c <= L]
     tails = [(64, 8, 256, 4000), (128, 16, 256, 4000), (256, 32, 256, 4000), (32, 2, 1024, 16384),
              (128, 4, 1024, 16384), (256, 8, 2048, 8192), (32, 1, 512, L), (128, 2, 512, L)]
     for b, n_long, short, long in tails:
@@ -334,6 +342,8 @@ def main(argv=None) -> int:
     try:
         import torch
         meta["torch"] = torch.__version__
+        if runner.device.type == "cuda":     # the decode kernel's split rule depends on it (engine/kernels/paged_decode)
+            meta["num_sms"] = torch.cuda.get_device_properties(runner.device).multi_processor_count
     except ImportError:
         pass
     write_json(str(args.out) + ".meta.json", meta)
