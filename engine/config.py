@@ -1,11 +1,14 @@
 """EngineConfig: everything the real engine (runner + scheduler) is built from. Torch-free.
 
-Fields left None are derived at start-up from the checkpoint and the device (see resolve()).
+Fields left None are derived at start-up from the checkpoint and the device (see resolve()). The
+scheduler's settings carry SchedulerConfig's names and defaults; the LLM builds its SchedulerConfig
+from this one (SchedulerConfig.from_settings).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from engine.core.scheduler import SchedulerConfig
 from engine.core.token_budget import resolve_max_num_batched_tokens
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -36,21 +39,21 @@ def tensor_parallel_problem(tp: int, num_attention_heads: int, num_key_value_hea
 
 @dataclass
 class EngineConfig:
-    model: str                                   # checkpoint directory (config.json + *.safetensors)
+    model_path: str                              # checkpoint directory (config.json + *.safetensors)
     device: str = "auto"                         # "auto" (cuda if available), "cuda", "cuda:N", "cpu"
     dtype: str = "auto"                          # "auto": config.json's dtype on CUDA, float32 on CPU
     attention_backend: str = "auto"              # see engine/layers/attention_backends
-    block_size: int = 16                         # tokens per KV block (power of two)
+    block_size: int = SchedulerConfig.block_size  # tokens per KV block (power of two)
     num_kvcache_blocks: int | None = None        # None: from gpu_memory_utilization (CUDA) or cpu_kvcache_gib (CPU)
     gpu_memory_utilization: float = 0.9          # fraction of GPU memory the engine may use in total
     cpu_kvcache_gib: float = 1.0                 # CPU only: KV cache size when num_kvcache_blocks is None
     num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
     swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
-    max_num_seqs: int = 256
+    max_num_seqs: int = SchedulerConfig.max_num_seqs
     max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.core.token_budget)
     max_model_len: int | None = None             # None: min(4096, max_position_embeddings)
-    enable_chunked_prefill: bool = False
-    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = SchedulerConfig.enable_chunked_prefill
+    enable_prefix_caching: bool = SchedulerConfig.enable_prefix_caching
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
     prefill_graph_max_tokens: int = 8192         # steps with prefill of up to this many tokens replay a CUDA
                                                  # graph (engine/prefill_graphs.py); 0: they run eagerly
@@ -106,13 +109,13 @@ class EngineConfig:
             raise ValueError(f"{problem}; set tensor_parallel_size to one of {ok} for this model")
 
     @classmethod
-    def from_kwargs(cls, model: str, **kwargs) -> "EngineConfig":
-        """EngineConfig(model, **kwargs) with a clear error for unknown keys."""
-        names = {f.name for f in fields(cls)} - {"model"}
+    def from_kwargs(cls, model_path: str, **kwargs) -> "EngineConfig":
+        """cls(model_path, **kwargs) with a clear error for unknown keys."""
+        names = {f.name for f in fields(cls)} - {"model_path"}
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise TypeError(f"unknown engine option(s) {unknown}; allowed: {sorted(names)}")
-        return cls(model=str(model), **kwargs)
+        return cls(model_path=str(model_path), **kwargs)
 
     def resolve_max_model_len(self, max_position_embeddings: int) -> int:
         """Fills max_model_len from the model (default min(4096, max_position_embeddings)) and checks it."""

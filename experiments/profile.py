@@ -303,7 +303,7 @@ def main(argv=None) -> int:
     from engine.model_runner import ModelRunner
 
     max_swap = 1024 if args.grid == "full" else 8
-    cfg = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+    cfg = EngineConfig(model_path=args.model, device=args.device, dtype=args.dtype,
                        attention_backend=args.attention_backend, num_kvcache_blocks=args.num_kvcache_blocks,
                        num_cpu_blocks=args.num_cpu_blocks if args.num_cpu_blocks is not None else max_swap,
                        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,

@@ -25,7 +25,7 @@ import datetime as _dt
 import shlex
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +218,14 @@ def build_workload(args, max_model_len: int | None = None):
                               **opts)
 
 
+def engine_run_config(args, num_cpu_blocks: int) -> EngineRunConfig:
+    """The engine of the real side: each EngineRunConfig field from the flag of the same name (given or
+    its default, which is the field's), the checkpoint from --model, prefix caching off by --no-prefix-caching."""
+    given = {f.name: getattr(args, f.name) for f in fields(EngineRunConfig) if hasattr(args, f.name)}
+    return EngineRunConfig(**{**given, "model_path": str(args.model), "num_cpu_blocks": num_cpu_blocks,
+                              "enable_prefix_caching": not args.no_prefix_caching})
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="checkpoint directory (required unless --from-real)")
@@ -237,26 +245,26 @@ def parse_args(argv=None):
     w.add_argument("--max-requests", type=int, default=None)
     w.add_argument("--skip-requests", type=int, default=0, help="drop the first N requests (after sorting by "
                    "arrival), e.g. a calibration replay on requests 300-599: --skip-requests 300 --max-requests 300")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--seed", type=int, default=EngineRunConfig.seed)
     w.add_argument("--priority-classes", default=None, help="random priority per request, VALUE:PROB,... "
                    "(lower value = more important), e.g. 0:0.3,1:0.7 (for the priority policy)")
     e = ap.add_argument_group("engine and scheduler (the same for both backends)")
     e.add_argument("--policies", default="vllm", help="comma-separated conf/scheduler names (fcfs, vllm, vllm_swap, "
                    "sjf, srpt, priority, mlfq, sarathi, ...), each optionally +chunked / +nochunk to force chunked "
                    "prefill for that policy alone (e.g. vllm,vllm+chunked)")
-    e.add_argument("--device", default="auto")
+    e.add_argument("--device", default=EngineRunConfig.device)
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
                    "when vllm_swap runs, else 0)")
     e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
-    e.add_argument("--max-num-seqs", type=int, default=256)
+    e.add_argument("--max-num-seqs", type=int, default=EngineRunConfig.max_num_seqs)
     e.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: derived from max_model_len "
                    "(engine/core/token_budget.py)")
     e.add_argument("--enable-chunked-prefill", action="store_true")
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--enforce-eager", action="store_true")
-    e.add_argument("--attention-backend", default="auto")
-    e.add_argument("--temperature", type=float, default=0.6)
+    e.add_argument("--attention-backend", default=EngineRunConfig.attention_backend)
+    e.add_argument("--temperature", type=float, default=EngineRunConfig.temperature)
     e.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on cpu)")
     e.add_argument("--max-wall-s", type=float, default=None, help="abort a replay that runs longer (seconds)")
     c = ap.add_argument_group("simulator cost models")
@@ -298,12 +306,7 @@ def main(argv=None) -> int:
         cfg, device, model_dir = rep.config, rep.device, rep.model_dir
         load_s, warm_s, runner_device = rep.meta["engine_load_s"], rep.meta["warmup_s"], rep.meta["runner_device"]
     else:
-        cfg = EngineRunConfig(model_path=str(args.model), device=args.device, attention_backend=args.attention_backend,
-                              num_kvcache_blocks=args.num_kvcache_blocks, num_cpu_blocks=cpu_blocks,
-                              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                              max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
-                              enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
-                              temperature=args.temperature, seed=args.seed)
+        cfg = engine_run_config(args, cpu_blocks)
         t0 = time.perf_counter()
         rep = EngineReplayer(cfg)
         load_s = time.perf_counter() - t0

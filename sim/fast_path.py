@@ -115,7 +115,7 @@ class FastPathMixin:
         if bm.enable_prefix_caching:
             free0, cached0 = len(bm.free_ids) - bm.num_dead_free, bm.num_cached_free_blocks   # plain free
         else:                                 # no cached-free blocks ever: nothing to evict
-            free0, cached0 = bm.num_blocks, 0
+            free0, cached0 = bm.num_kvcache_blocks, 0
         done = []
         used = sched.advance_decodes(k, ends, self._token_fn(), done, t)   # [k] blocks in use after allocation
         rec = r.recorder
@@ -125,7 +125,7 @@ class FastPathMixin:
             else:
                 cached = cached0
             del clock[-1]
-            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_blocks, cached, sched.horizon_context_max)
+            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_kvcache_blocks, cached, sched.horizon_context_max)
         if self._track_load:
             r.outstanding_tokens -= k * n
         self._count_fast(r, durs, done)
@@ -160,7 +160,7 @@ class FastPathMixin:
             used, cached = used
         if r.recorder is not None:
             del clock[-1]
-            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, cached)
+            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_kvcache_blocks, cached)
         if self._track_load:
             r.outstanding_tokens -= sum(j * n for j, n, _, _ in runs)
         self._count_fast(r, durs, done)

@@ -23,7 +23,7 @@ make room for a better-ranked waiting one (phase 0).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
@@ -39,6 +39,8 @@ RUNNING = SequenceStatus.RUNNING
 
 @dataclass
 class SchedulerConfig:
+    """The scheduler's settings. The backends build it with `from_settings`, from the layer above
+    (the composed Hydra config, engine.config.EngineConfig), whose fields carry the same names."""
     num_kvcache_blocks: int
     block_size: int = 16
     max_num_seqs: int = 256
@@ -62,6 +64,17 @@ class SchedulerConfig:
                              f"(block_size={self.block_size}); set it to at least {self.block_size}")
         if self.num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
+
+    @classmethod
+    def from_settings(cls, settings, **given) -> "SchedulerConfig":
+        """Every field from `given` (what the backend settled: the KV blocks it has, the swap blocks,
+        max_model_len), else the attribute of the same name of `settings` (an object or a mapping)."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise TypeError(f"SchedulerConfig has no field(s) {unknown}; fields: {names}")
+        get = settings.get if hasattr(settings, "get") else lambda k: getattr(settings, k)
+        return cls(**{k: given[k] if k in given else get(k) for k in names})
 
 
 class Scheduler(DecodeFastPath):
