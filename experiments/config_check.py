@@ -21,9 +21,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.compose import CONF_DIR
 from experiments.user_errors import nearest
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # Hydra's own instantiate keys, accepted on every `_target_` node.
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 

@@ -157,22 +157,25 @@ class EngineReplayer:
         return time.perf_counter() - t0
 
     def replay(self, requests: Iterable, policy="vllm", *, num_kvcache_blocks: int | None = None,
-               num_cpu_blocks: int | None = None, eviction: str | None = None, recorder: Recorder | None = None,
+               num_cpu_blocks: int | None = None, eviction=None, recorder: Recorder | None = None,
                max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None) -> RunResult:
         """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring.
 
-        policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state);
+        policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state); eviction
+        likewise (None: the block manager's default, LRU);
         enable_chunked_prefill overrides the engine config's setting for this replay."""
         seqs = self.sequences(requests)
         sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks)
         if enable_chunked_prefill is not None:
             sched_cfg = replace(sched_cfg, enable_chunked_prefill=bool(enable_chunked_prefill))
         pol = _make_policy(policy) if isinstance(policy, str) else policy
-        sched = Scheduler(sched_cfg, policy=pol, eviction=None if eviction is None else _make_eviction(eviction))
+        evict = _make_eviction(eviction) if isinstance(eviction, str) else eviction
+        sched = Scheduler(sched_cfg, policy=pol, eviction=evict)
         rec = recorder or Recorder()
         info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
                         max_wall_s=max_wall_s)
-        info.update(policy=policy if isinstance(policy, str) else pol.name, scheduler=asdict(sched_cfg),
+        info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
+                    eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
                     engine=asdict(self.config),
                     runner_num_kvcache_blocks=self.num_kvcache_blocks, device=str(self.runner.device),
                     dtype=str(self.runner.dtype), attention_backend=self.runner.attn_backend.name,

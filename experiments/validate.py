@@ -7,7 +7,10 @@
 For each policy: the engine replays the workload in real time
 (experiments.runner_engine), then the simulator runs the same requests (same
 ids, prompts, lengths, arrival times) with the same SchedulerConfig under each
-cost model (`roofline`, and `calibrated` when --profile is given). Per-request
+cost model (`roofline`, and `calibrated` when --profile is given). Both sides
+build the policy, its victim and the eviction policy from the config groups of
+conf/, composed as `servelab scheduler=NAME OVERRIDES` would compose them
+(experiments.policy_conf; `--override victim=most_blocks --override eviction=lfu`). Per-request
 rows are joined on request_id; the report (validation_<name>.json, written
 atomically) gives per policy and cost model: throughput error, median / p90 of
 |sim - real| / real for TTFT, TPOT and E2E (and the signed error of their p50 /
@@ -31,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.metrics import summary
-from experiments.policy_conf import make_policy, parse_label, policy_names, swaps
+from experiments.policy_conf import make_eviction, make_policy, parse_label, policy_names, swaps
 from experiments.profile import set_threads
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
@@ -50,9 +53,10 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 
 # -- the simulator side -------------------------------------------------------------------
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
-             rng_seed: int = 0, record_decisions: bool = False) -> RunResult:
+             rng_seed: int = 0, record_decisions: bool = False, overrides=()) -> RunResult:
     """The same requests under the same SchedulerConfig and policy (a label of experiments.policy_conf, whose
-    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`."""
+    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`; the policy and the
+    eviction policy composed with the Hydra `overrides` (--override), as the real side builds them."""
     from engine.core.recorder import Recorder
     from engine.core.scheduler import Scheduler
     from sim.replica import Replica
@@ -60,12 +64,14 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
 
     seqs = make_sequences(requests, vocab_size, temperature=temperature, rng_seed=rng_seed)
     rec = Recorder(record_decisions=record_decisions)
-    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_policy(policy)), cost_model, rec),
+    sched = Scheduler(sched_cfg, policy=make_policy(policy, overrides), eviction=make_eviction(overrides))
+    sim = Simulator(Replica(sched, cost_model, rec),
                     vocab_size=vocab_size, prompt_seed=rng_seed)
     res = sim.run(seqs)
     return RunResult(rec.requests_frame(), rec.steps_frame(),
                      dict(sim_end_s=float(res.end_time_s), sim_wall_s=float(res.wall_s), num_steps=int(res.num_steps),
-                          num_fast_steps=int(res.num_fast_steps)),
+                          num_fast_steps=int(res.num_fast_steps), victim=sched.policy.victim.name,
+                          eviction=sched.block_manager.eviction.name),
                      rec.decisions_frame() if record_decisions else None)
 
 
@@ -252,6 +258,9 @@ def parse_args(argv=None):
     e.add_argument("--policies", default="vllm", help="comma-separated conf/scheduler names (fcfs, vllm, vllm_swap, "
                    "sjf, srpt, priority, mlfq, sarathi, ...), each optionally +chunked / +nochunk to force chunked "
                    "prefill for that policy alone (e.g. vllm,vllm+chunked)")
+    e.add_argument("--override", action="append", metavar="KEY=VALUE", help="a servelab override of the policy "
+                   "groups both backends build the policies from (conf/), e.g. victim=most_blocks, eviction=lfu, "
+                   "scheduler.prompt_token_weight=0; repeatable")
     e.add_argument("--device", default=EngineRunConfig.device)
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
@@ -295,7 +304,8 @@ def main(argv=None) -> int:
         raise ValueError(f"--policies must be a comma-separated list of {policy_names()}, got {args.policies!r}")
     if args.repeats < 1 or (args.repeats > 1 and not args.real_dir):
         raise ValueError(f"--repeats must be >= 1 and needs --real-dir when > 1, got {args.repeats}")
-    swapping = {p: swaps(p) for p in policies}
+    overrides = list(args.override or [])
+    swapping = {p: swaps(p, overrides) for p in policies}
     set_threads(args.threads, args.device)
     out_dir = Path(args.out_dir)
     cpu_blocks = args.num_cpu_blocks
@@ -348,7 +358,8 @@ def main(argv=None) -> int:
         if args.from_real:
             return rep.replay(specs, policy, **kw)
         from engine.core.recorder import Recorder
-        run = rep.replay(specs, make_policy(policy), enable_chunked_prefill=parse_label(policy).chunked,
+        run = rep.replay(specs, make_policy(policy, overrides), eviction=make_eviction(overrides),
+                         enable_chunked_prefill=parse_label(policy).chunked,
                          recorder=Recorder(record_decisions=args.record_decisions), **kw)
         run.info["policy"] = policy
         return run
@@ -378,7 +389,7 @@ def main(argv=None) -> int:
         for name, cm in cost_models.items():
             try:
                 sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
-                               rng_seed=cfg.seed, record_decisions=args.record_decisions)
+                               rng_seed=cfg.seed, record_decisions=args.record_decisions, overrides=overrides)
             except Exception as exc:
                 entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue

@@ -61,8 +61,9 @@ def test_engine_run_config_from_the_composed_config():
 
 
 def test_num_kvcache_blocks_keeps_its_name_down_to_the_block_manager():
-    from experiments.config import HardwareConfig, ModelConfig
     from omegaconf import OmegaConf
+
+    from experiments.config import HardwareConfig, ModelConfig
     cfg = compose_cfg("num_kvcache_blocks=123", "num_cpu_blocks=9")
     model = ModelConfig(**OmegaConf.to_container(cfg.model)).to_spec()
     hardware = HardwareConfig(**OmegaConf.to_container(cfg.hardware)).to_spec()
