@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
+from sim.fast_forward import DecodeFastForward
 
 
 @dataclass
@@ -50,13 +51,14 @@ def drive(policy, reqs: list[Req], *, num_blocks: int, block_size: int = 4, max_
           max_model_len: int = 64, max_num_batched_tokens: int = 64, chunked: bool = False,
           num_cpu_blocks: int = 0, eviction=None, max_steps: int = 5000, observe=None,
           fast_forward: bool = False) -> Run:
-    """fast_forward: take the simulator's exact fast path (Scheduler.decode_horizon /
-    advance_decodes) whenever the scheduler offers it; the recorded timeline has one
+    """fast_forward: take the simulator's exact fast path (sim.fast_forward.DecodeFastForward:
+    decode_horizon / advance_decodes) whenever the scheduler offers it; the recorded timeline has one
     entry per step either way (a fast-forwarded step lists the running set, 1 token each)."""
     cfg = SchedulerConfig(num_kvcache_blocks=num_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                           enable_chunked_prefill=chunked, num_cpu_blocks=num_cpu_blocks)
     sched = Scheduler(cfg, policy, eviction)
+    ff = DecodeFastForward(sched)
     seqs = [make_seq(r, i) for i, r in enumerate(reqs)]
     pending = sorted(seqs, key=lambda s: s.arrival_time_s)   # stable: list order among equal arrivals
     run = Run([], [], [], [], {s.request_id: s for s in seqs}, sched)
@@ -69,10 +71,10 @@ def drive(policy, reqs: list[Req], *, num_blocks: int, block_size: int = 4, max_
             sched.add(pending.pop(0))
         if fast_forward:
             limit = int(pending[0].arrival_time_s) - t if pending else max_steps
-            k = sched.decode_horizon(min(limit, max_steps - t))
+            k = ff.decode_horizon(min(limit, max_steps - t))
             if k > 0:
                 step = [(s.request_id, 1) for s in sched.running]
-                sched.advance_decodes(k, [float(t + j) for j in range(k)], lambda seq: 0)
+                ff.advance_decodes(k, [float(t + j) for j in range(k)], lambda seq: 0)
                 for _ in range(k):
                     run.timeline.append(list(step))
                     run.preempted.append([]), run.swap_out.append([]), run.swap_in.append([])
