@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from engine.core.kv_layout import check_block_size, kv_split_problem
 from engine.core.scheduler import SchedulerConfig
 from engine.core.token_budget import resolve_max_num_batched_tokens
 
@@ -20,18 +21,13 @@ def tensor_parallel_problem(tp: int, num_attention_heads: int, num_key_value_hea
                             intermediate_size: int) -> str | None:
     """Why the model cannot be split across tp ranks, or None when it can.
 
-    Query heads and the MLP's intermediate dim are split evenly. KV heads are split evenly when
-    tp <= num_key_value_heads; a larger tp must be a multiple of them, and each rank then holds a
-    replica of the one KV head its query heads use (vLLM's layout).
+    Query heads and the MLP's intermediate dim are split evenly; KV heads by engine.core.kv_layout's rule.
     """
     if num_attention_heads % tp:
         return f"tensor_parallel_size={tp} must divide num_attention_heads={num_attention_heads}"
-    kv = num_key_value_heads
-    if tp <= kv and kv % tp:
-        return f"tensor_parallel_size={tp} must divide num_key_value_heads={kv}"
-    if tp > kv and tp % kv:
-        return (f"tensor_parallel_size={tp} exceeds num_key_value_heads={kv} and is not a multiple of it "
-                f"(KV heads are replicated only in whole copies)")
+    problem = kv_split_problem(num_key_value_heads, tp)
+    if problem:
+        return problem
     if intermediate_size % tp:
         return f"tensor_parallel_size={tp} must divide intermediate_size={intermediate_size}"
     return None
@@ -68,8 +64,7 @@ class EngineConfig:
             raise ValueError(f"device must be one of {DEVICES} or 'cuda:N', got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a power of two (default 16), got {self.block_size}")
+        check_block_size(self.block_size)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.num_kvcache_blocks is not None and self.num_kvcache_blocks < 1:

@@ -24,6 +24,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.batch import Batch
+from engine.core.kv_layout import kv_block_bytes
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -118,9 +119,8 @@ class ModelRunner:
         config.resolve_max_num_batched_tokens()
         self.block_size = config.block_size
         self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
-        # bytes of one block across all layers, K and V
-        self.block_bytes = (2 * mc.num_hidden_layers * self.block_size * kv_heads * mc.head_dim
-                            * torch.empty((), dtype=self.dtype).element_size())
+        self.block_bytes = kv_block_bytes(self.block_size, mc.num_hidden_layers, kv_heads, mc.head_dim,
+                                          torch.empty((), dtype=self.dtype).element_size())
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self.generators: dict[object, torch.Generator] = {}    # request_id -> generator of seeded requests
 

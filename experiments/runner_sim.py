@@ -25,7 +25,7 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
-from sim.specs.capacity import kv_heads_per_gpu, num_kv_blocks
+from sim.specs.capacity import block_bytes_per_gpu, num_kv_blocks
 
 
 # -- a length distribution the synthetic workloads use by default ----------------------
@@ -171,8 +171,7 @@ def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
                             float(cfg.activation_reserve_gib))
     num_cpu_blocks = cfg.num_cpu_blocks
     if num_cpu_blocks is None:
-        block_bytes = int(cfg.block_size) * 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim \
-            * model.dtype_bytes
+        block_bytes = block_bytes_per_gpu(model, int(cfg.block_size), tp)
         num_cpu_blocks = int(float(cfg.swap_space_gib) * 2 ** 30 // block_bytes)
     return int(num_kvcache_blocks), int(num_cpu_blocks)
 

@@ -44,6 +44,7 @@ from collections import deque
 
 from engine.core.block_keys import extend_block_keys, first_private_block, hash_block, private_key_base
 from engine.core.free_blocks import FreeBlockQueue
+from engine.core.kv_layout import check_block_size
 from engine.core.sequence import Sequence, SequenceStatus
 from policies.eviction.base import EvictionPolicy
 from policies.eviction.lru import LRUEviction
@@ -55,8 +56,7 @@ _DEAD = -2                  # block_hash of a dead private block inside the evic
 class BlockManager:
     def __init__(self, num_kvcache_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
                  eviction: EvictionPolicy | None = None, num_cpu_blocks: int = 0):
-        if block_size < 1 or block_size & (block_size - 1):
-            raise ValueError(f"block_size must be a power of two >= 1 (e.g. 16), got {block_size}")
+        check_block_size(block_size)
         if num_kvcache_blocks < 1:
             raise ValueError(f"num_kvcache_blocks must be >= 1, got {num_kvcache_blocks}")
         if num_cpu_blocks < 0:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, fields, replace
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
+from engine.core.kv_layout import check_block_size
 from engine.core.scheduler_view import SchedulerView
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.token_budget import resolve_max_num_batched_tokens
@@ -50,8 +51,7 @@ class SchedulerConfig:
     num_cpu_blocks: int = 0
 
     def __post_init__(self):
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., default 16), got {self.block_size}")
+        check_block_size(self.block_size)
         if self.num_kvcache_blocks < 1:
             raise ValueError(f"num_kvcache_blocks must be >= 1, got {self.num_kvcache_blocks}")
         if self.max_num_seqs < 1:
