@@ -72,7 +72,12 @@ class SchedulerConfig:
         unknown = sorted(set(given) - set(names))
         if unknown:
             raise TypeError(f"SchedulerConfig has no field(s) {unknown}; fields: {names}")
-        get = settings.get if hasattr(settings, "get") else lambda k: getattr(settings, k)
+        mapping = hasattr(settings, "keys")      # a dict or the composed config; else an object's attributes
+        missing = [k for k in names if k not in given and not (k in settings if mapping else hasattr(settings, k))]
+        if missing:
+            raise TypeError(f"{type(settings).__name__} has no setting(s) {missing} for SchedulerConfig; give "
+                            f"them the scheduler's names")
+        get = settings.get if mapping else lambda k: getattr(settings, k)
         return cls(**{k: given[k] if k in given else get(k) for k in names})
 
 

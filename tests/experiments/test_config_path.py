@@ -80,3 +80,11 @@ def test_saved_engine_facts_stay_readable():
     rcfg = EngineRunConfig(**saved)
     assert (rcfg.model_path, rcfg.num_kvcache_blocks, rcfg.num_cpu_blocks) == (saved["model_path"], 1024, 2048)
     assert dataclasses.asdict(rcfg).items() >= saved.items()
+
+
+def test_a_setting_missing_from_the_layer_above_is_named():
+    import pytest
+    above = {"block_size": 16, "max_num_batched_tokens": None, "enable_chunked_prefill": False,
+             "enable_prefix_caching": True}
+    with pytest.raises(TypeError, match=r"no setting\(s\) \['max_num_seqs'\]"):
+        SchedulerConfig.from_settings(above, num_kvcache_blocks=8, num_cpu_blocks=0, max_model_len=64)
