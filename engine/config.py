@@ -112,6 +112,16 @@ class EngineConfig:
             raise TypeError(f"unknown engine option(s) {unknown}; allowed: {sorted(names)}")
         return cls(model_path=str(model_path), **kwargs)
 
+    @classmethod
+    def from_attributes(cls, obj, **given) -> "EngineConfig":
+        """cls with each field from `given`, else obj's attribute of the same name where it has one (a
+        command's parsed flags), else the default."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise TypeError(f"unknown engine option(s) {unknown}; allowed: {names}")
+        return cls(**{k: given[k] if k in given else getattr(obj, k) for k in names if k in given or hasattr(obj, k)})
+
     def resolve_max_model_len(self, max_position_embeddings: int) -> int:
         """Fills max_model_len from the model (default min(4096, max_position_embeddings)) and checks it."""
         if self.max_model_len is None:

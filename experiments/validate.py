@@ -28,7 +28,7 @@ import datetime as _dt
 import shlex
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -227,9 +227,8 @@ def build_workload(args, max_model_len: int | None = None):
 def engine_run_config(args, num_cpu_blocks: int) -> EngineRunConfig:
     """The engine of the real side: each EngineRunConfig field from the flag of the same name (given or
     its default, which is the field's), the checkpoint from --model, prefix caching off by --no-prefix-caching."""
-    given = {f.name: getattr(args, f.name) for f in fields(EngineRunConfig) if hasattr(args, f.name)}
-    return EngineRunConfig(**{**given, "model_path": str(args.model), "num_cpu_blocks": num_cpu_blocks,
-                              "enable_prefix_caching": not args.no_prefix_caching})
+    return EngineRunConfig.from_attributes(args, model_path=str(args.model), num_cpu_blocks=num_cpu_blocks,
+                                           enable_prefix_caching=not args.no_prefix_caching)
 
 
 def parse_args(argv=None):

@@ -88,3 +88,16 @@ def test_a_setting_missing_from_the_layer_above_is_named():
              "enable_prefix_caching": True}
     with pytest.raises(TypeError, match=r"no setting\(s\) \['max_num_seqs'\]"):
         SchedulerConfig.from_settings(above, num_kvcache_blocks=8, num_cpu_blocks=0, max_model_len=64)
+
+
+def test_engine_config_from_a_commands_flags():
+    """validate and profile build the engine from their flags by name, the rest at the field defaults."""
+    from argparse import Namespace
+
+    import pytest
+    args = Namespace(max_num_seqs=3, device="cpu", threads=2, grid="small")
+    rcfg = EngineRunConfig.from_attributes(args, model_path="/m", num_cpu_blocks=4)
+    assert (rcfg.model_path, rcfg.max_num_seqs, rcfg.device, rcfg.num_cpu_blocks) == ("/m", 3, "cpu", 4)
+    assert rcfg.block_size == EngineConfig.block_size and rcfg.temperature == EngineRunConfig.temperature
+    with pytest.raises(TypeError, match="unknown engine option"):
+        EngineConfig.from_attributes(args, model_path="/m", temperature=0.0)
