@@ -177,10 +177,17 @@ def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
 
 
 def make_cost_model(cfg: DictConfig, model, hardware):
-    factory = instantiate(cfg.backend.cost_model, _convert_="all")
     max_model_len, _ = model_max_model_len(cfg, model)
-    supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": int(cfg.tensor_parallel_size),
-                "max_model_len": int(max_model_len)}
+    return build_cost_model(cfg.backend.cost_model, model, hardware, int(cfg.tensor_parallel_size),
+                            int(max_model_len))
+
+
+def build_cost_model(node, model, hardware, tensor_parallel_size: int, max_model_len: int):
+    """A conf/backend/cost_model node instantiated; a `_partial_` one gets those of model, hardware,
+    tensor_parallel_size and max_model_len its constructor takes (and its YAML does not set)."""
+    factory = instantiate(node, _convert_="all")
+    supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": tensor_parallel_size,
+                "max_model_len": max_model_len}
     if not callable(factory) or not hasattr(factory, "func"):
         return factory          # a fully built cost model (no _partial_)
     params = inspect.signature(factory.func).parameters

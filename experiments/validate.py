@@ -10,7 +10,9 @@ ids, prompts, lengths, arrival times) with the same SchedulerConfig under each
 cost model (`roofline`, and `calibrated` when --profile is given). Both sides
 build the policy, its victim and the eviction policy from the config groups of
 conf/, composed as `servelab scheduler=NAME OVERRIDES` would compose them
-(experiments.policy_conf; `--override victim=most_blocks --override eviction=lfu`). Per-request
+(experiments.policy_conf; `--override victim=most_blocks --override eviction=lfu`), and
+`--cost-model NAME` adds a cost model of conf/backend/cost_model/ as `servelab` builds it
+(`--override backend.cost_model.KEY=VALUE` sets its parameters). Per-request
 rows are joined on request_id; the report (validation_<name>.json, written
 atomically) gives per policy and cost model: throughput error, median / p90 of
 |sim - real| / real for TTFT, TPOT and E2E (and the signed error of their p50 /
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.compose import compose_config
 from experiments.metrics import summary
 from experiments.policy_conf import make_eviction, make_policy, parse_label, policy_names, swaps
 from experiments.profile import set_threads
@@ -81,18 +84,35 @@ def policy_scheduler_config(sched_cfg, label: str):
     return sched_cfg if chunked is None else replace(sched_cfg, enable_chunked_prefill=chunked)
 
 
-def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
+def checkpoint_specs(model_path, hardware: str | None, device: str, max_model_len: int):
+    """(ModelSpec of the checkpoint's config.json, HardwareSpec: --hardware, else H200 on cuda and a
+    nominal CPU otherwise): what the simulated side prices."""
     from engine.hf_config import load_hf_config
-    from sim.cost_model.roofline import RooflineCostModel
-    from sim.specs.hardware import HardwareSpec
+    from sim.specs.hardware import HardwareSpec, get_hardware_spec
     from sim.specs.models import ModelSpec
 
     spec = ModelSpec.from_hf_config(load_hf_config(model_path), name=Path(model_path).name,
                                     max_model_len=max_model_len)
     if hardware is None:
         hardware = "H200" if device.startswith("cuda") else "cpu-nominal"
-    hw = HardwareSpec(**CPU_NOMINAL) if hardware.lower() == "cpu-nominal" else hardware
+    return spec, HardwareSpec(**CPU_NOMINAL) if hardware.lower() == "cpu-nominal" else get_hardware_spec(hardware)
+
+
+def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
+    from sim.cost_model.roofline import RooflineCostModel
+
+    spec, hw = checkpoint_specs(model_path, hardware, device, max_model_len)
     return RooflineCostModel(spec, hw, max_model_len=max_model_len, latency_floors=latency_floors)
+
+
+def conf_cost_model(name: str, overrides, model_path, hardware: str | None, device: str, max_model_len: int):
+    """The cost model of conf/backend/cost_model/<name>.yaml (with the `backend.cost_model.*` overrides), for
+    the checkpoint and hardware of checkpoint_specs, as `servelab backend/cost_model=<name>` builds it."""
+    from experiments.runner_sim import build_cost_model
+
+    node = compose_config([f"backend/cost_model={name}", *overrides]).backend.cost_model
+    spec, hw = checkpoint_specs(model_path, hardware, device, max_model_len)
+    return build_cost_model(node, spec, hw, 1, max_model_len)
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -231,6 +251,13 @@ def engine_run_config(args, num_cpu_blocks: int) -> EngineRunConfig:
                                            enable_prefix_caching=not args.no_prefix_caching)
 
 
+def split_overrides(args) -> tuple[list[str], list[str]]:
+    """--override values as (those of the policy groups, the backend.cost_model.* ones for --cost-model)."""
+    given = list(args.override or [])
+    cost_model = [o for o in given if o.lstrip("+~").startswith("backend")]
+    return [o for o in given if o not in cost_model], cost_model
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="checkpoint directory (required unless --from-real)")
@@ -279,6 +306,9 @@ def parse_args(argv=None):
     c.add_argument("--profile", default=None, help="calibrated cost model JSON (experiments.calibrate)")
     c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
     c.add_argument("--no-roofline", action="store_true")
+    c.add_argument("--cost-model", action="append", metavar="NAME", help="also price with conf/backend/cost_model/"
+                   "NAME.yaml as servelab builds it (its parameters by --override backend.cost_model.KEY=VALUE); "
+                   "repeatable")
     ap.add_argument("--no-plot", action="store_true", help="skip validation_<name>.png (seconds per policy)")
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
     ap.add_argument("--real-dir", default=None, help="keep the real runs (parquet tables + engine facts) in this "
@@ -303,7 +333,7 @@ def main(argv=None) -> int:
         raise ValueError(f"--policies must be a comma-separated list of {policy_names()}, got {args.policies!r}")
     if args.repeats < 1 or (args.repeats > 1 and not args.real_dir):
         raise ValueError(f"--repeats must be >= 1 and needs --real-dir when > 1, got {args.repeats}")
-    overrides = list(args.override or [])
+    overrides, cost_model_overrides = split_overrides(args)
     swapping = {p: swaps(p, overrides) for p in policies}
     set_threads(args.threads, args.device)
     out_dir = Path(args.out_dir)
@@ -335,6 +365,12 @@ def main(argv=None) -> int:
                                                             rep.max_model_len, latency_floors=True)
     if args.profile:
         cost_models["calibrated"] = CalibratedCostModel.load(args.profile)
+    for name in args.cost_model or []:
+        if name in cost_models:
+            raise ValueError(f"--cost-model {name}: the name is taken by the built-in {name}; drop it (--no-roofline "
+                             f"drops the built-in roofline)")
+        cost_models[name] = conf_cost_model(name, cost_model_overrides, model_dir, args.hardware, runner_device,
+                                            rep.max_model_len)
 
     report = {
         "format": FORMAT, "name": args.name,
