@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.config import EngineConfig
 from engine.core.batch import Batch
 from engine.core.recorder import Recorder
 from engine.core.sequence import SamplingParams, Sequence
@@ -281,21 +282,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.profile", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
     ap.add_argument("--out", required=True, help="output CSV (a <out>.meta.json sidecar is written beside it)")
-    ap.add_argument("--device", default="auto", help="cuda | cuda:N | cpu | auto (default)")
+    ap.add_argument("--device", default=EngineConfig.device, help="cuda | cuda:N | cpu | auto (default)")
     ap.add_argument("--grid", default="full", choices=GRIDS)
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per shape (the median is kept)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed runs per shape before timing")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
-    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
     ap.add_argument("--num-kvcache-blocks", type=int, default=None, help="default: derived from device memory")
     ap.add_argument("--num-cpu-blocks", type=int, default=None, help="swap space in blocks (default: the grid's "
                     "largest swap)")
-    ap.add_argument("--attention-backend", default="auto")
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--attention-backend", default=EngineConfig.attention_backend)
+    ap.add_argument("--dtype", default=EngineConfig.dtype)
     ap.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
     ap.add_argument("--temperature", type=float, default=0.6)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=EngineConfig.seed)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 on cpu, where "
                     "several threads make timings erratic on a shared machine; torch's default elsewhere)")
     ap.add_argument("--dry-run", action="store_true", help="list the grid's shapes and estimate the profiling "
@@ -307,15 +308,12 @@ def main(argv=None) -> int:
         return dry_run(args)
     set_threads(args.threads, args.device)
 
-    from engine.config import EngineConfig
     from engine.model_runner import ModelRunner
 
     max_swap = 1024 if args.grid == "full" else 8
-    cfg = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                       attention_backend=args.attention_backend, num_kvcache_blocks=args.num_kvcache_blocks,
-                       num_cpu_blocks=args.num_cpu_blocks if args.num_cpu_blocks is not None else max_swap,
-                       max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                       max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, seed=args.seed)
+    # each EngineConfig field from the flag of the same name
+    cfg = EngineConfig.from_attributes(args, model_path=args.model, num_cpu_blocks=args.num_cpu_blocks
+                                       if args.num_cpu_blocks is not None else max_swap)
     t0 = time.perf_counter()
     runner = ModelRunner(cfg)
     print(f"runner ready in {time.perf_counter() - t0:.1f} s: {device_name(runner)}, {runner.dtype}, attention "

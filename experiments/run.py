@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
-import experiments.config  # noqa: F401  (registers the schema before Hydra composes)
+from experiments.compose import CONF_DIR  # (registers the schema before Hydra composes)
 from experiments.config_check import check_config, trace_format_hint
 from experiments.output_dirs import interrupted_message
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
@@ -224,12 +224,7 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     return summary
 
 
-# An absolute path: Hydra would read a relative one as the Python package `conf`, which only imports
-# when the command runs from the repository root.
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     try:

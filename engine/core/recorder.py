@@ -53,7 +53,7 @@ RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
 DECISION_COLUMNS = ("step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids", "swapped_in_ids")
 # int64 ('q') columns of each run of steps (see the module docstring):
-_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "kv_blocks_total")
+_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "num_kvcache_blocks")
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
                 "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks",
@@ -201,20 +201,21 @@ class Recorder:
             self._note_cached(self._num_steps - 1, cached)
 
     def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
-                        kv_blocks_used: list, num_blocks: int, kv_blocks_cached, first_context_max: int) -> None:
+                        kv_blocks_used: list, num_kvcache_blocks: int, kv_blocks_cached,
+                        first_context_max: int) -> None:
         """on_steps_bulk for the simulator's fast path (no argument checks): k = len(start_s)
         pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
-        keys, its longest context first_context_max + i; kv_blocks_free = num_blocks -
+        keys, its longest context first_context_max + i; kv_blocks_free = num_kvcache_blocks -
         kv_blocks_used; kv_blocks_cached an int or a [k] list."""
         self.on_decode_runs(start_s, duration_s, ((len(start_s), num_seqs, first_context_sum, first_context_max),),
-                            kv_blocks_used, num_blocks, kv_blocks_cached)
+                            kv_blocks_used, num_kvcache_blocks, kv_blocks_cached)
 
-    def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_blocks: int,
+    def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_kvcache_blocks: int,
                        kv_blocks_cached) -> None:
         """Pure-decode steps in runs of equal batch size (the simulator's decode chains; no argument
         checks): runs = (num_steps, num_seqs, first_context_sum, first_context_max) per run, covering
         the len(start_s) steps in order (step i of a run: sum + i * num_seqs keys, longest context
-        max + i); kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or a
+        max + i); kv_blocks_free = num_kvcache_blocks - kv_blocks_used; kv_blocks_cached an int or a
         list of one value per step."""
         first = self._num_steps
         self._num_steps += len(start_s)
@@ -224,7 +225,7 @@ class Recorder:
         self._step_dur.extend(duration_s)
         self._step_used.extend(kv_blocks_used)
         for k, n, s0, m0 in runs:
-            self._add_run(k, n, s0, m0, num_blocks)
+            self._add_run(k, n, s0, m0, num_kvcache_blocks)
         if type(kv_blocks_cached) is int:
             self._note_cached(first, kv_blocks_cached)
         else:
@@ -300,7 +301,7 @@ class Recorder:
         d = {"num_decode_seqs": ndec,
              "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
              "max_decode_context_tokens": np.repeat(run["max_decode_context_tokens"], lens) + offset * (ndec > 0),
-             "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["kv_blocks_total"], lens) - used,
+             "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["num_kvcache_blocks"], lens) - used,
              "kv_blocks_cached": _forward_fill(self._cached, n)}
         rows, *sparse = _columns(self._sparse, 1 + len(_STEP_SPARSE), np.int64)
         sp = {}

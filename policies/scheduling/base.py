@@ -38,7 +38,7 @@ Attributes the scheduler reads:
   fast_forward_ok: True if, while the waiting queue is empty (or, without
       chunked prefill, its head stays blocked), the policy's decisions cannot
       change during pure decode steps and on_step keeps no state. The simulator
-      then advances several decode steps at once (Scheduler.decode_horizon).
+      then advances several decode steps at once (sim.fast_forward.DecodeFastForward).
   victim: a VictimPolicy choosing which running sequence is preempted, among
       the candidates the scheduler offers (those it may legally preempt).
 
