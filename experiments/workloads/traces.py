@@ -2,7 +2,8 @@
 
 Every reader returns a Workload in arrival order with request ids 0..n-1, and
 takes the TraceOptions keywords (time_scale / target_rate_rps, start_offset_s,
-max_requests, max_model_len, too_long, priorities, seed) plus
+max_requests, max_model_len, too_long, priorities, seed, tenant_column / ttft_slo_column /
+tpot_slo_column naming the columns of tenants and SLO targets) plus
 on_error="raise"|"skip". `workload.stats` counts rows read, skipped and clipped.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from engine.core.requests import Workload, WorkloadStats
 from experiments.workloads._io import check_on_error, read_csv_columns, read_jsonl_columns
-from experiments.workloads.options import TraceOptions, finalize, make_options
+from experiments.workloads.options import TraceOptions, class_columns, classes_from, finalize, make_options
 
 AZURE_COLUMNS = {"TIMESTAMP": "timestamp", "ContextTokens": "count", "GeneratedTokens": "count"}
 VIDUR_COLUMNS = {"arrived_at": "time", "num_prefill_tokens": "count", "num_decode_tokens": "count"}
@@ -28,16 +29,17 @@ def read_azure_trace(path, *, on_error: str = "raise", options: TraceOptions | N
     since the earliest row.
     """
     opts = make_options(options, kwargs)
-    cols, lines, stats = read_csv_columns(path, AZURE_COLUMNS, on_error)
-    return finalize(cols["TIMESTAMP"], cols["ContextTokens"], cols["GeneratedTokens"], opts, stats, source_line=lines)
+    cols, lines, stats = read_csv_columns(path, {**AZURE_COLUMNS, **class_columns(opts)}, on_error)
+    return finalize(cols["TIMESTAMP"], cols["ContextTokens"], cols["GeneratedTokens"], opts, stats, source_line=lines,
+                    classes=classes_from(cols, opts))
 
 
 def read_vidur_trace(path, *, on_error: str = "raise", options: TraceOptions | None = None, **kwargs) -> Workload:
     """CSV with arrived_at (seconds), num_prefill_tokens, num_decode_tokens (e.g. splitwise_conv.csv)."""
     opts = make_options(options, kwargs)
-    cols, lines, stats = read_csv_columns(path, VIDUR_COLUMNS, on_error)
+    cols, lines, stats = read_csv_columns(path, {**VIDUR_COLUMNS, **class_columns(opts)}, on_error)
     return finalize(cols["arrived_at"], cols["num_prefill_tokens"], cols["num_decode_tokens"], opts, stats,
-                    source_line=lines)
+                    source_line=lines, classes=classes_from(cols, opts))
 
 
 def read_mooncake_trace(path, *, spread_within_bucket: bool = False, on_error: str = "raise",
@@ -51,12 +53,13 @@ def read_mooncake_trace(path, *, spread_within_bucket: bool = False, on_error: s
     uniform and deterministic.
     """
     opts = make_options(options, kwargs)
-    cols, lines, stats = read_jsonl_columns(path, MOONCAKE_COLUMNS, list_column="hash_ids", on_error=on_error)
+    cols, lines, stats = read_jsonl_columns(path, {**MOONCAKE_COLUMNS, **class_columns(opts)}, list_column="hash_ids",
+                                            on_error=on_error)
     arrival_s = cols["timestamp"] / 1000.0
     if spread_within_bucket and len(arrival_s) > 1:
         arrival_s = spread_buckets(arrival_s)
     return finalize(arrival_s, cols["input_length"], cols["output_length"], opts, stats,
-                    hashes=cols["hash_ids"], source_line=lines)
+                    hashes=cols["hash_ids"], source_line=lines, classes=classes_from(cols, opts))
 
 
 def spread_buckets(t: np.ndarray) -> np.ndarray:
