@@ -77,9 +77,14 @@ class VTCPolicy(SchedulingPolicy):
     def note_arrivals(self, waiting) -> None:
         """Lift the counter of each tenant that a new waiting request makes backlogged (arrival order)."""
         seen = self._seen
-        new = [s for s in waiting if s.request_id not in seen]
+        new = []
+        for s in reversed(waiting):     # arrivals join at the back; the requests before them were noted
+            if s.request_id in seen:
+                break
+            new.append(s)
         if not new:
             return
+        new.reverse()
         backlog: dict[str, int] = {}
         for s in waiting:
             if s.request_id in seen:
