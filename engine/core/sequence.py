@@ -22,7 +22,6 @@ import math
 import numbers
 from enum import Enum
 
-
 DEFAULT_TENANT = "default"      # the tenant of a request whose workload names none
 
 

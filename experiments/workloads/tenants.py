@@ -40,7 +40,7 @@ class TenantStream:
     end_s: float | None = None          # last moment (None: the workload's duration_s)
     burst_on_s: float | None = None     # with burst_off_s: send only during on-periods of this length
     burst_off_s: float | None = None
-    prompt_len: object = None           # a length distribution (experiments.workloads.Uniform, ...); None: the workload's
+    prompt_len: object = None           # a length distribution (experiments.workloads.Uniform, ...); None: workload's
     output_len: object = None
     ttft_slo_s: float | None = None     # targets of this class (None: no target)
     tpot_slo_s: float | None = None
