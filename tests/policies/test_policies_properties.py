@@ -53,6 +53,11 @@ def setups(draw, name):
     if name == "edf":
         params.update(on_late=draw(st.sampled_from(["deprioritize", "reject"])),
                       prefill_tokens_per_s=draw(st.sampled_from([None, 4.0])))
+    if name == "qoe":
+        params.update(pause_hysteresis_s=draw(st.sampled_from([0.5, 2.0])),
+                      preemption_mode=draw(st.sampled_from(["recompute", "swap"])))
+        if params["preemption_mode"] == "swap":
+            s["num_cpu_blocks"] = draw(st.integers(1, 8))
     if name == "vtc":
         params.update(tenant_weights=draw(st.sampled_from([{}, {"a": 2.0, "c": 0.5}])))
     if name == "mlfq":

@@ -1,4 +1,4 @@
-"""Exact timelines of the tenant- and SLO-aware policies (edf, vtc) against vllm, and VTC's fairness bound.
+"""Exact timelines of the tenant- and SLO-aware policies (edf, qoe, vtc) against vllm, and VTC's fairness bound.
 
 Fake clock t = step index, null executor, block_size 4 (tests/policies/policy_driver.py). Each expected
 timeline is worked out in the comments: a request of prompt 4 and 2 outputs takes a prefill step (4 tokens,
@@ -12,6 +12,7 @@ from policy_driver import Req, drive
 from engine.core.sequence import SequenceStatus
 from policies.registry import make_scheduling_policy
 from policies.scheduling.edf import EDFPolicy
+from policies.scheduling.qoe import QoEPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from policies.scheduling.vtc import VTCPolicy
 
@@ -167,3 +168,22 @@ def test_vtc_meets_the_papers_bound_on_backlogged_service_difference():
     assert bound == 2 * 2.0 * 48
     assert vtc <= bound
     assert fcfs > bound          # the check can fail: FCFS serves heavy alone while light waits
+
+
+def test_qoe_pauses_a_request_ahead_of_its_readers_timeline():
+    # One slot. A reader takes a token every 3 s (tpot target 3) after a first token within 1 s.
+    # A (6 outputs) starts at t0; B arrives at t2.
+    reqs = [Req("A", 4, 6, ttft_slo_s=1.0, tpot_slo_s=3.0), Req("B", 4, 2, arrival=2, ttft_slo_s=1.0, tpot_slo_s=3.0)]
+    assert drive(VLLMPolicy(), reqs, num_blocks=16, max_num_seqs=1).timeline == \
+        [[("A", 4)]] + [[("A", 1)]] * 5 + two_steps("B")
+    # t2: A has 2 tokens out, the next due at 0 + 2 * 3 = 6: buffer 4 s, less the hysteresis 1 s = 3 > B's
+    # buffer 2 + 1 - 2 = 1, so B preempts A. t3: A waits with buffer 6 - 3 = 3, B runs with 2 + 3 - 3 - 1 = 1:
+    # B keeps the slot and finishes. t4: A recomputes its 2 outputs (the prompt block is cached), then decodes.
+    run = drive(QoEPolicy(pause_hysteresis_s=1.0), reqs, num_blocks=16, max_num_seqs=1)
+    assert run.timeline == [[("A", 4)], [("A", 1)], [("B", 4)], [("B", 1)], [("A", 2)]] + [[("A", 1)]] * 3
+    assert run.preempted[2] == ["A"]
+    # a hysteresis above A's lead over B (2k - (3 - k) = 3k - 3 s at step k, 12 s at most) keeps A running
+    calm = drive(QoEPolicy(pause_hysteresis_s=20.0), reqs, num_blocks=16, max_num_seqs=1)
+    assert calm.timeline == [[("A", 4)]] + [[("A", 1)]] * 5 + two_steps("B")
+    with pytest.raises(ValueError, match="qoe.pause_hysteresis_s must be a finite number > 0"):
+        QoEPolicy(pause_hysteresis_s=-1)
