@@ -122,7 +122,7 @@ def _cumulative_service(df: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     last = fin["finish_time_s"].to_numpy()[:, None]
     n_out = fin["num_output_tokens"].to_numpy()[:, None].astype(np.float64)
     t = t[None, :]
-    started = t >= first
+    started = t > first         # by time t: what came before t (windows are [a, b))
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(last > first, (t - first) / (last - first), 1.0)
     # the first output token comes with the prefill; the other n - 1 linearly up to the finish
@@ -160,6 +160,7 @@ def service_timeline(requests: pd.DataFrame, window_s: float | None = None) -> p
         raise ValueError(f"window_s must be > 0 seconds, got {window_s}")
     width = (end - start) / NUM_WINDOWS if window_s is None else float(window_s)
     edges = start + width * np.arange(int(np.ceil((end - start) / width - 1e-9)) + 1)
+    edges[-1] = np.nextafter(max(edges[-1], end), np.inf)     # the last window holds what came at the end
     a, b = edges[:-1], edges[1:]
     out = []
     for tenant, df in requests.groupby("tenant", sort=True):

@@ -52,8 +52,8 @@ def check_slo_column(name: str, values: np.ndarray) -> np.ndarray:
     bad = ~np.isnan(x) & ~(np.isfinite(x) & (x > 0))
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"Workload.{name}[{i}] is {x[i]!r}; an SLO target must be a finite number of seconds > 0 "
-                         "(or no target)")
+        raise ValueError(f"Workload.{name}[{i}] is {float(x[i])!r}; an SLO target must be a finite number of "
+                         "seconds > 0 (or no target)")
     return x
 
 

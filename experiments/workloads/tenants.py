@@ -44,7 +44,7 @@ class TenantStream:
     output_len: object = None
     ttft_slo_s: float | None = None     # targets of this class (None: no target)
     tpot_slo_s: float | None = None
-    where: str = "stream"               # how errors name this stream, e.g. "streams[1]"
+    where: str = "stream"               # how errors name this stream, e.g. "workload.streams[1]"
 
     def __post_init__(self):
         w = self.where
@@ -97,15 +97,15 @@ def make_stream(spec, index: int) -> TenantStream:
     if isinstance(spec, TenantStream):
         return spec
     if not isinstance(spec, Mapping):
-        raise ValueError(f"streams[{index}] must be a mapping (tenant, rate_rps, ...), got {spec!r}")
+        raise ValueError(f"workload.streams[{index}] must be a mapping (tenant, rate_rps, ...), got {spec!r}")
     allowed = {f.name for f in fields(TenantStream)} - {"where"}
     unknown = sorted(set(spec) - allowed)
     if unknown:
-        raise ValueError(f"streams[{index}] has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        raise ValueError(f"workload.streams[{index}] has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
     for key in ("tenant", "rate_rps"):
         if key not in spec:
-            raise ValueError(f"streams[{index}].{key} is missing (each stream needs tenant and rate_rps)")
-    return TenantStream(**spec, where=f"streams[{index}]")
+            raise ValueError(f"workload.streams[{index}].{key} is missing (each stream needs tenant and rate_rps)")
+    return TenantStream(**spec, where=f"workload.streams[{index}]")
 
 
 def tenant_mix_workload(streams, duration_s: float, prompt_len=None, output_len=None, *, rate_scale: float = 1.0,
@@ -122,7 +122,7 @@ def tenant_mix_workload(streams, duration_s: float, prompt_len=None, output_len=
     for i, st in enumerate(made):
         p_len, o_len = st.prompt_len or prompt_len, st.output_len or output_len
         if p_len is None or o_len is None:
-            raise ValueError(f"streams[{i}] has no prompt_len / output_len, and the workload gives none")
+            raise ValueError(f"workload.streams[{i}] has no prompt_len / output_len, and the workload gives none")
         arr_ss, p_ss, o_ss = np.random.SeedSequence([int(opts.seed), i]).spawn(3)
         t = st.arrivals(float(duration_s), np.random.default_rng(arr_ss), float(rate_scale))
         n = len(t)
