@@ -178,7 +178,8 @@ def test_a_multi_tenant_run_writes_tables_rows_and_plots(in_tmp, monkeypatch, ca
     assert code in (0, None)
     s = json.loads((in_tmp / "run" / "summary.json").read_text())
     assert {r["tenant"] for r in s["tenants"]} == {"chat", "batch"}
-    assert {r["slo_class"] for r in s["slo_classes"]} == {"TTFT <= 0.5 s, TPOT <= 0.05 s", "TTFT <= 10 s, TPOT <= 0.2 s"}
+    assert {r["slo_class"] for r in s["slo_classes"]} == {"TTFT <= 0.5 s, TPOT <= 0.05 s",
+                                                          "TTFT <= 10 s, TPOT <= 0.2 s"}
     assert "slo_attainment_targets" in s["metrics"] and "tenant chat" in out and "class TTFT <= 0.5 s" in out
     for name in ("tenant_service.png", "tenant_latency.png", "slo_classes.png"):
         assert (in_tmp / "run" / name).stat().st_size > 0
