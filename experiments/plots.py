@@ -189,6 +189,18 @@ def tenant_service(timeline: pd.DataFrame, difference: pd.DataFrame, path, title
     return _save(fig, path)
 
 
+def _bar_panels(fig, axes, x, labels, title, path, rotation: int, fontsize: int) -> Path:
+    """Label the shared x positions of bar panels, title the figure and save it."""
+    for ax in axes:
+        ax.set_xticks(x)
+        ax.set_xticklabels(pd.Series(labels).astype(str), rotation=rotation, fontsize=fontsize)
+        ax.grid(alpha=0.3, axis="y")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def tenant_latency(tenants: pd.DataFrame, path, title: str | None = None) -> Path:
     """Per tenant: output throughput, TTFT p50 / p99 and SLO attainment (experiments.tenant_metrics.per_tenant)."""
     if len(tenants) == 0:
@@ -205,14 +217,7 @@ def tenant_latency(tenants: pd.DataFrame, path, title: str | None = None) -> Pat
     axes[2].bar(x, tenants["slo_attainment"].astype(float), color="C3")
     axes[2].set_ylabel("SLO attainment")
     axes[2].set_ylim(0, 1.05)
-    for ax in axes:
-        ax.set_xticks(x)
-        ax.set_xticklabels(tenants["tenant"].astype(str), rotation=30, fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _bar_panels(fig, axes, x, tenants["tenant"], title, path, rotation=30, fontsize=8)
 
 
 def slo_classes(classes: pd.DataFrame, path, title: str | None = None) -> Path:
@@ -230,14 +235,7 @@ def slo_classes(classes: pd.DataFrame, path, title: str | None = None) -> Path:
     axes[0].legend(fontsize=8)
     axes[1].bar(x, classes["goodput_rps"].astype(float), color="C3")
     axes[1].set_ylabel("goodput (req/s)")
-    for ax in axes:
-        ax.set_xticks(x)
-        ax.set_xticklabels(classes["slo_class"].astype(str), rotation=20, fontsize=7)
-        ax.grid(alpha=0.3, axis="y")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _bar_panels(fig, axes, x, classes["slo_class"], title, path, rotation=20, fontsize=7)
 
 
 def service_difference_runs(runs: dict[str, pd.DataFrame], path) -> Path:

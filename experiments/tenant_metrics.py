@@ -52,6 +52,12 @@ def service_tokens(df: pd.DataFrame) -> np.ndarray:
                     * df["num_output_tokens"].to_numpy(), 0.0)
 
 
+def _num_rejected_by_policy(df: pd.DataFrame) -> int:
+    """Rejected requests whose reason is the scheduling policy's ("policy <name>: ...")."""
+    reasons = df["reject_reason"][(df["status"] == "rejected").to_numpy()]
+    return int(reasons.fillna("").astype(str).str.startswith("policy ").sum())
+
+
 def _pct(values, p) -> float:
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
@@ -99,11 +105,10 @@ def per_class(requests: pd.DataFrame) -> pd.DataFrame:
     for (ttft_slo, tpot_slo), df in requests.groupby([keys["ttft_slo_s"], keys["tpot_slo_s"]], sort=True):
         ttft_slo, tpot_slo = (float("nan") if v < 0 else float(v) for v in (ttft_slo, tpot_slo))
         fin = df[df["status"] == "finished"]
-        reasons = df["reject_reason"].fillna("").astype(str)
         rows.append({
             "slo_class": class_label(ttft_slo, tpot_slo), "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
             "num_requests": len(df), "num_finished": len(fin), "num_rejected": int((df["status"] == "rejected").sum()),
-            "num_rejected_by_policy": int(reasons.str.startswith("policy ").sum()),
+            "num_rejected_by_policy": _num_rejected_by_policy(df),
             **{f"{m}_attainment": (float(df[f"{m}_slo_met"].astype(bool).mean()) if df[f"{m}_slo_met"].notna().all()
                                    else float("nan")) for m in ("ttft", "tpot")},
             "slo_attainment": float(df["slo_met"].astype(bool).mean()) if df["slo_met"].notna().all() else float("nan"),
@@ -193,8 +198,7 @@ def fairness_summary(requests: pd.DataFrame) -> dict:
     """Flat numbers (docs/metrics.md): tenants, Jain's index over the whole run and over backlogged windows,
     the largest and mean service difference, SLO attainment over the requests with targets, policy rejections."""
     out: dict = {"num_tenants": int(requests["tenant"].nunique()) if len(requests) else 0}
-    reasons = requests["reject_reason"].fillna("").astype(str)
-    out["num_rejected_by_policy"] = int(reasons.str.startswith("policy ").sum())
+    out["num_rejected_by_policy"] = _num_rejected_by_policy(requests)
     has = requests["slo_met"].notna()
     if has.any():
         out["num_with_slo"] = int(has.sum())

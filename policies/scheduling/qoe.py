@@ -19,7 +19,7 @@ Keys follow the clock, so the simulator does not fast-forward decode steps under
 """
 from __future__ import annotations
 
-from policies.scheduling._common import arrival_rank, check_positive
+from policies.scheduling._common import arrival_rank, check_positive, check_preemption_mode
 from policies.scheduling.base import SchedulingPolicy
 from policies.victim.base import VictimPolicy
 
@@ -34,10 +34,7 @@ class QoEPolicy(SchedulingPolicy):
                  default_tpot_slo_s: float = 0.2, pause_hysteresis_s: float = 1.0,
                  preemption_mode: str = "recompute"):
         super().__init__(victim)
-        if preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"qoe.preemption_mode must be 'recompute' or 'swap' (Andes swaps), got "
-                             f"{preemption_mode!r}")
-        self.preemption_mode = preemption_mode
+        self.preemption_mode = check_preemption_mode(self.name, preemption_mode, "Andes swaps")
         self.default_ttft_slo_s = check_positive(self.name, "default_ttft_slo_s", default_ttft_slo_s)
         self.default_tpot_slo_s = check_positive(self.name, "default_tpot_slo_s", default_tpot_slo_s)
         self.pause_hysteresis_s = check_positive(self.name, "pause_hysteresis_s", pause_hysteresis_s)
