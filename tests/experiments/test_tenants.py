@@ -204,3 +204,23 @@ def test_a_multi_tenant_run_writes_tables_rows_and_plots(in_tmp, monkeypatch, ca
 ])
 def test_bad_tenant_and_slo_input_is_one_line(in_tmp, monkeypatch, capsys, args, expected):
     assert error_line(monkeypatch, capsys, *QUIET, "model=qwen3_0p6b", *args).startswith(expected)
+
+
+def test_sweep_report_draws_attainment_and_service_difference(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from experiments.report import make_report
+    from experiments.run import CONF_DIR, execute
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        for policy in ("vllm", "edf_reject"):
+            for scale in (0.6, 1.5):
+                overrides = [f"scheduler={policy}", f"workload.rate_scale={scale}"]
+                cfg = compose("config", overrides=["experiment=slo_vs_load", "workload.duration_s=10", *overrides,
+                                                   *QUIET])
+                execute(cfg, tmp_path / "sw" / ",".join(overrides), {"scheduler": policy}, overrides)
+    df, files = make_report(tmp_path / "sw")
+    names = {p.name for p in files}
+    assert {"slo_attainment.png", "service_difference.png"} <= names
+    assert set(df["policy"]) == {"vllm", "edf_reject"} and df["slo_attainment_targets"].notna().all()
+    top = df[df["workload.rate_scale"] == 1.5].set_index("policy")
+    assert top.loc["edf_reject", "slo_attainment_targets"] > top.loc["vllm", "slo_attainment_targets"]
