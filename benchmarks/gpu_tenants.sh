@@ -3,25 +3,27 @@
 # experiments.validate reports any policy (the same requests replayed on the engine, then simulated with the same
 # SchedulerConfig; per-request errors, decisions kept). Or the same stages on CPU with the tiny test model (--smoke).
 #
-#   benchmarks/gpu_tenants.sh [--out DIR]                      # H200, the committed fit, about 8 minutes
-#   STAGES=fairness benchmarks/gpu_tenants.sh [--out DIR]      # one stage per call keeps a call short
+#   STAGES=fairness benchmarks/gpu_tenants.sh [--out DIR]      # H200, the committed fit: 2 replays, ~3 minutes
+#   STAGES=slo benchmarks/gpu_tenants.sh [--out DIR]           # 4 replays, ~5 minutes (one stage per call)
 #   benchmarks/gpu_tenants.sh --smoke [--out DIR]              # CPU, tiny model, a fresh small fit, every stage
 #
 # Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
 #   fairness   conf/workload/tenants: a heavy, a light and a bursty tenant, all backlogged (a KV cache of
 #              KV_BLOCKS blocks binds), policies vllm and vtc            -> validation_tenants_fairness.{json,png}
-#   slo        conf/workload/slo_classes: chat (TTFT <= 0.5 s, TPOT <= 50 ms) beside batch jobs, past
-#              saturation, policies vllm, edf, edf_reject, qoe           -> validation_tenants_slo.{json,png}
+#   slo        conf/workload/slo_classes: chat (TTFT <= 0.5 s, TPOT <= 50 ms) beside batch jobs at
+#              SLO_RATE_SCALE x the nominal mix, SLO_KV_BLOCKS, policies vllm, edf, edf_reject, qoe
+#                                                                        -> validation_tenants_slo.{json,png}
 # Each replay keeps its decisions (--record-decisions) and real tables (--real-dir, in real_<stages>.tgz), so
 # `python -m experiments.validate --from-real DIR --workload ... --name ...` re-makes the simulated side on CPU.
 # The fit: PROFILE (default benchmarks/results/profile_h200_qwen3_0p6b.json, made by gpu_validate.sh on the same
 # random-weight Qwen3-0.6B); the smoke run profiles and fits the tiny model first.
-# Knobs (environment): STAGES, PROFILE, KV_BLOCKS, MAX_WALL_S, CKPT (reuse a checkpoint directory).
+# Knobs (environment): STAGES, PROFILE, KV_BLOCKS, SLO_KV_BLOCKS, SLO_RATE_SCALE, MAX_WALL_S (per replay; 90 s on
+# the GPU), CKPT (reuse a checkpoint directory).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_tenants benchmarks/results/tenants '2,19p' "$0" "$@"
+gpu_init gpu_tenants benchmarks/results/tenants '2,21p' "$0" "$@"
 ALL_STAGES="fairness slo"
 STAGES="${STAGES:-$ALL_STAGES}"
 for s in $STAGES; do
@@ -39,14 +41,19 @@ if [ "$SMOKE" = 1 ]; then
   SLO=(--workload-set duration_s=1.5 --workload-set rate_scale=0.5
        --workload-set "streams.1.prompt_len={_target_: experiments.workloads.Uniform, lo: 64, hi: 200}"
        --workload-set "streams.1.output_len={_target_: experiments.workloads.Uniform, lo: 8, hi: 32}" "${LEN[@]}")
+  SLO_KV_BLOCKS="${SLO_KV_BLOCKS:-$KV_BLOCKS}"
   T_CKPT=120; T_FIT=240; T_STAGE=400
 else
-  TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-60}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
-  # ~20 s of arrivals; lengths of ShareGPT's kind (the workload's defaults), a 16k-token KV cache so memory binds
-  FAIR=(--workload-set duration_s=20
-        --workload-set "streams=[{tenant: heavy, rate_rps: 60}, {tenant: light, rate_rps: 25}, {tenant: bursty, rate_rps: 80, burst_on_s: 3, burst_off_s: 4, start_s: 2}]")
-  SLO=(--workload-set duration_s=20 --workload-set rate_scale=3.0)
-  T_CKPT=90; T_FIT=0; T_STAGE=330
+  TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-90}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
+  # 15 s of arrivals, ShareGPT-like lengths (the workload's defaults), ~60 req/s in all against a 16k-token KV
+  # cache, so memory binds and every tenant queues (drained well within MAX_WALL_S, by the estimate of ~35 req/s
+  # for Qwen3-0.6B at this cache size; a replay past MAX_WALL_S fails its stage: lower the rates)
+  FAIR=(--workload-set duration_s=15
+        --workload-set "streams=[{tenant: heavy, rate_rps: 30}, {tenant: light, rate_rps: 12}, {tenant: bursty, rate_rps: 40, burst_on_s: 3, burst_off_s: 4, start_s: 2}]")
+  # chat at 16 x SLO_RATE_SCALE req/s beside batch jobs at 5 x SLO_RATE_SCALE, 15 s, a 64k-token cache
+  SLO=(--workload-set duration_s=15 --workload-set "rate_scale=${SLO_RATE_SCALE:-1.5}")
+  SLO_KV_BLOCKS="${SLO_KV_BLOCKS:-4096}"
+  T_CKPT=90; T_FIT=0; T_STAGE=480
 fi
 
 has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -70,15 +77,17 @@ PROFILE_FLAGS=()
 [ -f "$PROFILE" ] && PROFILE_FLAGS=(--profile "$PROFILE")
 
 mkdir -p "$WORK/real"
-COMMON=(--model "$CKPT" --device "$DEVICE" --max-model-len "$MAX_MODEL_LEN" --num-kvcache-blocks "$KV_BLOCKS"
-        --num-cpu-blocks "$KV_BLOCKS" --max-wall-s "$MAX_WALL_S" --record-decisions "${PROFILE_FLAGS[@]}")
+COMMON=(--model "$CKPT" --device "$DEVICE" --max-model-len "$MAX_MODEL_LEN" --max-wall-s "$MAX_WALL_S"
+        --record-decisions "${PROFILE_FLAGS[@]}")
 if has_stage fairness; then
-  stage fairness "$T_STAGE" "$PY" -m experiments.validate "${COMMON[@]}" --workload tenants "${FAIR[@]}" \
-    --policies vllm,vtc --out-dir "$OUT_DIR" --name tenants_fairness --real-dir "$WORK/real/fairness"
+  stage fairness "$T_STAGE" "$PY" -m experiments.validate "${COMMON[@]}" --num-kvcache-blocks "$KV_BLOCKS" \
+    --num-cpu-blocks "$KV_BLOCKS" --workload tenants "${FAIR[@]}" --policies vllm,vtc --out-dir "$OUT_DIR" \
+    --name tenants_fairness --real-dir "$WORK/real/fairness"
 fi
 if has_stage slo; then
-  stage slo "$T_STAGE" "$PY" -m experiments.validate "${COMMON[@]}" --workload slo_classes "${SLO[@]}" \
-    --policies vllm,edf,edf_reject,qoe --out-dir "$OUT_DIR" --name tenants_slo --real-dir "$WORK/real/slo"
+  stage slo "$T_STAGE" "$PY" -m experiments.validate "${COMMON[@]}" --num-kvcache-blocks "$SLO_KV_BLOCKS" \
+    --num-cpu-blocks "$SLO_KV_BLOCKS" --workload slo_classes "${SLO[@]}" --policies vllm,edf,edf_reject,qoe \
+    --out-dir "$OUT_DIR" --name tenants_slo --real-dir "$WORK/real/slo"
 fi
 
 ARCHIVE="$OUT_DIR/real_$(echo "$STAGES" | tr ' ' '-').tgz"
