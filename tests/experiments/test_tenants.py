@@ -224,3 +224,44 @@ def test_sweep_report_draws_attainment_and_service_difference(tmp_path):
     assert set(df["policy"]) == {"vllm", "edf_reject"} and df["slo_attainment_targets"].notna().all()
     top = df[df["workload.rate_scale"] == 1.5].set_index("policy")
     assert top.loc["edf_reject", "slo_attainment_targets"] > top.loc["vllm", "slo_attainment_targets"]
+
+
+def test_both_loops_record_requests_the_policy_rejects_even_when_nothing_is_left():
+    # Requests 0 and 2 (TTFT target 1 us) can never make it: edf rejects them at their first step, and at
+    # request 2's step nothing else is waiting or running; both loops must record them and go on to request 3.
+    from engine.core.scheduler import Scheduler, SchedulerConfig
+    from experiments.runner_engine import make_sequences, run_loop
+    from policies.scheduling.edf import EDFPolicy
+    from sim.cost_model.constant import ConstantCostModel
+    from sim.replica import Replica
+    from sim.simulator import Simulator
+    from tests.experiments.test_validation import FakeClock
+
+    n = 5                   # one request a second, 8 prompt tokens, 2 outputs (2 steps of 0.1 s)
+    wl = Workload(arrival_time_s=np.arange(n, dtype=float), num_prompt_tokens=np.full(n, 8),
+                  num_output_tokens=np.full(n, 2), priority=np.zeros(n, np.int64),
+                  ttft_slo_s=np.where(np.arange(n) % 2 == 0, 1e-6, np.nan))
+
+    def scheduler():
+        return Scheduler(SchedulerConfig(num_kvcache_blocks=64, max_model_len=256),
+                         EDFPolicy(on_late="reject", prefill_tokens_per_s=1000.0))
+
+    tables = []
+    rec = Recorder()
+    Simulator(Replica(scheduler(), ConstantCostModel(step_s=0.1), rec), vocab_size=100).run(wl)
+    tables.append(rec.requests_frame())
+    clock, rec = FakeClock(), Recorder()
+
+    def execute(batch):
+        clock.t += 0.1
+        return [7] * len(batch.seqs)
+
+    info = run_loop(scheduler(), execute, lambda: None, make_sequences(wl, vocab_size=100), rec, clock=clock,
+                    sleep=clock.sleep)
+    tables.append(rec.requests_frame())
+    assert info["num_rejected"] == (n + 1) // 2
+    for df in tables:
+        df = df.sort_values("request_id")
+        assert df["status"].tolist() == ["rejected" if i % 2 == 0 else "finished" for i in range(n)]
+        assert df["reject_reason"][df["status"] == "rejected"].str.startswith("policy edf: ").all()
+        assert df["slo_met"].tolist()[:2] == [False, pd.NA]
