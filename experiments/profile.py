@@ -340,7 +340,7 @@ def main(argv=None) -> int:
     try:
         import torch
         meta["torch"] = torch.__version__
-        if runner.device.type == "cuda":     # the decode kernel's split rule depends on it (engine/kernels/paged_decode)
+        if runner.device.type == "cuda":     # the decode kernel's split rule reads it (engine/kernels/paged_decode)
             meta["num_sms"] = torch.cuda.get_device_properties(runner.device).multi_processor_count
     except ImportError:
         pass

@@ -75,7 +75,7 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
 
     RequestSpec: prompt ids from experiments.workloads.prompt_token_ids(spec, vocab_size, rng_seed),
     max_tokens = num_output_tokens, ignore_eos. A Sequence is copied (prompt, arrival, max_tokens,
-    priority) so the caller's object is never mutated by a run.
+    priority, tenant, SLO targets) so the caller's object is never mutated by a run.
     """
     out = []
     for r in requests:
@@ -91,7 +91,8 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True,
                                 seed=None)
         out.append(Sequence(rid, prompt, params, arrival_time_s=arrival, priority=prio, eos_token_id=eos_token_id,
-                            record_token_times=record_token_times))
+                            record_token_times=record_token_times, tenant=r.tenant, ttft_slo_s=r.ttft_slo_s,
+                            tpot_slo_s=r.tpot_slo_s))
     ids = [s.request_id for s in out]
     if len(set(ids)) != len(ids):
         raise ValueError("request ids must be unique within a workload")
@@ -226,6 +227,11 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
         if last_end is not None:
             host_gap_s += start - last_end
         batch = sched.schedule(start)
+        for seq in batch.rejected:          # given up by the policy (e.g. a target it can no longer meet)
+            num_rejected += 1
+            rec.on_finish(seq)
+        if batch.is_empty and not sched.has_unfinished():
+            continue                        # the policy rejected all that was left
         if batch.is_empty:
             # Work is queued but the policy runs nothing now: only an arrival can change that.
             if not pending:

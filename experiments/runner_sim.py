@@ -157,7 +157,8 @@ def make_sequences(wl: Workload, vocab_size: int, seed: int, record_token_times:
     return [Sequence(spec.request_id, prompt_token_ids(spec, vocab_size, seed),
                      SamplingParams(max_tokens=spec.num_output_tokens, ignore_eos=True),
                      arrival_time_s=spec.arrival_time_s, priority=spec.priority,
-                     record_token_times=record_token_times)
+                     record_token_times=record_token_times, tenant=spec.tenant, ttft_slo_s=spec.ttft_slo_s,
+                     tpot_slo_s=spec.tpot_slo_s)
             for spec in wl]
 
 

@@ -144,9 +144,17 @@ SUMMARY_KEYS = ("num_requests", "num_finished", "num_rejected", "makespan_s", "r
                 "kv_usage_mean", "kv_usage_max", "busy_time_s")
 
 
+# ... and for runs with several tenants or latency targets (experiments.tenant_metrics)
+TENANT_KEYS = ("num_tenants", "num_rejected_by_policy", "slo_attainment_targets", "goodput_targets_rps", "jain_index",
+               "service_diff_rate_max", "service_diff_rate_mean")
+
+
 def run_summary(run: RunResult) -> dict:
     s = summary(run.requests, run.steps)
-    return {k: s.get(k) for k in SUMMARY_KEYS}
+    out = {k: s.get(k) for k in SUMMARY_KEYS}
+    if s.get("num_tenants", 1) > 1 or "num_with_slo" in s:
+        out.update({k: s[k] for k in TENANT_KEYS if k in s})
+    return out
 
 
 def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
@@ -216,6 +224,30 @@ def priority_classes(text: str):
                          f"0:0.3,1:0.7), got {text!r} ({exc})") from None
 
 
+def conf_workload(args, max_model_len: int | None):
+    """--workload NAME: conf/workload/NAME.yaml as `servelab workload=NAME` composes it, with the
+    --workload-set overrides (KEY=VALUE under workload.), --seed and --max-requests."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.run import CONF_DIR
+    from experiments.runner_sim import build_workload as build_conf_workload
+    if args.trace:
+        raise ValueError("give --workload or --trace, not both")
+    overrides = [f"workload={args.workload}", f"seed={args.seed}"]
+    # KEY=VALUE sets workload.KEY; a group choice (workload/prompt_len=uniform) passes as it is
+    overrides += [kv if kv.startswith("workload/") else f"workload.{kv.removeprefix('workload.')}"
+                  for kv in args.workload_set]
+    if args.max_requests is not None:
+        overrides.append(f"workload.max_requests={args.max_requests}")
+    if GlobalHydra.instance().is_initialized():
+        cfg = compose("config", overrides=overrides)
+    else:
+        with initialize_config_dir(CONF_DIR, version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+    return build_conf_workload(cfg, max_model_len)
+
+
 def build_workload(args, max_model_len: int | None = None):
     """The workload the flags describe, clipped to max_model_len (None: --max-model-len)."""
     from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace, synthetic_workload
@@ -227,6 +259,8 @@ def build_workload(args, max_model_len: int | None = None):
         opts["time_scale"] = args.time_scale
     if args.priority_classes:
         opts["priorities"] = priority_classes(args.priority_classes)
+    if args.workload:
+        return conf_workload(args, opts["max_model_len"])
     if args.trace:
         return read_trace(args.trace, format=args.trace_format, **opts)
     arrivals = {"poisson": lambda: Poisson(args.rate_rps), "gamma": lambda: Gamma(args.rate_rps, args.cv),
@@ -266,6 +300,11 @@ def parse_args(argv=None):
     w = ap.add_argument_group("workload: a trace (--trace) or synthetic (default)")
     w.add_argument("--trace", default=None, help="trace file (Azure / Vidur CSV, Mooncake JSONL)")
     w.add_argument("--trace-format", default="auto")
+    w.add_argument("--workload", default=None, help="a conf/workload config instead (e.g. tenants, slo_classes: "
+                   "requests with tenants and SLO targets), as `servelab workload=NAME` builds it")
+    w.add_argument("--workload-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --workload: override one of its keys (repeatable), e.g. rate_scale=0.5, or pick "
+                   "a length group, e.g. workload/prompt_len=uniform")
     w.add_argument("--num-requests", type=int, default=32, help="synthetic: number of requests")
     w.add_argument("--arrival", default="poisson", help="synthetic: poisson | gamma | constant | all_at_once")
     w.add_argument("--rate-rps", type=float, default=None, help="synthetic: arrival rate")

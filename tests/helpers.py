@@ -103,6 +103,9 @@ class Req:
     arrival: int = 0
     priority: int = 0
     tokens: list[int] | None = None   # default: distinct per request (no prefix sharing)
+    tenant: str = "default"
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
 
 
 @dataclass
@@ -123,7 +126,8 @@ def seq_of(req: Req, index: int) -> Sequence:
     tokens = req.tokens if req.tokens is not None else [1 + 1000 * index + i for i in range(req.prompt_len)]
     assert len(tokens) == req.prompt_len
     return Sequence(req.rid, tokens, SamplingParams(temperature=0.0, max_tokens=req.out_len, ignore_eos=True),
-                    arrival_time_s=float(req.arrival), priority=req.priority)
+                    arrival_time_s=float(req.arrival), priority=req.priority, tenant=req.tenant,
+                    ttft_slo_s=req.ttft_slo_s, tpot_slo_s=req.tpot_slo_s)
 
 
 def drive(policy, reqs: list[Req], *, num_kvcache_blocks: int, block_size: int = 4, max_num_seqs: int = 256,

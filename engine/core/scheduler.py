@@ -153,6 +153,22 @@ class Scheduler:
         seq.reject_reason = reason
         return False
 
+    def _reject_waiting(self, batch: Batch) -> None:
+        """Reject the waiting sequences the policy gives up on (policy.reject_reason); they leave in
+        batch.rejected, for the backend to record, and the policy forgets them (on_finish)."""
+        policy, view = self.policy, self.view
+        gone = []
+        for seq in self.waiting:
+            reason = policy.reject_reason(seq, view)
+            if reason is not None:
+                self._reject(seq, f"policy {policy.name}: {reason}")
+                gone.append(seq)
+        if gone:
+            self.waiting = deque(s for s in self.waiting if s.status is not SequenceStatus.REJECTED)
+            for seq in gone:
+                policy.on_finish(seq)
+            batch.rejected.extend(gone)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
@@ -167,6 +183,8 @@ class Scheduler:
         prefills: list[tuple[Sequence, int]] = []
         decodes: list[tuple[Sequence, int]] = []
         budget = self.token_budget
+        if self.policy.may_reject and self.waiting:
+            self._reject_waiting(batch)
         if self.policy.preemptive and (self.waiting or self.swapped):
             self._preempt_for_better(batch)
 

@@ -30,10 +30,11 @@ from experiments.workloads.synthetic import (
                                         Uniform,
                                         synthetic_workload,
 )
+from experiments.workloads.tenants import TenantStream, tenant_mix_workload
 
 __all__ = [
     "AllAtOnce", "Constant", "Fixed", "FromFile", "Gamma", "MOONCAKE_BLOCK_TOKENS", "Poisson", "PriorityClasses",
-    "RequestSpec", "TraceOptions", "Uniform", "Workload", "WorkloadFormatError", "WorkloadStats", "detect_format",
-    "prompt_token_ids", "read_azure_trace", "read_length_file", "read_mooncake_trace", "read_trace",
-    "read_vidur_trace", "sharegpt_workload", "spawn_streams", "synthetic_workload",
+    "RequestSpec", "TenantStream", "TraceOptions", "Uniform", "Workload", "WorkloadFormatError", "WorkloadStats",
+    "detect_format", "prompt_token_ids", "read_azure_trace", "read_length_file", "read_mooncake_trace", "read_trace",
+    "read_vidur_trace", "sharegpt_workload", "spawn_streams", "synthetic_workload", "tenant_mix_workload",
 ]

@@ -28,7 +28,9 @@ def workloads(draw):
     for i in range(n):
         prompt = draw(st.lists(st.integers(0, 2), min_size=1, max_size=10))
         reqs.append(Req(f"r{i}", len(prompt), draw(st.integers(1, 6)), arrival=draw(st.integers(0, 5)),
-                        priority=draw(st.integers(0, 2)), tokens=prompt))
+                        priority=draw(st.integers(0, 2)), tokens=prompt, tenant=draw(st.sampled_from("abc")),
+                        ttft_slo_s=draw(st.sampled_from([None, 1.0, 4.0, 20.0])),
+                        tpot_slo_s=draw(st.sampled_from([None, 0.5, 2.0]))))
     return reqs
 
 
@@ -48,6 +50,16 @@ def setups(draw, name):
         params["predictor"] = "noisy"
         params["predictor_params"] = {"sigma": draw(st.sampled_from([0.0, 1.0])), "seed": draw(st.integers(0, 3))}
         params["prompt_token_weight"] = draw(st.sampled_from([0.0, 0.25]))
+    if name == "edf":
+        params.update(on_late=draw(st.sampled_from(["deprioritize", "reject"])),
+                      prefill_tokens_per_s=draw(st.sampled_from([None, 4.0])))
+    if name == "qoe":
+        params.update(pause_hysteresis_s=draw(st.sampled_from([0.5, 2.0])),
+                      preemption_mode=draw(st.sampled_from(["recompute", "swap"])))
+        if params["preemption_mode"] == "swap":
+            s["num_cpu_blocks"] = draw(st.integers(1, 8))
+    if name == "vtc":
+        params.update(tenant_weights=draw(st.sampled_from([{}, {"a": 2.0, "c": 0.5}])))
     if name == "mlfq":
         params.update(base_quantum=draw(st.sampled_from([1, 2])), num_levels=draw(st.integers(1, 4)),
                       prompt_token_weight=draw(st.sampled_from([0.0, 0.5])),
@@ -78,6 +90,9 @@ def test_every_policy_terminates_exactly_without_leaks(name, victim, eviction, d
         too_big = -(-(r.prompt_len + r.out_len) // bs) > setup["num_kvcache_blocks"]
         if too_big:
             assert seq.status is SequenceStatus.REJECTED and seq.reject_reason
+        elif seq.status is SequenceStatus.REJECTED:        # given up by the policy while it waited
+            assert policy.may_reject and seq.reject_reason.startswith(f"policy {name}: ")
+            assert seq.first_scheduled_time_s is None and seq.block_table == []
         else:
             assert seq.status is SequenceStatus.FINISHED, seq
             assert seq.num_output_tokens == r.out_len and seq.finish_reason == "length"
@@ -88,7 +103,7 @@ def test_every_policy_terminates_exactly_without_leaks(name, victim, eviction, d
     assert bm.num_used_blocks == 0 and not bm.cpu_tables and bm.num_cpu_free_blocks == bm.num_cpu_blocks
     bm.check_invariants([])
     assert not sched.has_unfinished()
-    for attr in ("_level", "_charge", "_prompt_done", "_outputs", "_last_served_s"):
+    for attr in ("_level", "_charge", "_prompt_done", "_outputs", "_last_served_s", "_seen"):
         assert not getattr(policy, attr, {}), f"{name} kept per-request state in {attr}"
     if hasattr(policy, "predictor") and hasattr(policy.predictor, "_factor"):
         assert not policy.predictor._factor

@@ -6,7 +6,7 @@ import numpy as np
 from engine.core.requests import Workload
 from experiments.workloads._io import read_jsonl_columns
 from experiments.workloads.formats.base import TraceFormat
-from experiments.workloads.options import TraceOptions, finalize, make_options
+from experiments.workloads.options import TraceOptions, class_columns, classes_from, finalize, make_options
 
 MOONCAKE_COLUMNS = {"timestamp": "time", "input_length": "count", "output_length": "count"}
 
@@ -22,12 +22,13 @@ def read_mooncake_trace(path, *, spread_within_bucket: bool = False, on_error: s
     uniform and deterministic.
     """
     opts = make_options(options, kwargs)
-    cols, lines, stats = read_jsonl_columns(path, MOONCAKE_COLUMNS, list_column="hash_ids", on_error=on_error)
+    cols, lines, stats = read_jsonl_columns(path, {**MOONCAKE_COLUMNS, **class_columns(opts)}, list_column="hash_ids",
+                                            on_error=on_error)
     arrival_s = cols["timestamp"] / 1000.0
     if spread_within_bucket and len(arrival_s) > 1:
         arrival_s = spread_buckets(arrival_s)
     return finalize(arrival_s, cols["input_length"], cols["output_length"], opts, stats,
-                    hashes=cols["hash_ids"], source_line=lines)
+                    hashes=cols["hash_ids"], source_line=lines, classes=classes_from(cols, opts))
 
 
 def spread_buckets(t: np.ndarray) -> np.ndarray:
