@@ -243,7 +243,7 @@ def conf_workload(args, max_model_len: int | None):
     if GlobalHydra.instance().is_initialized():
         cfg = compose("config", overrides=overrides)
     else:
-        with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             cfg = compose("config", overrides=overrides)
     return build_conf_workload(cfg, max_model_len)
 
