@@ -97,7 +97,9 @@ class DecodeFastPath:
         # list and length, step count, blocks)
         self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
                               slack, lefts, lens)
-        free = self.block_manager.num_free_blocks
+        bm = self.block_manager
+        # With a CPU tier an eviction offloads (a copy the step must pay for): only plain free blocks here.
+        free = bm.num_free_blocks if bm.cpu_cache is None else len(bm.free_ids)
         if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon
         self.horizon_blocked = True
@@ -127,7 +129,7 @@ class DecodeFastPath:
         if n > self.token_budget:
             return False
         fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
-        revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
+        revived = bm.num_hit_blocks_taken(hits) if hits else 0
         return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
 
     def advance_decodes(self, k: int, step_end_times_s, token_of, finished: list | None = None,
