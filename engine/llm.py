@@ -42,6 +42,7 @@ class RequestOutput:
     num_cached_tokens: int
     num_preemptions: int
     num_swaps: int
+    num_cpu_cached_tokens: int = 0     # of num_cached_tokens, loaded from the prefix cache's CPU tier
 
 
 @dataclass
@@ -60,7 +61,7 @@ class StepStats:
 
 class LLM:
     def __init__(self, model_path: str | Path, *, clock: Callable[[], float] | None = None,
-                 policy=None, eviction=None, **engine_options):
+                 policy=None, eviction=None, cpu_cache_eviction=None, **engine_options):
         from engine.model_runner import ModelRunner  # torch is imported here, not at module import
 
         self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
@@ -71,7 +72,8 @@ class LLM:
             num_kvcache_blocks=self.runner.num_kvcache_blocks, block_size=c.block_size, max_num_seqs=c.max_num_seqs,
             max_num_batched_tokens=c.max_num_batched_tokens, max_model_len=self.runner.max_model_len,
             enable_chunked_prefill=c.enable_chunked_prefill, enable_prefix_caching=c.enable_prefix_caching,
-            num_cpu_blocks=self.runner.num_cpu_blocks), policy=policy, eviction=eviction)
+            num_cpu_blocks=self.runner.num_cpu_blocks, cpu_cache_num_blocks=self.runner.cpu_cache_num_blocks),
+            policy=policy, eviction=eviction, cpu_cache_eviction=cpu_cache_eviction)
         self.clock = clock or time.perf_counter
         self.tokenizer = _load_tokenizer(model_path)
         eos = hf_config.get("eos_token_id")
@@ -172,7 +174,7 @@ class LLM:
         text = self.tokenizer.decode(out_ids, skip_special_tokens=True) if self.tokenizer is not None else None
         return RequestOutput(seq.request_id, seq.token_ids[:seq.num_prompt_tokens], out_ids, text,
                              seq.finish_reason, seq.arrival_time_s, seq.first_token_time_s, seq.finish_time_s,
-                             seq.num_cached_tokens, seq.num_preemptions, seq.num_swaps)
+                             seq.num_cached_tokens, seq.num_preemptions, seq.num_swaps, seq.num_cpu_cached_tokens)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:

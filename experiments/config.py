@@ -68,6 +68,7 @@ class HardwareConfig:
     interconnect_gbps: Optional[float] = None
     measured_matmul_tflops: Optional[float] = None
     measured_copy_gbps: Optional[float] = None
+    host_memory_gib: Optional[float] = None     # host RAM per GPU: the ceiling of swap space + CPU tier
 
     def to_spec(self):
         from sim.specs.hardware import get_hardware_spec
@@ -91,6 +92,9 @@ class ServelabConfig:
     activation_reserve_gib: float = 1.0         # used when num_kvcache_blocks is None
     swap_space_gib: float = 4.0                 # host memory for swapped KV (vLLM's default), per replica
     num_cpu_blocks: Optional[int] = None        # None: from swap_space_gib
+    # CPU tier of the prefix cache, per replica: host blocks that keep KV the GPU prefix cache evicts (0: none)
+    cpu_cache_num_blocks: int = 0
+    cpu_cache_eviction: str = "lru"             # the tier's eviction policy: a policies/eviction name
     max_num_seqs: int = 256
     # tokens per step; None: derived (engine/core/token_budget.py): max(max_model_len, 8192) with chunked prefill
     # off, 8192 with it on

@@ -50,6 +50,7 @@ class EngineRunConfig:
     gpu_memory_utilization: float = 0.9     # used when num_kvcache_blocks is None
     num_cpu_blocks: int | None = 0          # swap blocks to allocate (vllm_swap needs > 0); None: swap_space_gib
     swap_space_gib: float = 0.0
+    cpu_cache_num_blocks: int = 0           # CPU-tier prefix-cache blocks to allocate (a replay may use fewer)
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None   # None: derived (engine.core.token_budget)
     max_model_len: int | None = None            # None: the engine's limit for the checkpoint (EngineConfig)
@@ -63,7 +64,8 @@ class EngineRunConfig:
         return dict(device=self.device, dtype=self.dtype, attention_backend=self.attention_backend,
                     block_size=self.block_size, num_kvcache_blocks=self.num_kvcache_blocks,
                     gpu_memory_utilization=self.gpu_memory_utilization, num_cpu_blocks=self.num_cpu_blocks,
-                    swap_space_gib=self.swap_space_gib, max_num_seqs=self.max_num_seqs,
+                    swap_space_gib=self.swap_space_gib, cpu_cache_num_blocks=self.cpu_cache_num_blocks,
+                    max_num_seqs=self.max_num_seqs,
                     max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
                     enable_chunked_prefill=self.enable_chunked_prefill,
                     enable_prefix_caching=self.enable_prefix_caching, enforce_eager=self.enforce_eager,
@@ -110,12 +112,13 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
 
 
 def scheduler_config(num_kvcache_blocks: int, num_cpu_blocks: int, cfg: EngineRunConfig,
-                     max_model_len: int) -> SchedulerConfig:
+                     max_model_len: int, cpu_cache_num_blocks: int = 0) -> SchedulerConfig:
     """The SchedulerConfig both backends of a validation use (identical by construction)."""
     return SchedulerConfig(num_kvcache_blocks=num_kvcache_blocks, block_size=cfg.block_size,
                            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                            max_model_len=max_model_len, enable_chunked_prefill=cfg.enable_chunked_prefill,
-                           enable_prefix_caching=cfg.enable_prefix_caching, num_cpu_blocks=num_cpu_blocks)
+                           enable_prefix_caching=cfg.enable_prefix_caching, num_cpu_blocks=num_cpu_blocks,
+                           cpu_cache_num_blocks=cpu_cache_num_blocks)
 
 
 class EngineReplayer:
@@ -131,18 +134,24 @@ class EngineReplayer:
         self.max_model_len = self.runner.max_model_len
         self.num_kvcache_blocks = self.runner.num_kvcache_blocks
         self.num_cpu_blocks = self.runner.num_cpu_blocks
+        self.cpu_cache_num_blocks = self.runner.cpu_cache_num_blocks
         self._sync = _device_sync(self.runner)
 
-    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None):
+    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None,
+                         cpu_cache_num_blocks: int = 0):
         kv = self.num_kvcache_blocks if num_kvcache_blocks is None else int(num_kvcache_blocks)
         cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
+        if not 0 <= cpu_cache_num_blocks <= self.cpu_cache_num_blocks:
+            raise ValueError(f"cpu_cache_num_blocks={cpu_cache_num_blocks} must be in [0, {self.cpu_cache_num_blocks}] "
+                             f"(the CPU-tier blocks the runner allocated); load the engine with a larger "
+                             f"EngineRunConfig.cpu_cache_num_blocks")
         if not 1 <= kv <= self.num_kvcache_blocks:
             raise ValueError(f"num_kvcache_blocks={kv} must be in [1, {self.num_kvcache_blocks}] (the blocks the "
                              f"runner allocated); load the engine with a larger EngineRunConfig.num_kvcache_blocks")
         if not 0 <= cpu <= self.num_cpu_blocks:
             raise ValueError(f"num_cpu_blocks={cpu} must be in [0, {self.num_cpu_blocks}] (the swap blocks the "
                              f"runner allocated); load the engine with a larger EngineRunConfig.num_cpu_blocks")
-        return scheduler_config(kv, cpu, self.config, self.max_model_len)
+        return scheduler_config(kv, cpu, self.config, self.max_model_len, int(cpu_cache_num_blocks))
 
     def sequences(self, requests: Iterable) -> list[Sequence]:
         return make_sequences(requests, self.vocab_size, temperature=self.config.temperature,
@@ -170,17 +179,20 @@ class EngineReplayer:
 
     def replay(self, requests: Iterable, policy="vllm", *, num_kvcache_blocks: int | None = None,
                num_cpu_blocks: int | None = None, eviction: str | None = None, recorder: Recorder | None = None,
-               max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None) -> RunResult:
+               max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None,
+               cpu_cache_num_blocks: int = 0, cpu_cache_eviction: str = "lru") -> RunResult:
         """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring.
 
         policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state);
-        enable_chunked_prefill overrides the engine config's setting for this replay."""
+        enable_chunked_prefill overrides the engine config's setting for this replay;
+        cpu_cache_num_blocks: the prefix cache's CPU tier (<= the runner's), cpu_cache_eviction its policy."""
         seqs = self.sequences(requests)
-        sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks)
+        sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks, cpu_cache_num_blocks)
         if enable_chunked_prefill is not None:
             sched_cfg = replace(sched_cfg, enable_chunked_prefill=bool(enable_chunked_prefill))
         pol = _make_policy(policy) if isinstance(policy, str) else policy
-        sched = Scheduler(sched_cfg, policy=pol, eviction=None if eviction is None else _make_eviction(eviction))
+        sched = Scheduler(sched_cfg, policy=pol, eviction=None if eviction is None else _make_eviction(eviction),
+                          cpu_cache_eviction=_make_eviction(cpu_cache_eviction) if cpu_cache_num_blocks else None)
         rec = recorder or Recorder()
         info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
                         max_wall_s=max_wall_s)
@@ -304,7 +316,7 @@ def run_engine(cfg, desc: str = "engine"):
         attention_backend=str(b.attention_backend), block_size=int(cfg.block_size),
         num_kvcache_blocks=cfg.num_kvcache_blocks, gpu_memory_utilization=float(cfg.gpu_memory_utilization),
         num_cpu_blocks=cfg.num_cpu_blocks, swap_space_gib=float(cfg.swap_space_gib),
-        max_num_seqs=int(cfg.max_num_seqs),
+        cpu_cache_num_blocks=int(cfg.get("cpu_cache_num_blocks", 0)), max_num_seqs=int(cfg.max_num_seqs),
         max_num_batched_tokens=None if given_budget is None else int(given_budget),
         max_model_len=None if given_len is None else int(given_len),
         enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
@@ -332,6 +344,7 @@ def run_engine(cfg, desc: str = "engine"):
         interrupted = True
     meta = {"backend": "engine", "model": Path(rcfg.model_path).name, "hardware": _device_label(rep.runner),
             "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
+            "cpu_cache_num_blocks": rep.cpu_cache_num_blocks,
             "request_rate_rps": offered_rate_rps(cfg, wl), "warmup_s": warm_s,
             "interrupted": interrupted, **info, **in_meta, **limits_meta(sched, max_len_source)}
     req = add_input_columns(rec.requests_frame(), wl)

@@ -260,7 +260,7 @@ class Simulator(FastPathMixin):
 
             batch = sched.schedule(t)
             seqs = batch.seqs
-            if not seqs and not batch.swap_in and not batch.swap_out:
+            if not seqs and not batch.swap_in and not batch.swap_out and not batch.offload:
                 # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
                 ev = self._wait_for_arrival(r)

@@ -28,22 +28,21 @@ class Batch:
     num_new_tokens: list[int] = field(default_factory=list)     # tokens computed per entry this step
     num_prefill_seqs: int = 0                                   # entries [0, num_prefill_seqs) are prefill work
     block_size: int = 16
-    # Block copies the executor performs *before* the forward pass, as (src, dst) block ids. Host block ids
-    # [0, num_cpu_blocks) are the swap space, from num_cpu_blocks on the prefix cache's CPU tier (offloads
-    # of evicted cached blocks go out, tier hits come in: engine.core.block_manager):
+    # Block copies the executor performs *before* the forward pass, as (src, dst) block ids:
     swap_out: list[tuple[int, int]] = field(default_factory=list)   # GPU block -> CPU block
     swap_in: list[tuple[int, int]] = field(default_factory=list)    # CPU block -> GPU block
+    # The prefix cache's CPU tier (engine.core.block_manager): evicted cached blocks offloaded, tier hits loaded.
+    # GPU reads (swap_out, offload) go before GPU writes (swap_in, load); no tier block is in both lists.
+    offload: list[tuple[int, int]] = field(default_factory=list)    # GPU block -> CPU-tier block
+    load: list[tuple[int, int]] = field(default_factory=list)       # CPU-tier block -> GPU block
     # Bookkeeping for recorders (sequences, not copies):
     preempted: list[Sequence] = field(default_factory=list)         # preempted (recompute) during this schedule
     swapped_out: list[Sequence] = field(default_factory=list)
     swapped_in: list[Sequence] = field(default_factory=list)
     # Context length (tokens attended to) per entry, frozen at schedule time:
     context_lens: list[int] = field(default_factory=list)
-    # Prefix-cache hits of this step's admissions per tier, and the CPU tier's offloads (blocks; every
-    # CPU-tier hit block is one of swap_in, every offload one of swap_out):
+    # GPU prefix-cache hit blocks of this step's admissions (their CPU-tier hits: len(load)):
     num_gpu_hit_blocks: int = 0
-    num_cpu_hit_blocks: int = 0
-    num_offload_blocks: int = 0
 
     # -- sizes (what a cost model reads) -------------------------------------------
     @property
@@ -64,7 +63,7 @@ class Batch:
 
     @property
     def is_empty(self) -> bool:
-        return not self.seqs and not self.swap_in and not self.swap_out
+        return not self.seqs and not self.swap_in and not self.swap_out and not self.offload and not self.load
 
     def samples(self, i: int) -> bool:
         """Whether entry i produces a token this step."""

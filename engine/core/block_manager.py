@@ -42,8 +42,7 @@ cached-free GPU block that is evicted is offloaded to the tier (unless the tier 
 its key already), and a prefix lookup continues past a GPU miss into the tier; a tier
 hit takes a fresh GPU block (loaded from host) that joins the GPU prefix cache. The
 copies of one step accumulate here and are taken by `take_tier_copies` (the scheduler
-appends them to the batch's swap lists, host block ids num_cpu_blocks + tier block, so
-the executors and cost models move and price them like swaps). With the tier on, dead
+puts them into the batch: Batch.offload, Batch.load). With the tier on, dead
 private blocks always enter the eviction policy (never the plain free list): evicting
 one offloads it, as hashing every block would.
 """
@@ -103,8 +102,8 @@ class BlockManager:
                                  "enable_prefix_caching=true with an eviction policy other than 'none', or "
                                  "cpu_cache_num_blocks=0")
             self.cpu_cache = CpuPrefixCache(cpu_cache_num_blocks, cpu_cache_eviction)
-        self.tier_out: list[tuple[int, int]] = []         # this step's offloads: (GPU block, host block)
-        self.tier_in: list[tuple[int, int]] = []          # this step's loads: (host block, GPU block)
+        self.tier_out: list[tuple[int, int]] = []         # this step's offloads: (GPU block, tier block)
+        self.tier_in: list[tuple[int, int]] = []          # this step's loads: (tier block, GPU block)
         self.last_cpu_hit_blocks = 0                      # CPU-tier blocks of the latest allocate_cached_prefix
 
         # Prefix-cache accounting (tokens), read by recorders.
@@ -221,7 +220,6 @@ class BlockManager:
         hits = [(i, -1 - b) for i, b in enumerate(table) if b < 0]
         for _, c in hits:
             cpu.pin(c)
-        base = self.num_cpu_blocks
         for i, c in hits:
             g = self.take_block()
             key = cpu.block_key[c]
@@ -230,7 +228,7 @@ class BlockManager:
                 self.block_tokens[g] = cpu.block_tokens[c]
                 self.hash_to_block[key] = g
             table[i] = g
-            self.tier_in.append((base + c, g))
+            self.tier_in.append((c, g))
         self.last_cpu_hit_blocks = len(hits)
 
     def _offload(self, block_id: int) -> None:
@@ -242,12 +240,12 @@ class BlockManager:
             return
         c = cpu.store(h, self.block_tokens[block_id])
         if c is not None:
-            self.tier_out.append((block_id, self.num_cpu_blocks + c))
+            self.tier_out.append((block_id, c))
 
     def take_tier_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """(offloads (GPU, host block), loads (host block, GPU)) queued since the last call, for the executor to
-        run before the step's forward pass (host reads first: engine.swap_space.SwapSpace.swap); the tier's
-        pinned blocks become evictable again."""
+        """(offloads (GPU block, tier block), loads (tier block, GPU block)) queued since the last call, for the
+        executor to run before the step's forward pass (no tier block is in both, none twice in one list);
+        the tier's pinned blocks become evictable again."""
         out, inn = self.tier_out, self.tier_in
         self.tier_out, self.tier_in = [], []
         if self.cpu_cache is not None:
@@ -537,5 +535,5 @@ class BlockManager:
             assert self.num_dead_free == 0, "dead blocks on the plain free list with a CPU tier"
             for c, g in self.tier_in:
                 assert self.ref_counts[g] > 0, "a GPU block loaded this step is not held"
-                assert self.cpu_cache.block_key[c - self.num_cpu_blocks] == self.block_hash[g], \
+                assert self.cpu_cache.block_key[c] == self.block_hash[g], \
                     "a GPU block loaded this step holds another key than its tier block"

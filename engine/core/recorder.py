@@ -49,8 +49,8 @@ STEP_COLUMNS = (
     # the longest single context (keys attended) of a prefill entry, of a decode entry, of any entry: a cost
     # model's envelope (sim.cost_model.envelope) and the ragged / long-tail contexts a sum hides
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",
-    # prefix-cache hits of the step's admissions per tier and the CPU tier's offloads, in blocks (the tier's
-    # copies are counted in num_swap_blocks too: one copy per CPU-tier hit block and per offload)
+    # prefix-cache hits of the step's admissions per tier and the CPU tier's copies, in blocks (a CPU-tier hit
+    # is loaded: num_cpu_hit_blocks host -> GPU copies; num_offload_blocks GPU -> host)
     "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks",
 )
 RECORD_STEPS = ("all", "none")
@@ -150,7 +150,8 @@ class Recorder:
         if num_cached_blocks != self._last_cached:
             self._cached.extend((row, num_cached_blocks))
             self._last_cached = num_cached_blocks
-        if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out):
+        if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out
+                or batch.offload or batch.load):
             return      # a pure decode step: every sparse column is 0
         new = batch.num_new_tokens
         pctx = pairs = samples = 0
@@ -163,8 +164,8 @@ class Recorder:
                 samples += cj == len(seqs[j].token_ids)
         self._sparse.extend((row, sum(new[:npf]) if npf else 0, npf, len(batch.preempted), len(batch.swapped_out),
                              len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out),
-                             max(ctx[:npf]) if npf else 0, batch.num_gpu_hit_blocks, batch.num_cpu_hit_blocks,
-                             batch.num_offload_blocks))
+                             max(ctx[:npf]) if npf else 0, batch.num_gpu_hit_blocks, len(batch.load),
+                             len(batch.offload)))
         if self.record_decisions:
             self._decisions.append((row, start_s, _ids(batch.seqs[:npf]), _ids(batch.preempted),
                                     _ids(batch.swapped_out), _ids(batch.swapped_in)))

@@ -179,7 +179,7 @@ class Scheduler(DecodeFastPath):
         batch.num_new_tokens = [n for _, n in entries]
         batch.context_lens = [s.num_computed_tokens + n for s, n in entries]
         batch.num_prefill_seqs = len(prefills)
-        if batch.seqs or batch.swap_out or batch.swap_in:
+        if batch.seqs or batch.swap_out or batch.swap_in or batch.offload:
             self.num_steps += 1
         elif not self.running and (self.waiting or self.swapped):
             raise RuntimeError(f"scheduler made no progress with nothing running: {len(self.waiting)} waiting "
@@ -188,13 +188,8 @@ class Scheduler(DecodeFastPath):
         return batch
 
     def _add_tier_copies(self, batch: Batch) -> None:
-        """The CPU tier's copies of this step join the swap lists (engine.core.block_manager)."""
-        out, inn = self.block_manager.take_tier_copies()
-        batch.num_offload_blocks = len(out)
-        if out:
-            batch.swap_out.extend(out)
-        if inn:
-            batch.swap_in.extend(inn)
+        """The CPU tier's copies of this step (engine.core.block_manager)."""
+        batch.offload, batch.load = self.block_manager.take_tier_copies()
 
     def _serve_running(self, decodes, prefills, budget, batch):
         """Give each running sequence its next tokens (decodes first), preempting on memory shortage."""
@@ -273,9 +268,7 @@ class Scheduler(DecodeFastPath):
             bm.allocate_cached_prefix(seq, hits)
             bm.allocate(seq, n)
             if hits:
-                cpu_hits = bm.last_cpu_hit_blocks
-                batch.num_gpu_hit_blocks += len(hits) - cpu_hits
-                batch.num_cpu_hit_blocks += cpu_hits
+                batch.num_gpu_hit_blocks += len(hits) - bm.last_cpu_hit_blocks
             if seq.admit_order < 0:
                 seq.admit_order = self._num_admitted
                 self._num_admitted += 1

@@ -28,6 +28,11 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     swap_step                fixed cost of a step's block copies (index tensors, staging, host sync)
     swap_out_blocks          per KV block copied device -> host (gather, device->pinned copy, host scatter)
     swap_in_blocks           per KV block copied host -> device (host gather into pinned staging, host->device copy)
+    tier_step                fixed cost of a step with CPU-tier copies of the prefix cache (index tensors, the wait
+                             for the offload stream)
+    tier_out_blocks          per block offloaded to the CPU tier: the HBM gather, and the part of the device->host
+                             copy the forward pass does not hide (engine/cpu_tier_space.py)
+    tier_in_blocks           per block loaded from the CPU tier (host->device copy, scatter into the cache)
     loop_step, loop_seqs     the serving loop's own host time per step and per sequence between steps:
                              postprocess, finished requests, arrivals. A profile (execute() alone) cannot see it;
                              a real run's steps table can. The simulator always pays it (it emulates that loop).
@@ -138,7 +143,8 @@ class CalibratedCostModel(FittedCostModel):
         self.max_model_len = max_model_len
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
-         self._loop_ptok, self._pctx, self._loop_pstep) = (c[f] for f in FEATURES)
+         self._loop_ptok, self._pctx, self._loop_pstep, self._tier_step, self._tier_out,
+         self._tier_in) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -208,6 +214,13 @@ class CalibratedCostModel(FittedCostModel):
         batch_no_swap = _WithoutSwaps(batch)
         t = super().step_time_s(batch_no_swap) if batch.seqs else 0.0
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
+
+    def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
+                           block_size: int = 16) -> float:
+        if not (num_offload_blocks or num_load_blocks):
+            return step_s
+        per_block = self._tier_out * num_offload_blocks + self._tier_in * num_load_blocks
+        return step_s + self._tier_step + per_block * (block_size / self.block_size)
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
         k = int(k)

@@ -16,6 +16,10 @@ run one after another (docs/cost_model.md has the formulas):
   all-reduce (tensor parallel only) 2 per layer of hidden * tokens * dtype bytes,
             ring cost 2 * (tp - 1) / tp * size / interconnect, plus a latency each.
   swap      num_swap_blocks * block_size * kv_bytes_per_token over the host link.
+  CPU tier  (with_tier_copies_s) a load crosses the host link and is scattered into the cache (a block
+            read and written in HBM) before the forward pass; an offload is gathered in HBM (read +
+            write) before it, then crosses the host link alongside the loads and the forward pass (the
+            engine's side stream): the step lasts gather + max(loads + forward, offload transfer).
   overhead  overhead_s per step + per_seq_overhead_s per scheduled sequence.
 
 latency_floors=True adds what a graph-replayed step pays however small it is, from the
@@ -160,7 +164,8 @@ class RooflineCostModel(CostModel):
         seqs, new, ctx = batch.seqs, batch.num_new_tokens, batch.context_lens
         p = batch.num_prefill_seqs
         nseq = len(seqs)
-        if (batch.swap_in or batch.swap_out or len(new) != nseq or len(ctx) != nseq or not 0 <= p <= nseq
+        if (batch.swap_in or batch.swap_out or batch.offload or batch.load or len(new) != nseq or len(ctx) != nseq
+                or not 0 <= p <= nseq
                 or nseq == 0 or self.max_model_len is None or max(ctx) > self.max_model_len):
             return super().step_time_s(batch)
         num_decode = nseq - p
@@ -186,6 +191,13 @@ class RooflineCostModel(CostModel):
         if num_decode:
             t = t + self._decode_attention(dsum, num_decode)
         return t + t_prefill + 0 * batch.block_size * self.s_swap_per_token
+
+    def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
+                           block_size: int = 16) -> float:
+        hbm = block_size * self.s_kv_per_token          # one block read (or written) in HBM, seconds
+        link = block_size * self.s_swap_per_token       # one block over the host link, seconds
+        gather = 2 * hbm * num_offload_blocks
+        return gather + max(step_s + num_load_blocks * (link + 2 * hbm), num_offload_blocks * link)
 
     def _decode_attention(self, context_sum, num_seqs):
         # one query per key: pairs == context_sum; read all keys, write the new token's KV

@@ -9,6 +9,9 @@ replica of one head, as vLLM does). Every GPU holds the same block ids, so the r
 block count of the whole replica. Weights split evenly across GPUs (norms, replicated in
 practice, are a few KB). `activation_reserve_gib` stands for the forward pass's peak
 activations and the allocator's slack, which the engine measures at start-up.
+
+Host side: the swap space and the prefix cache's CPU tier hold blocks of the same size in host
+memory; `check_host_blocks` refuses more than the hardware's host memory per GPU.
 """
 from __future__ import annotations
 
@@ -30,6 +33,29 @@ def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int) -> int:
         raise ValueError(f"tensor_parallel_size={tp} must be a multiple of {model.name}'s "
                          f"num_kv_heads={model.num_kv_heads} when it exceeds them")
     return 1
+
+
+def kv_block_bytes(model: ModelSpec, block_size: int, tensor_parallel_size: int = 1) -> int:
+    """Bytes of one KV block on one GPU (K and V, every layer)."""
+    return block_size * 2 * model.num_layers * kv_heads_per_gpu(model, tensor_parallel_size) * model.head_dim \
+        * model.dtype_bytes
+
+
+def check_host_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int, tensor_parallel_size: int,
+                      num_cpu_blocks: int, cpu_cache_num_blocks: int) -> None:
+    """ValueError naming cpu_cache_num_blocks when swap space + CPU tier exceed the host memory per GPU
+    (hardware.host_memory_gib; unchecked when None)."""
+    if hardware.host_memory_gib is None or not cpu_cache_num_blocks:
+        return
+    block = kv_block_bytes(model, block_size, tensor_parallel_size)
+    need = (num_cpu_blocks + cpu_cache_num_blocks) * block
+    have = hardware.host_memory_gib * 2**30
+    if need > have:
+        fit = max(0, int(have // block) - num_cpu_blocks)
+        raise ValueError(f"cpu_cache_num_blocks={cpu_cache_num_blocks} ({cpu_cache_num_blocks * block / 2**30:.1f} GiB "
+                         f"of {model.name} KV, plus {num_cpu_blocks * block / 2**30:.1f} GiB of swap space) exceeds "
+                         f"the {hardware.host_memory_gib:g} GiB of host memory per GPU of {hardware.name} "
+                         f"(hardware.host_memory_gib); use cpu_cache_num_blocks <= {fit}")
 
 
 def num_kv_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int = 16,

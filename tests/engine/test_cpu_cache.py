@@ -13,7 +13,7 @@ from policies.eviction.lfu import LFUEviction
 from policies.eviction.lru import LRUEviction
 
 BLOCK = 2
-NUM_SWAP = 3            # swap-space blocks: the tier's host ids start after them
+NUM_SWAP = 3
 
 
 class TwoTierMachine(RuleBasedStateMachine):
@@ -38,10 +38,6 @@ class TwoTierMachine(RuleBasedStateMachine):
 
     def _end_step(self):
         out, inn = self.bm.take_tier_copies()
-        for g, c in out:
-            assert c >= NUM_SWAP
-        for c, g in inn:
-            assert c >= NUM_SWAP
         assert len({c for _, c in out}) == len(out), "a host block written twice in one step"
         assert not ({c for _, c in out} & {c for c, _ in inn}), "a host block read after its write in one step"
         staged = [self.host.get(c) for c, _ in inn]
@@ -114,8 +110,8 @@ class TwoTierMachine(RuleBasedStateMachine):
         cpu = bm.cpu_cache
         assert not cpu.pinned, "pinned tier blocks outlived their step"
         for key, c in cpu.key_to_block.items():     # every keyed tier block holds its key's KV
-            assert self.host.get(NUM_SWAP + c) is not None
-            assert cpu.block_tokens[c] == self.host[NUM_SWAP + c][-BLOCK:]
+            assert self.host.get(c) is not None
+            assert cpu.block_tokens[c] == self.host[c][-BLOCK:]
 
 
 TestTwoTier = TwoTierMachine.TestCase
