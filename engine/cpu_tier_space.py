@@ -138,8 +138,9 @@ class CpuTierSpace:
         need = self.num_blocks * self.block_bytes + other_bytes
         if available is not None and self.num_blocks and need > available:
             fit = max(0, (available - other_bytes) // self.block_bytes)
-            raise ValueError(f"cpu_cache_num_blocks={self.num_blocks} needs {self.num_blocks * self.block_bytes / GIB:.1f} "
-                             f"GiB of host memory (plus {other_bytes / GIB:.1f} GiB of swap space), "
+            tier_gib = self.num_blocks * self.block_bytes / GIB
+            raise ValueError(f"cpu_cache_num_blocks={self.num_blocks} needs {tier_gib:.1f} GiB of host memory "
+                             f"(plus {other_bytes / GIB:.1f} GiB of swap space), "
                              f"{available / GIB:.1f} GiB are available; use cpu_cache_num_blocks <= {fit}")
 
     def finish(self) -> None:

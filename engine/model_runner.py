@@ -26,6 +26,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.batch import Batch
+from engine.cpu_tier_space import CpuTierSpace
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -33,7 +34,6 @@ from engine.layers.sampler import Sampler, SamplingTensors
 from engine.loader import build_model
 from engine.models import load_hf_config
 from engine.prefill_graphs import PrefillGraphs
-from engine.cpu_tier_space import CpuTierSpace
 from engine.step_inputs import StepInputBuilder, StepInputs
 from engine.swap_space import SwapSpace
 
