@@ -17,7 +17,7 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             decode_context_sum=2e-8, lm_head_rows=4e-6, tokens_over_knee=2e-6, swap_step=5e-4, swap_out_blocks=3e-4,
             swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=0.0,      # fits leave loop_seqs at 0 (UNFITTED)
             loop_prefill_tokens=5e-7, prefill_context_tokens=4e-8,
-            loop_prefill_step=3e-4)
+            loop_prefill_step=3e-4, tier_step=2e-4, tier_out_blocks=6e-5, tier_in_blocks=9e-5)
 
 
 def test_nnls_satisfies_kkt_conditions():
@@ -45,6 +45,8 @@ def _shapes():
     shapes += [Shape("decode", (), (c,) * b) for b in (1, 3, 20, 90) for c in (10, 300, 2000)]
     shapes += [Shape("mixed", ((n, 0),), (c,) * b) for n, c, b in ((64, 100, 4), (900, 40, 30))]
     shapes += [Shape(k, swap_blocks=s) for k in ("swap_out", "swap_in") for s in (1, 7, 40)]
+    shapes += [Shape(k, (), (c,) * 4, tier_blocks=s) for k in ("tier_out", "tier_in") for s in (1, 9, 50)
+               for c in (64, 700)]
     return shapes
 
 
@@ -198,12 +200,12 @@ def test_features_of_hand_built_rows():
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
                                        loop_step=0, loop_seqs=0, loop_prefill_tokens=0, prefill_context_tokens=400,
-                                       loop_prefill_step=0)
+                                       loop_prefill_step=0, tier_step=0, tier_out_blocks=0, tier_in_blocks=0)
     assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
                                        loop_step=1, loop_seqs=5, loop_prefill_tokens=0, prefill_context_tokens=0,
-                                       loop_prefill_step=0)
+                                       loop_prefill_step=0, tier_step=0, tier_out_blocks=0, tier_in_blocks=0)
     run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
     assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
 
