@@ -58,7 +58,7 @@ class RooflineCostModel(CostModel):
                  matmul_efficiency: float = 1.0, attention_efficiency: float = 1.0,
                  memory_efficiency: float = 1.0, overhead_s: float = 0.0, per_seq_overhead_s: float = 0.0,
                  allreduce_latency_s: float = 0.0, use_measured: bool = True, max_model_len: int | None = None,
-                 latency_floors: bool = False, tier_overlap_blocks: int = 128):
+                 latency_floors: bool = False, tier_overlap_blocks: int = 512):
         self.model = get_model_spec(model) if isinstance(model, str) else model
         self.hardware = get_hardware_spec(hardware) if isinstance(hardware, str) else hardware
         for f, v in (("matmul_efficiency", matmul_efficiency), ("attention_efficiency", attention_efficiency),

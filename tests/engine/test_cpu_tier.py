@@ -83,3 +83,47 @@ def test_offloaded_prefix_reloads_with_same_kv_and_tokens(tiny):
     _, first0, _, again0, _ = run(cpu_blocks=0)
     assert again0.num_cpu_cached_tokens == 0 and again0.num_cached_tokens < 48  # without the tier: recomputed
     assert first.token_ids == first0.token_ids and again.token_ids == again0.token_ids
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_offload_in_chunks_through_the_side_stream_is_bit_exact():
+    """More blocks than the two staging buffers hold (chunks wait for their buffer), then a load back."""
+    dev = torch.device("cuda")
+    kv = torch.randn(2, SHAPE[0], 40, *SHAPE[1:], device=dev, dtype=torch.bfloat16)
+    original = kv.clone()
+    tier = CpuTierSpace(30, SHAPE, torch.bfloat16, dev, staging_blocks=4)
+    assert tier.host.is_pinned()
+    pairs = [(g, c) for g, c in zip(range(3, 40, 2), [7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 29, 28, 10, 11, 12, 13, 14, 15,
+                                                      16])]
+    tier.offload(kv, pairs)
+    kv[:, :, 3::2] = 0                                  # the forward pass overwrites them meanwhile
+    tier.finish()
+    for g, c in pairs:
+        assert torch.equal(tier.host[c], original[:, :, g].cpu())
+    tier.load(kv, [(c, g - 1) for g, c in pairs])
+    torch.cuda.synchronize()
+    for g, _ in pairs:
+        assert torch.equal(kv[:, :, g - 1], original[:, :, g])
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_offloaded_prefix_reloads_with_same_tokens(tiny):
+    rng = random.Random(1)
+    base = [rng.randrange(500) for _ in range(48)]
+    others = [[rng.randrange(500) for _ in range(40)] for _ in range(3)]
+    params = SamplingParams(max_tokens=8, **GREEDY)
+    outs = {}
+    for cpu_blocks in (0, 32):
+        llm = LLM(tiny, device="cuda", dtype="float32", num_kvcache_blocks=8, max_model_len=64,
+                  cpu_cache_num_blocks=cpu_blocks)
+        first = llm.generate([base], params, use_tqdm=False)[0]
+        for p in others:
+            llm.generate([p], params, use_tqdm=False)
+        outs[cpu_blocks] = (first, llm.generate([base + others[0][:5]], params, use_tqdm=False)[0])
+    assert outs[32][1].num_cpu_cached_tokens > 0
+    assert [o.token_ids for o in outs[32]] == [o.token_ids for o in outs[0]]

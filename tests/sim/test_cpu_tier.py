@@ -84,7 +84,7 @@ def test_cost_models_price_the_tier_copies():
     assert roof.step_time_s(_batch(2, 0)) == pytest.approx(base + 4 * hbm)
     assert roof.step_time_s(_batch(5000, 0)) == pytest.approx(2 * 5000 * hbm + 5000 * link)
     # beyond the engine's two staging buffers the transfer runs ahead of the forward pass
-    assert roof.step_time_s(_batch(200, 0)) == pytest.approx(400 * hbm + 72 * link + max(base, 128 * link))
+    assert roof.step_time_s(_batch(600, 0)) == pytest.approx(1200 * hbm + 88 * link + max(base, 512 * link))
     const = ConstantCostModel(step_s=1.0, per_swap_block_s=0.5)
     assert const.step_time_s(_batch(3, 4)) == const.step_time_s(_batch(0, 0)) + 3.5
     cal = CalibratedCostModel(coefficients=dict(step=1.0, tier_step=10.0, tier_out_blocks=100.0,
