@@ -95,6 +95,7 @@ class ServelabConfig:
     # CPU tier of the prefix cache, per replica: host blocks that keep KV the GPU prefix cache evicts (0: none)
     cpu_cache_num_blocks: int = 0
     cpu_cache_eviction: str = "lru"             # the tier's eviction policy: a policies/eviction name
+    cpu_cache_max_offload_blocks: int = 512     # evicted blocks offloaded per step at most (the rest dropped)
     max_num_seqs: int = 256
     # tokens per step; None: derived (engine/core/token_budget.py): max(max_model_len, 8192) with chunked prefill
     # off, 8192 with it on

@@ -201,7 +201,8 @@ def make_scheduler(cfg: DictConfig, num_gpu_blocks: int, num_cpu_blocks: int,
         max_num_batched_tokens=None if budget is None else int(budget), max_model_len=int(max_model_len),
         enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
         enable_prefix_caching=bool(cfg.enable_prefix_caching), num_cpu_blocks=num_cpu_blocks,
-        cpu_cache_num_blocks=int(cfg.get("cpu_cache_num_blocks", 0)))
+        cpu_cache_num_blocks=int(cfg.get("cpu_cache_num_blocks", 0)),
+        cpu_cache_max_offload_blocks=int(cfg.get("cpu_cache_max_offload_blocks", 512)))
     policy = instantiate(cfg.scheduler, _convert_="all")
     eviction = instantiate(cfg.eviction, _convert_="all")
     return Scheduler(sched_cfg, policy, eviction, cpu_cache_eviction_policy(cfg))

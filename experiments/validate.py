@@ -50,9 +50,10 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 
 # -- the simulator side -------------------------------------------------------------------
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
-             rng_seed: int = 0, record_decisions: bool = False) -> RunResult:
+             rng_seed: int = 0, record_decisions: bool = False, cpu_cache_eviction: str = "lru") -> RunResult:
     """The same requests under the same SchedulerConfig and policy (a label of experiments.policy_conf, whose
-    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`."""
+    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`; cpu_cache_eviction: the
+    prefix cache's CPU-tier policy when sched_cfg has a tier."""
     from engine.core.recorder import Recorder
     from engine.core.scheduler import Scheduler
     from sim.replica import Replica
@@ -60,7 +61,11 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
 
     seqs = make_sequences(requests, vocab_size, temperature=temperature, rng_seed=rng_seed)
     rec = Recorder(record_decisions=record_decisions)
-    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_policy(policy)), cost_model, rec),
+    tier = None
+    if sched_cfg.cpu_cache_num_blocks:
+        from policies.registry import make_eviction_policy
+        tier = make_eviction_policy(cpu_cache_eviction)
+    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_policy(policy), cpu_cache_eviction=tier), cost_model, rec),
                     vocab_size=vocab_size, prompt_seed=rng_seed)
     res = sim.run(seqs)
     return RunResult(rec.requests_frame(), rec.steps_frame(),
@@ -248,6 +253,9 @@ def parse_args(argv=None):
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
                    "when vllm_swap runs, else 0)")
+    e.add_argument("--cpu-cache-num-blocks", type=int, default=0, help="the prefix cache's CPU tier in blocks "
+                   "(default 0: none)")
+    e.add_argument("--cpu-cache-eviction", default="lru", help="the CPU tier's eviction policy (lru, fifo, lfu)")
     e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
     e.add_argument("--max-num-seqs", type=int, default=256)
     e.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: derived from max_model_len "
@@ -300,7 +308,8 @@ def main(argv=None) -> int:
     else:
         cfg = EngineRunConfig(model_path=str(args.model), device=args.device, attention_backend=args.attention_backend,
                               num_kvcache_blocks=args.num_kvcache_blocks, num_cpu_blocks=cpu_blocks,
-                              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                              cpu_cache_num_blocks=args.cpu_cache_num_blocks, max_num_seqs=args.max_num_seqs,
+                              max_num_batched_tokens=args.max_num_batched_tokens,
                               max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
                               enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
                               temperature=args.temperature, seed=args.seed)
@@ -339,9 +348,11 @@ def main(argv=None) -> int:
     }
     runs_by_policy, real_infos = {}, {}
     argv_list = list(argv if argv is not None else sys.argv[1:])
+    tier_kw = (dict(cpu_cache_num_blocks=args.cpu_cache_num_blocks, cpu_cache_eviction=args.cpu_cache_eviction)
+               if args.cpu_cache_num_blocks else {})
 
     def replay(policy):
-        kw = dict(num_cpu_blocks=cpu_blocks if swapping[policy] else 0, max_wall_s=args.max_wall_s)
+        kw = dict(num_cpu_blocks=cpu_blocks if swapping[policy] else 0, max_wall_s=args.max_wall_s, **tier_kw)
         if args.from_real:
             return rep.replay(specs, policy, **kw)
         from engine.core.recorder import Recorder
@@ -369,13 +380,15 @@ def main(argv=None) -> int:
             write_parquet(real.steps, path)
             entry["real"]["steps_file"] = str(path)
         runs = {"real": real}
-        sched_cfg = policy_scheduler_config(rep.scheduler_config(num_cpu_blocks=cpu_blocks if swapping[policy] else 0),
-                                            policy)
+        sched_cfg = policy_scheduler_config(rep.scheduler_config(
+            num_cpu_blocks=cpu_blocks if swapping[policy] else 0, cpu_cache_num_blocks=args.cpu_cache_num_blocks),
+            policy)
         entry["sims"] = {}
         for name, cm in cost_models.items():
             try:
                 sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
-                               rng_seed=cfg.seed, record_decisions=args.record_decisions)
+                               rng_seed=cfg.seed, record_decisions=args.record_decisions,
+                               cpu_cache_eviction=args.cpu_cache_eviction)
             except Exception as exc:
                 entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue

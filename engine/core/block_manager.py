@@ -39,7 +39,9 @@ executor must copy; the allocator only does the bookkeeping.
 
 CPU tier of the prefix cache (`cpu_cache_num_blocks` > 0; engine.core.cpu_cache): a
 cached-free GPU block that is evicted is offloaded to the tier (unless the tier holds
-its key already), and a prefix lookup continues past a GPU miss into the tier; a tier
+its key already; at most `cpu_cache_max_offload_blocks` per step, the copies the executor
+can hide behind the forward pass: later evictions of the step drop their KV), and a prefix
+lookup continues past a GPU miss into the tier; a tier
 hit takes a fresh GPU block (loaded from host) that joins the GPU prefix cache. The
 copies of one step accumulate here and are taken by `take_tier_copies` (the scheduler
 puts them into the batch: Batch.offload, Batch.load). With the tier on, dead
@@ -65,7 +67,7 @@ _DEAD = DEAD_KEY            # block_hash of a dead private block inside the evic
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
                  eviction: EvictionPolicy | None = None, num_cpu_blocks: int = 0, cpu_cache_num_blocks: int = 0,
-                 cpu_cache_eviction: EvictionPolicy | None = None):
+                 cpu_cache_eviction: EvictionPolicy | None = None, cpu_cache_max_offload_blocks: int = 512):
         if block_size < 1 or block_size & (block_size - 1):
             raise ValueError(f"block_size must be a power of two >= 1 (e.g. 16), got {block_size}")
         if num_blocks < 1:
@@ -74,6 +76,9 @@ class BlockManager:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
         if cpu_cache_num_blocks < 0:
             raise ValueError(f"cpu_cache_num_blocks must be >= 0 (0: no CPU tier), got {cpu_cache_num_blocks}")
+        if cpu_cache_max_offload_blocks < 0:
+            raise ValueError(f"cpu_cache_max_offload_blocks must be >= 0 (blocks offloaded per step), got "
+                             f"{cpu_cache_max_offload_blocks}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.eviction = eviction if eviction is not None else LRUEviction()
@@ -102,6 +107,8 @@ class BlockManager:
                                  "enable_prefix_caching=true with an eviction policy other than 'none', or "
                                  "cpu_cache_num_blocks=0")
             self.cpu_cache = CpuPrefixCache(cpu_cache_num_blocks, cpu_cache_eviction)
+        self.cpu_cache_max_offload_blocks = cpu_cache_max_offload_blocks
+        self.num_offloads_dropped = 0                     # evicted blocks not offloaded: the step's budget was spent
         self.tier_out: list[tuple[int, int]] = []         # this step's offloads: (GPU block, tier block)
         self.tier_in: list[tuple[int, int]] = []          # this step's loads: (tier block, GPU block)
         self.last_cpu_hit_blocks = 0                      # CPU-tier blocks of the latest allocate_cached_prefix
@@ -233,10 +240,14 @@ class BlockManager:
 
     def _offload(self, block_id: int) -> None:
         """An evicted cached-free GPU block leaves for the CPU tier (called before it loses its key): a
-        copy is queued unless the tier has the key already or is wholly pinned."""
+        copy is queued unless the tier has the key already, the step's offload budget is spent, or the
+        tier is wholly pinned."""
         h = self.block_hash[block_id]
         cpu = self.cpu_cache
         if h == -1 or cpu.contains(h):
+            return
+        if len(self.tier_out) >= self.cpu_cache_max_offload_blocks:
+            self.num_offloads_dropped += 1
             return
         c = cpu.store(h, self.block_tokens[block_id])
         if c is not None:

@@ -48,6 +48,7 @@ class SchedulerConfig:
     enable_prefix_caching: bool = True
     num_cpu_blocks: int = 0
     cpu_cache_num_blocks: int = 0               # CPU tier of the prefix cache, in blocks (0: none)
+    cpu_cache_max_offload_blocks: int = 512     # blocks offloaded to it per step at most (the engine hides 512)
 
     def __post_init__(self):
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -65,6 +66,9 @@ class SchedulerConfig:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
         if self.cpu_cache_num_blocks < 0:
             raise ValueError(f"cpu_cache_num_blocks must be >= 0 (0: no CPU tier), got {self.cpu_cache_num_blocks}")
+        if self.cpu_cache_max_offload_blocks < 0:
+            raise ValueError(f"cpu_cache_max_offload_blocks must be >= 0 (blocks offloaded per step), got "
+                             f"{self.cpu_cache_max_offload_blocks}")
 
 
 class Scheduler(DecodeFastPath):
@@ -110,7 +114,8 @@ class Scheduler(DecodeFastPath):
                 "max_model_len (or leave it unset: derived), or set enable_chunked_prefill=True")
         self.block_manager = BlockManager(config.num_kvcache_blocks, config.block_size,
                                           config.enable_prefix_caching, eviction, config.num_cpu_blocks,
-                                          config.cpu_cache_num_blocks, cpu_cache_eviction)
+                                          config.cpu_cache_num_blocks, cpu_cache_eviction,
+                                          config.cpu_cache_max_offload_blocks)
         self.waiting: deque[Sequence] = deque()    # WAITING and PREEMPTED, arrival order (preempted first)
         self.running: list[Sequence] = []
         self.swapped: list[Sequence] = []

@@ -30,14 +30,17 @@ class TwoTierMachine(RuleBasedStateMachine):
         self.n = 0
 
     @rule(gpu_policy=st.sampled_from([LRUEviction, FIFOEviction, LFUEviction]),
-          cpu_policy=st.sampled_from([LRUEviction, FIFOEviction, LFUEviction]), cpu_blocks=st.integers(1, 8))
+          cpu_policy=st.sampled_from([LRUEviction, FIFOEviction, LFUEviction]), cpu_blocks=st.integers(1, 8),
+          max_offload=st.sampled_from([0, 1, 2, 512]))
     @precondition(lambda self: self.bm is None)
-    def build(self, gpu_policy, cpu_policy, cpu_blocks):
+    def build(self, gpu_policy, cpu_policy, cpu_blocks, max_offload):
         self.bm = BlockManager(num_blocks=8, block_size=BLOCK, eviction=gpu_policy(), num_cpu_blocks=NUM_SWAP,
-                               cpu_cache_num_blocks=cpu_blocks, cpu_cache_eviction=cpu_policy())
+                               cpu_cache_num_blocks=cpu_blocks, cpu_cache_eviction=cpu_policy(),
+                               cpu_cache_max_offload_blocks=max_offload)
 
     def _end_step(self):
         out, inn = self.bm.take_tier_copies()
+        assert len(out) <= self.bm.cpu_cache_max_offload_blocks
         assert len({c for _, c in out}) == len(out), "a host block written twice in one step"
         assert not ({c for _, c in out} & {c for c, _ in inn}), "a host block read after its write in one step"
         staged = [self.host.get(c) for c, _ in inn]
@@ -159,3 +162,13 @@ def test_a_block_stored_this_step_is_not_hit_before_the_next():
     assert tier.lookup(5, (1, 2)) is None       # its copy is in flight
     tier.unpin_all()
     assert tier.lookup(5, (1, 2)) == c and tier.lookup(5, (9, 9)) is None     # token check on content hashes
+
+
+def test_offloads_beyond_the_step_budget_are_dropped():
+    bm = BlockManager(num_blocks=4, block_size=2, cpu_cache_num_blocks=8, cpu_cache_max_offload_blocks=1)
+    a = _computed(bm, "a", [1, 2, 3, 4, 5, 6])
+    bm.free(a)                                  # three cached-free blocks
+    b = _computed(bm, "b", [7, 7, 8, 8, 9, 9])  # takes the plain free one, evicts two
+    out, _ = bm.take_tier_copies()
+    assert len(out) == 1 and bm.num_offloads_dropped == 1 and len(bm.cpu_cache) == 1
+    bm.check_invariants([b])
