@@ -4,7 +4,8 @@
     python -m experiments.tier_plot sweeps/cpu_tier [--out DIR]
 
 Writes DIR/cpu_tier.png (left: the share of prompt tokens served from GPU blocks and from the CPU tier,
-stacked; right: TTFT mean, p50 and p99) and DIR/cpu_tier.csv (one row per run). DIR defaults to
+stacked; right: TTFT mean, p50 and p99 relative to the run without a tier, or the smallest tier) and
+DIR/cpu_tier.csv (one row per run). DIR defaults to
 SWEEP_DIR/report. The x axis is the tier in blocks, with its size in GiB of the run's KV (block bytes
 from the model and block size) on the top axis. One line per GPU cache size when the sweep varies it.
 """
@@ -52,11 +53,15 @@ def plot(table: pd.DataFrame, path, block_gib: float | None = None) -> Path:
         ax_hit.plot(x, gpu_hits, "o--", color=f"C{i}", label=f"GPU tier{' ' + label if label else ''}")
         ax_hit.plot(x, gpu_hits + cpu_hits, "o-", color=f"C{i}", label=f"GPU + CPU tier{' ' + label if label else ''}")
         ax_hit.fill_between(x, gpu_hits, gpu_hits + cpu_hits, color=f"C{i}", alpha=0.2)
+        base = t[t["cpu_cache_num_blocks"] == 0]
         for name, style in (("ttft_s_mean", "s-"), ("ttft_s_p50", "o-"), ("ttft_s_p99", "^-")):
-            ax_ttft.plot(x, t[name], style, color=f"C{i}", label=f"{name[7:]}{' ' + label if label else ''}")
+            ref = float(base[name].iloc[0]) if len(base) else float(t[name].iloc[0])
+            ax_ttft.plot(x, 100 * t[name] / ref, style, color=f"C{i}",
+                         label=f"{name[7:]} ({ref:.3g} s without){' ' + label if label else ''}")
     ax_hit.set(xlabel="CPU tier (blocks)", ylabel="prompt tokens served from the cache (%)",
                title="prefix-cache hits per tier")
-    ax_ttft.set(xlabel="CPU tier (blocks)", ylabel="TTFT (s)", yscale="log", title="time to first token")
+    ax_ttft.set(xlabel="CPU tier (blocks)", ylabel="TTFT, % of the run without a CPU tier",
+                title="time to first token")
     for ax in (ax_hit, ax_ttft):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
