@@ -37,7 +37,7 @@ if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-120}"
   # the tiny model's 512 positions: one 512-token block per document, clipped to fit with its question
   DOCS=(--docs 4 --doc-blocks 1); DOC_REQ=24; DOC_RATE=20; GPU_BLOCKS=40; TIER_BLOCKS=160
-  MOON=(--max-requests 8 --target-rate-rps 20 --num-kvcache-blocks 40); PYTEST_MARK="not gpu"
+  MOON=(--max-requests 40 --target-rate-rps 20 --num-kvcache-blocks 40); PYTEST_MARK="not gpu"
   T_CKPT=120; T_TEST=300; T_PROFILE=300; T_REPLAY=300
 else
   TAG=h200; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=16384; MAX_WALL_S="${MAX_WALL_S:-150}"
