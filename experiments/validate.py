@@ -119,9 +119,8 @@ def _rel(sim: float, real: float):
 SUMMARY_KEYS = ("num_requests", "num_finished", "num_rejected", "makespan_s", "request_throughput_rps",
                 "output_throughput_tps", "total_throughput_tps", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99",
                 "tpot_s_p50", "tpot_s_p90", "tpot_s_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_preemptions",
-                "num_preempted_requests", "num_swaps", "prefix_cache_hit_rate", "prefix_cache_hit_rate_cpu", "num_steps",
-                "mean_batch_size",
-                "kv_usage_mean", "kv_usage_max", "busy_time_s")
+                "num_preempted_requests", "num_swaps", "prefix_cache_hit_rate", "prefix_cache_hit_rate_cpu",
+                "num_steps", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "busy_time_s")
 
 
 def run_summary(run: RunResult) -> dict:
