@@ -25,12 +25,7 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_tier benchmarks/results/tier '2,24p' "$0" "$@"
-ALL_STAGES="pytest fit validate mooncake"
-STAGES="${STAGES:-$ALL_STAGES}"
-for s in $STAGES; do
-  case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
-done
-has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+select_stages "pytest fit validate mooncake"
 TRACES_DIR="$(dirname "${TRACE:-../shared/traces/x}")"
 
 if [ "$SMOKE" = 1 ]; then

@@ -39,9 +39,9 @@ def tier_table(sweep_dir) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame, path, block_gib: float | None = None) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from experiments.plots import _save     # (sets the Agg backend)
 
     fig, (ax_hit, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4))
     groups = list(table.groupby("num_kvcache_blocks"))
@@ -69,11 +69,7 @@ def plot(table: pd.DataFrame, path, block_gib: float | None = None) -> Path:
             top = ax.secondary_xaxis("top", functions=(lambda b: b * block_gib, lambda g: g / block_gib))
             top.set_xlabel("CPU tier (GiB)")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _block_gib(sweep_dir) -> float | None:
