@@ -41,7 +41,7 @@ def tier_table(sweep_dir) -> pd.DataFrame:
 def plot(table: pd.DataFrame, path, block_gib: float | None = None) -> Path:
     import matplotlib.pyplot as plt
 
-    from experiments.plots import _save     # (sets the Agg backend)
+    from experiments.plots import _save  # (sets the Agg backend)
 
     fig, (ax_hit, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4))
     groups = list(table.groupby("num_kvcache_blocks"))
