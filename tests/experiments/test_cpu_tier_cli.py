@@ -30,3 +30,25 @@ def test_summary_reports_hits_per_tier(in_tmp, monkeypatch, capsys):
     m = json.loads((in_tmp / "out" / "summary.json").read_text())["metrics"]
     assert m["prefix_cache_hit_rate_gpu"] + m["prefix_cache_hit_rate_cpu"] == pytest.approx(m["prefix_cache_hit_rate"])
     assert "prefix-cache hits" in out and "CPU tier" in out
+
+
+def test_tier_plot_of_a_sweep(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from experiments.tier_plot import main, tier_table
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "experiments.run", "-m", "experiment=smoke", "workload.num_requests=200",
+           "workload.arrival.rate_rps=50", "num_kvcache_blocks=300", "cpu_cache_num_blocks=0,3000",
+           "hydra/launcher=basic", f"hydra.sweep.dir={tmp_path / 'sw'}", *QUIET]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = tier_table(tmp_path / "sw")
+    assert list(table["cpu_cache_num_blocks"]) == [0, 3000]
+    assert table["prefix_cache_hit_rate_cpu"].iloc[0] == 0
+    main([str(tmp_path / "sw"), "--out", str(tmp_path / "rep")])
+    assert (tmp_path / "rep" / "cpu_tier.png").stat().st_size > 10_000
+    assert len(open(tmp_path / "rep" / "cpu_tier.csv").read().splitlines()) == 3
