@@ -38,15 +38,14 @@ sequence's blocks between GPU and CPU and return the (src, dst) block pairs the
 executor must copy; the allocator only does the bookkeeping.
 
 CPU tier of the prefix cache (`cpu_cache_num_blocks` > 0; engine.core.cpu_cache): a
-cached-free GPU block that is evicted is offloaded to the tier (unless the tier holds
-its key already; at most `cpu_cache_max_offload_blocks` per step, the copies the executor
-can hide behind the forward pass: later evictions of the step drop their KV), and a prefix
-lookup continues past a GPU miss into the tier; a tier
-hit takes a fresh GPU block (loaded from host) that joins the GPU prefix cache. The
-copies of one step accumulate here and are taken by `take_tier_copies` (the scheduler
-puts them into the batch: Batch.offload, Batch.load). With the tier on, dead
-private blocks always enter the eviction policy (never the plain free list): evicting
-one offloads it, as hashing every block would.
+cached-free GPU block that is evicted is offloaded to the tier, unless the tier holds its
+key already or the step has offloaded `cpu_cache_max_offload_blocks` (the copies the
+executor hides behind the forward pass; later evictions of the step drop their KV). A
+prefix lookup continues past a GPU miss into the tier; a tier hit takes a fresh GPU block
+(loaded from host) that joins the GPU prefix cache. The copies of one step accumulate here
+and are taken by `take_tier_copies` (the scheduler puts them into the batch: Batch.offload,
+Batch.load). With the tier on, dead private blocks always enter the eviction policy (never
+the plain free list): evicting one offloads it, as hashing every block would.
 """
 from __future__ import annotations
 
