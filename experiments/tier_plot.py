@@ -5,8 +5,8 @@
 
 Writes DIR/cpu_tier.png (left: the share of prompt tokens served from GPU blocks and from the CPU tier,
 stacked; right: TTFT mean, p50 and p99 relative to the run without a tier, or the smallest tier) and
-DIR/cpu_tier.csv (one row per run). DIR defaults to
-SWEEP_DIR/report. The x axis is the tier in blocks, with its size in GiB of the run's KV (block bytes
+DIR/cpu_tier.csv (one row per run). DIR defaults to SWEEP_DIR/report_tier (servelab-report owns
+SWEEP_DIR/report). The x axis is the tier in blocks, with its size in GiB of the run's KV (block bytes
 from the model and block size) on the top axis. One line per GPU cache size when the sweep varies it.
 """
 from __future__ import annotations
@@ -92,13 +92,13 @@ def main(argv=None) -> None:
     from experiments.user_errors import USER_ERRORS, fail
     ap = argparse.ArgumentParser(prog="python -m experiments.tier_plot", description=__doc__.split("\n")[0])
     ap.add_argument("sweep_dir", help="a sweep folder over cpu_cache_num_blocks, e.g. sweeps/cpu_tier")
-    ap.add_argument("--out", default=None, help="output folder (default: SWEEP_DIR/report)")
+    ap.add_argument("--out", default=None, help="output folder (default: SWEEP_DIR/report_tier)")
     args = ap.parse_args(argv)
     try:
         table = tier_table(args.sweep_dir)
     except USER_ERRORS as e:
         fail(str(e))
-    out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
+    out = Path(args.out) if args.out else Path(args.sweep_dir) / "report_tier"
     png = plot(table, out / "cpu_tier.png", _block_gib(args.sweep_dir))
     atomic_write_text(out / "cpu_tier.csv", table.to_csv(index=False))
     print(table.to_string(index=False))
