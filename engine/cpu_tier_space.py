@@ -81,10 +81,6 @@ class CpuTierSpace:
             n = min(staging_blocks, num_blocks)
             self._staging = [torch.empty(n, *self.block_shape, dtype=dtype, device=device) for _ in range(2)]
 
-    @property
-    def nbytes(self) -> int:
-        return self.host.numel() * self.host.element_size()
-
     def offload(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
         """Copies GPU blocks to tier blocks, (gpu_block, tier_block) pairs; on CUDA the transfer runs on the
         side stream until finish()."""
