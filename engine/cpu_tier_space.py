@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.core.kv_layout import kv_block_bytes
+
 STAGING_BLOCKS = 256        # blocks per device staging buffer (two of them; 0.9 GiB of Qwen3-0.6B KV in all)
 GIB = 1 << 30
 
@@ -69,7 +71,8 @@ class CpuTierSpace:
         self.num_blocks = num_blocks
         self.is_cuda = device.type == "cuda"
         self.block_shape = (2, block_shape[0], *block_shape[1:])           # one block, block-major
-        self.block_bytes = torch.Size(self.block_shape).numel() * torch.empty((), dtype=dtype).element_size()
+        self.block_bytes = kv_block_bytes(block_shape[1], block_shape[0], block_shape[2], block_shape[3],
+                                          torch.empty((), dtype=dtype).element_size())
         self.check_host_memory(other_host_bytes)
         self.host = torch.zeros(num_blocks, *self.block_shape, dtype=dtype, device="cpu",
                                 pin_memory=self.is_cuda and num_blocks > 0)

@@ -1,6 +1,6 @@
 """Offline and step-wise front end of the real engine.
 
-    llm = LLM("/path/to/Qwen3-0.6B", max_num_seqs=64)
+    llm = LLM("/path/to/Qwen3-0.6B", max_num_seqs=64)     # or LLM(EngineConfig("/path/to/Qwen3-0.6B", ...))
     outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(temperature=0, max_tokens=32))
     outs[0].text, outs[0].token_ids
 
@@ -17,7 +17,7 @@ with multiprocessing's spawn method, so a script creating an LLM needs the usual
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -60,22 +60,25 @@ class StepStats:
 
 
 class LLM:
-    def __init__(self, model_path: str | Path, *, clock: Callable[[], float] | None = None,
+    def __init__(self, model_path: str | Path | EngineConfig, *, clock: Callable[[], float] | None = None,
                  policy=None, eviction=None, cpu_cache_eviction=None, **engine_options):
         from engine.model_runner import ModelRunner  # torch is imported here, not at module import
 
-        self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
-        hf_config = load_hf_config(model_path)
+        if isinstance(model_path, EngineConfig):
+            if engine_options:
+                raise TypeError(f"LLM(config, ...) takes no engine options besides the EngineConfig, got "
+                                f"{sorted(engine_options)}; set them in the EngineConfig")
+            self.config = replace(model_path)   # the runner fills the derived fields in the LLM's own copy
+        else:
+            self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
+        hf_config = load_hf_config(self.config.model_path)
         self.runner = ModelRunner(self.config, hf_config)
-        c = self.config
-        self.scheduler = Scheduler(SchedulerConfig(
-            num_kvcache_blocks=self.runner.num_kvcache_blocks, block_size=c.block_size, max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens, max_model_len=self.runner.max_model_len,
-            enable_chunked_prefill=c.enable_chunked_prefill, enable_prefix_caching=c.enable_prefix_caching,
-            num_cpu_blocks=self.runner.num_cpu_blocks, cpu_cache_num_blocks=self.runner.cpu_cache_num_blocks),
+        self.scheduler = Scheduler(SchedulerConfig.from_settings(
+            self.config, num_kvcache_blocks=self.runner.num_kvcache_blocks, num_cpu_blocks=self.runner.num_cpu_blocks,
+            max_model_len=self.runner.max_model_len, cpu_cache_num_blocks=self.runner.cpu_cache_num_blocks),
             policy=policy, eviction=eviction, cpu_cache_eviction=cpu_cache_eviction)
         self.clock = clock or time.perf_counter
-        self.tokenizer = _load_tokenizer(model_path)
+        self.tokenizer = _load_tokenizer(self.config.model_path)
         eos = hf_config.get("eos_token_id")
         if isinstance(eos, list):
             eos = eos[0] if eos else None
@@ -91,7 +94,7 @@ class LLM:
     def _make_sequence(self, prompt, params: SamplingParams | None, request_id, arrival_time_s) -> Sequence:
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError(f"prompt is a string but {self.config.model!r} has no tokenizer files "
+                raise ValueError(f"prompt is a string but {self.config.model_path!r} has no tokenizer files "
                                  f"({', '.join(_TOKENIZER_FILES)}); pass token id lists instead")
             token_ids = self.tokenizer.encode(prompt)
         else:

@@ -76,13 +76,13 @@ def _block_gib(sweep_dir) -> float | None:
     """GiB of one KV block of the sweep's model (from the first run's resolved config), or None."""
     import yaml
 
-    from sim.specs.capacity import kv_block_bytes
+    from sim.specs.capacity import block_bytes_per_gpu
     from sim.specs.models import get_model_spec
     for cfg_path in sorted(Path(sweep_dir).rglob(".hydra/config.yaml")):
         cfg = yaml.safe_load(cfg_path.read_text())
         try:
             model = get_model_spec(cfg["model"]["name"])
-            return kv_block_bytes(model, int(cfg["block_size"]), int(cfg["tensor_parallel_size"])) / 2**30
+            return block_bytes_per_gpu(model, int(cfg["block_size"]), int(cfg["tensor_parallel_size"])) / 2**30
         except (KeyError, ValueError):
             return None
     return None

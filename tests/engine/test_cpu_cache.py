@@ -34,7 +34,7 @@ class TwoTierMachine(RuleBasedStateMachine):
           max_offload=st.sampled_from([0, 1, 2, 512]))
     @precondition(lambda self: self.bm is None)
     def build(self, gpu_policy, cpu_policy, cpu_blocks, max_offload):
-        self.bm = BlockManager(num_blocks=8, block_size=BLOCK, eviction=gpu_policy(), num_cpu_blocks=NUM_SWAP,
+        self.bm = BlockManager(num_kvcache_blocks=8, block_size=BLOCK, eviction=gpu_policy(), num_cpu_blocks=NUM_SWAP,
                                cpu_cache_num_blocks=cpu_blocks, cpu_cache_eviction=cpu_policy(),
                                cpu_cache_max_offload_blocks=max_offload)
 
@@ -109,7 +109,7 @@ class TwoTierMachine(RuleBasedStateMachine):
             return
         bm = self.bm
         bm.check_invariants(self.live)
-        assert bm.num_free_blocks + bm.num_used_blocks == bm.num_blocks
+        assert bm.num_free_blocks + bm.num_used_blocks == bm.num_kvcache_blocks
         cpu = bm.cpu_cache
         assert not cpu.pinned, "pinned tier blocks outlived their step"
         for key, c in cpu.key_to_block.items():     # every keyed tier block holds its key's KV
@@ -130,7 +130,7 @@ def _computed(bm, rid, tokens):
 
 
 def test_evicted_block_is_offloaded_then_loaded_back_on_a_hit():
-    bm = BlockManager(num_blocks=2, block_size=2, cpu_cache_num_blocks=2)
+    bm = BlockManager(num_kvcache_blocks=2, block_size=2, cpu_cache_num_blocks=2)
     a = _computed(bm, "a", [1, 2, 3, 4])
     bm.free(a)                                  # both blocks cached-free on the GPU
     b = _computed(bm, "b", [7, 7])              # evicts a's tail block: offloaded
@@ -148,12 +148,12 @@ def test_evicted_block_is_offloaded_then_loaded_back_on_a_hit():
 
 
 def test_off_by_default_and_needs_the_gpu_prefix_cache():
-    bm = BlockManager(num_blocks=4)
+    bm = BlockManager(num_kvcache_blocks=4)
     assert bm.cpu_cache is None and bm.take_tier_copies() == ([], [])
     with pytest.raises(ValueError, match="cpu_cache_num_blocks=4 needs the GPU prefix cache"):
-        BlockManager(num_blocks=4, enable_prefix_caching=False, cpu_cache_num_blocks=4)
+        BlockManager(num_kvcache_blocks=4, enable_prefix_caching=False, cpu_cache_num_blocks=4)
     with pytest.raises(ValueError, match="cpu_cache_num_blocks must be >= 0"):
-        BlockManager(num_blocks=4, cpu_cache_num_blocks=-1)
+        BlockManager(num_kvcache_blocks=4, cpu_cache_num_blocks=-1)
 
 
 def test_a_block_stored_this_step_is_not_hit_before_the_next():
@@ -165,7 +165,7 @@ def test_a_block_stored_this_step_is_not_hit_before_the_next():
 
 
 def test_offloads_beyond_the_step_budget_are_dropped():
-    bm = BlockManager(num_blocks=4, block_size=2, cpu_cache_num_blocks=8, cpu_cache_max_offload_blocks=1)
+    bm = BlockManager(num_kvcache_blocks=4, block_size=2, cpu_cache_num_blocks=8, cpu_cache_max_offload_blocks=1)
     a = _computed(bm, "a", [1, 2, 3, 4, 5, 6])
     bm.free(a)                                  # three cached-free blocks
     b = _computed(bm, "b", [7, 7, 8, 8, 9, 9])  # takes the plain free one, evicts two

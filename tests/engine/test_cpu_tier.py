@@ -85,6 +85,26 @@ def test_offloaded_prefix_reloads_with_same_kv_and_tokens(tiny):
     assert first.token_ids == first0.token_ids and again.token_ids == again0.token_ids
 
 
+
+def test_replay_takes_the_runners_tier_unless_told_fewer(tiny):
+    """EngineRunConfig.cpu_cache_num_blocks sizes the runner's tier; a replay uses all of it by default, fewer
+    (0: none) when asked, never more; cpu_cache_eviction names the tier's policy."""
+    from experiments.runner_engine import EngineReplayer, EngineRunConfig
+    from experiments.workloads import RequestSpec
+    rep = EngineReplayer(EngineRunConfig(model_path=str(tiny), device="cpu", num_kvcache_blocks=8, max_model_len=64,
+                                         cpu_cache_num_blocks=12, cpu_cache_max_offload_blocks=5))
+    cfg = rep.scheduler_config()
+    assert (cfg.cpu_cache_num_blocks, cfg.cpu_cache_max_offload_blocks) == (12, 5)
+    assert rep.scheduler_config(cpu_cache_num_blocks=4).cpu_cache_num_blocks == 4
+    with pytest.raises(ValueError, match=r"cpu_cache_num_blocks=13 must be in \[0, 12\]"):
+        rep.scheduler_config(cpu_cache_num_blocks=13)
+    specs = [RequestSpec(i, 0.0, 40, 4) for i in range(3)]
+    run = rep.replay(specs, "fcfs", cpu_cache_eviction="lfu")
+    assert run.info["scheduler"]["cpu_cache_num_blocks"] == 12 and run.info["cpu_cache_eviction"] == "lfu"
+    assert len(run.requests) == 3
+    info = rep.replay(specs, "fcfs", cpu_cache_num_blocks=0).info
+    assert info["scheduler"]["cpu_cache_num_blocks"] == 0 and info["cpu_cache_eviction"] is None
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
