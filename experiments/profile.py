@@ -153,8 +153,9 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
                if n + c <= L and d <= L and n + b <= T and b + 1 <= max_num_seqs]
     # a chunk at a short context beside a few long decodes (chunked prefill on a long-output workload): in a
     # padded prefill graph every decode is a varlen entry whose one program per head reads its whole context
-    shapes += [Shape("mixed", ((n, c),), (d,) * b) for n, c in ((128, 0), (512, 0), (512, 1024))
-               for b, d in ((1, 4096), (2, 8192), (4, 6144), (1, L)) if n + c <= L and d <= L and n + b <= T]
+    # (decodes clipped to the window rather than dropped: with one decode alone its keys and their sum coincide)
+    shapes += [Shape("mixed", ((n, c),), (min(d, L),) * b) for n, c in ((128, 0), (512, 0), (512, 1024))
+               for b, d in ((1, 4096), (2, 8192), (4, 6144), (1, L)) if n + c <= L and n + b <= T]
     shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
                if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]
     # either side of the batch size where the decode kernel stops splitting keys (num_seqs * kv_heads vs the

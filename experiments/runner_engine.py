@@ -22,7 +22,8 @@ step (`host_gap_s` in the run's info sums those gaps).
 The model and its KV cache are loaded once; every replay builds a fresh
 Scheduler (policy, cache size) over the same runner, so several policies run
 back to back without reloading. A replay may give the scheduler fewer KV blocks
-(or swap blocks) than the runner allocated, to force preemption.
+(or swap blocks) than the runner allocated, to force preemption, and fewer CPU-tier
+blocks of the prefix cache (EngineRunConfig.cpu_cache_num_blocks; 0: none).
 """
 from __future__ import annotations
 
