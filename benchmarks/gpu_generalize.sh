@@ -29,11 +29,7 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,25p' "$0" "$@"
-ALL_STAGES="fit prefill_heavy decode_heavy prefix_share bursty priority"
-STAGES="${STAGES:-$ALL_STAGES}"
-for s in $STAGES; do
-  case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
-done
+select_stages "fit prefill_heavy decode_heavy prefix_share bursty priority"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 
@@ -73,8 +69,6 @@ workload_flags() {
     esac
   fi
 }
-
-has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 log "gpu_generalize: smoke=$SMOKE device=$DEVICE stages='$STAGES' repeats=$REPEATS out=$OUT_DIR trace=${TRACE:-none}"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"

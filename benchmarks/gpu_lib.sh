@@ -1,5 +1,7 @@
 # Shared by the GPU scripts (source it): arguments, folders, carried wheels, logged stages, the checkpoint.
 #   gpu_init NAME DEFAULT_OUT HELP_LINES "$@"   sets SMOKE, TRACE, OUT_DIR, ROOT, WORK, LOG, PY (and cd's to ROOT)
+#   select_stages "ALL"                         sets ALL_STAGES and STAGES (default: all), refusing an unknown one
+#   has_stage NAME                              whether NAME is in STAGES
 #   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
 #   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
 
@@ -40,6 +42,17 @@ gpu_init() {
 }
 
 log() { echo "$*" | tee -a "$LOG"; }
+
+select_stages() {
+  ALL_STAGES="$1"
+  STAGES="${STAGES:-$ALL_STAGES}"
+  local s
+  for s in $STAGES; do
+    case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
+  done
+}
+
+has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 stage() {
   local name="$1" limit="$2"; shift 2

@@ -24,11 +24,7 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_tenants benchmarks/results/tenants '2,21p' "$0" "$@"
-ALL_STAGES="fairness slo"
-STAGES="${STAGES:-$ALL_STAGES}"
-for s in $STAGES; do
-  case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
-done
+select_stages "fairness slo"
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-60}"; KV_BLOCKS="${KV_BLOCKS:-40}"
@@ -55,8 +51,6 @@ else
   SLO_KV_BLOCKS="${SLO_KV_BLOCKS:-4096}"
   T_CKPT=90; T_FIT=0; T_STAGE=480
 fi
-
-has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 log "gpu_tenants: smoke=$SMOKE device=$DEVICE stages='$STAGES' out=$OUT_DIR kv_blocks=$KV_BLOCKS"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"

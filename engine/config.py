@@ -45,6 +45,9 @@ class EngineConfig:
     cpu_kvcache_gib: float = 1.0                 # CPU only: KV cache size when num_kvcache_blocks is None
     num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
     swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
+    # CPU tier of the prefix cache in host blocks (0 = none), and the evicted blocks offloaded to it per step
+    cpu_cache_num_blocks: int = SchedulerConfig.cpu_cache_num_blocks
+    cpu_cache_max_offload_blocks: int = SchedulerConfig.cpu_cache_max_offload_blocks
     max_num_seqs: int = SchedulerConfig.max_num_seqs
     max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.core.token_budget)
     max_model_len: int | None = None             # None: min(4096, max_position_embeddings)
@@ -72,6 +75,11 @@ class EngineConfig:
         if self.num_cpu_blocks is not None and self.num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0 or None (derive from swap_space_gib), "
                              f"got {self.num_cpu_blocks}")
+        if self.cpu_cache_num_blocks < 0:
+            raise ValueError(f"cpu_cache_num_blocks must be >= 0 (0: no CPU tier), got {self.cpu_cache_num_blocks}")
+        if self.cpu_cache_max_offload_blocks < 0:
+            raise ValueError(f"cpu_cache_max_offload_blocks must be >= 0 (blocks offloaded per step), got "
+                             f"{self.cpu_cache_max_offload_blocks}")
         if self.swap_space_gib < 0 or self.cpu_kvcache_gib <= 0:
             raise ValueError(f"swap_space_gib must be >= 0 and cpu_kvcache_gib > 0, got "
                              f"{self.swap_space_gib} and {self.cpu_kvcache_gib}")

@@ -42,6 +42,7 @@ class RequestOutput:
     num_cached_tokens: int
     num_preemptions: int
     num_swaps: int
+    num_cpu_cached_tokens: int = 0     # of num_cached_tokens, loaded from the prefix cache's CPU tier
 
 
 @dataclass
@@ -60,7 +61,7 @@ class StepStats:
 
 class LLM:
     def __init__(self, model_path: str | Path | EngineConfig, *, clock: Callable[[], float] | None = None,
-                 policy=None, eviction=None, **engine_options):
+                 policy=None, eviction=None, cpu_cache_eviction=None, **engine_options):
         from engine.model_runner import ModelRunner  # torch is imported here, not at module import
 
         if isinstance(model_path, EngineConfig):
@@ -74,7 +75,8 @@ class LLM:
         self.runner = ModelRunner(self.config, hf_config)
         self.scheduler = Scheduler(SchedulerConfig.from_settings(
             self.config, num_kvcache_blocks=self.runner.num_kvcache_blocks, num_cpu_blocks=self.runner.num_cpu_blocks,
-            max_model_len=self.runner.max_model_len), policy=policy, eviction=eviction)
+            max_model_len=self.runner.max_model_len, cpu_cache_num_blocks=self.runner.cpu_cache_num_blocks),
+            policy=policy, eviction=eviction, cpu_cache_eviction=cpu_cache_eviction)
         self.clock = clock or time.perf_counter
         self.tokenizer = _load_tokenizer(self.config.model_path)
         eos = hf_config.get("eos_token_id")
@@ -175,7 +177,7 @@ class LLM:
         text = self.tokenizer.decode(out_ids, skip_special_tokens=True) if self.tokenizer is not None else None
         return RequestOutput(seq.request_id, seq.token_ids[:seq.num_prompt_tokens], out_ids, text,
                              seq.finish_reason, seq.arrival_time_s, seq.first_token_time_s, seq.finish_time_s,
-                             seq.num_cached_tokens, seq.num_preemptions, seq.num_swaps)
+                             seq.num_cached_tokens, seq.num_preemptions, seq.num_swaps, seq.num_cpu_cached_tokens)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:

@@ -6,6 +6,8 @@
 KV cache: one tensor [2 (k|v), num_layers, num_blocks, block_size, num_kv_heads, head_dim]; layer l uses
 the contiguous views kv[0, l] and kv[1, l]. The swap space (engine/swap_space.py) has the same layout
 with num_cpu_blocks blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter.
+The prefix cache's CPU tier (engine/cpu_tier_space.py, cpu_cache_num_blocks blocks) offloads and loads
+blocks around the forward pass, its device->host transfer overlapping it.
 
 Tensor parallel (config.tensor_parallel_size = tp > 1): the runner of rank 0 (the LLM's) spawns
 ranks 1..tp-1 (engine/workers.py), each with a runner of its own on GPU `device + rank` holding
@@ -25,6 +27,7 @@ import torch
 from engine.config import EngineConfig
 from engine.core.batch import Batch
 from engine.core.kv_layout import kv_block_bytes
+from engine.cpu_tier_space import CpuTierSpace
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -124,16 +127,20 @@ class ModelRunner:
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self.generators: dict[object, torch.Generator] = {}    # request_id -> generator of seeded requests
 
+        shape = (mc.num_hidden_layers, self.block_size, kv_heads, mc.head_dim)
+        self.num_cpu_blocks = (config.num_cpu_blocks if config.num_cpu_blocks is not None
+                               else int(config.swap_space_gib * GIB) // self.block_bytes)
+        # Before the KV cache is sized: the tier's device staging buffers take GPU memory too.
+        self.cpu_cache_num_blocks = config.cpu_cache_num_blocks
+        self.cpu_tier = CpuTierSpace(self.cpu_cache_num_blocks, shape, self.dtype, self.device,
+                                     other_host_bytes=self.num_cpu_blocks * self.block_bytes)
         self.num_kvcache_blocks = config.num_kvcache_blocks or self._derive_num_blocks()
         if self.tp_size > 1:        # every rank must hold the same block ids: the smallest cache wins
             from engine.collectives import all_reduce_min
             self.num_kvcache_blocks = all_reduce_min(self.num_kvcache_blocks, self.device)
-        shape = (mc.num_hidden_layers, self.block_size, kv_heads, mc.head_dim)
         self.kv_cache = torch.zeros(2, shape[0], self.num_kvcache_blocks, *shape[1:], dtype=self.dtype,
                                     device=self.device)
         self.kv_caches = [(self.kv_cache[0, l], self.kv_cache[1, l]) for l in range(mc.num_hidden_layers)]
-        self.num_cpu_blocks = (config.num_cpu_blocks if config.num_cpu_blocks is not None
-                               else int(config.swap_space_gib * GIB) // self.block_bytes)
         self.swap_space = SwapSpace(self.num_cpu_blocks, shape, self.dtype, self.device,
                                     staging_blocks=self.max_blocks_per_seq)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -209,11 +216,11 @@ class ModelRunner:
         S = len(batch.seqs)
         step = self._prepare(batch, self._graph_size(S) if batch.num_prefill_seqs == 0 else None) if S else None
         if self.workers is not None:
-            self.workers.send(("step", batch.swap_out, batch.swap_in, step))
+            self.workers.send(("step", batch.swap_out, batch.swap_in, step, batch.offload, batch.load))
         try:
-            if batch.swap_out or batch.swap_in:
-                self.swap_space.swap(self.kv_cache, batch.swap_out, batch.swap_in)
+            self._copy_blocks(batch.swap_out, batch.swap_in, batch.offload, batch.load)
             if step is None:
+                self.cpu_tier.finish()
                 return []
             logits = self._logits(step)                                       # [num_sampled, V]
         except Exception as exc:
@@ -223,18 +230,31 @@ class ModelRunner:
             raise
         sample_rows = step.sample_rows
         tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows])).tolist()
+        if batch.offload:
+            self.cpu_tier.finish()      # the offloads' transfer ran beside the forward pass
         out: list[int | None] = [None] * S
         for i, t in zip(sample_rows.tolist(), tokens):
             out[i] = t
         return out
 
     @torch.inference_mode()
-    def serve(self, swap_out, swap_in, step: StepInputs | None) -> None:
+    def serve(self, swap_out, swap_in, step: StepInputs | None, offload=(), load=()) -> None:
         """A tensor-parallel worker's share of one step (rank 0 sent the inputs; it also samples)."""
-        if swap_out or swap_in:
-            self.swap_space.swap(self.kv_cache, swap_out, swap_in)
+        self._copy_blocks(swap_out, swap_in, offload, load)
         if step is not None:
             self._logits(step)
+        if offload:
+            self.cpu_tier.finish()
+
+    def _copy_blocks(self, swap_out, swap_in, offload, load) -> None:
+        """The step's block copies before its forward pass: every GPU read (tier offloads, swap-outs) before
+        any GPU write (swap-ins, tier loads)."""
+        if offload:
+            self.cpu_tier.offload(self.kv_cache, offload)
+        if swap_out or swap_in:
+            self.swap_space.swap(self.kv_cache, swap_out, swap_in)
+        if load:
+            self.cpu_tier.load(self.kv_cache, load)
 
     def _logits(self, step: StepInputs):
         """Forward pass and LM head of the sampling rows: [num_sampled, V] on rank 0, None on other ranks."""

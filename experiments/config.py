@@ -70,6 +70,7 @@ class HardwareConfig:
     interconnect_gbps: Optional[float] = None
     measured_matmul_tflops: Optional[float] = None
     measured_copy_gbps: Optional[float] = None
+    host_memory_gib: Optional[float] = None     # host RAM per GPU: the ceiling of swap space + CPU tier
 
     def to_spec(self):
         from sim.specs.hardware import get_hardware_spec
@@ -95,6 +96,11 @@ class ServelabConfig:
     # (EngineConfig) allocates none unless asked
     swap_space_gib: float = 4.0
     num_cpu_blocks: Optional[int] = None        # None: from swap_space_gib
+    # CPU tier of the prefix cache, per replica: host blocks that keep KV the GPU prefix cache evicts (0: none)
+    cpu_cache_num_blocks: int = EngineConfig.cpu_cache_num_blocks
+    cpu_cache_eviction: str = "lru"             # the tier's eviction policy: a policies/eviction name
+    # evicted blocks offloaded per step at most (the rest dropped)
+    cpu_cache_max_offload_blocks: int = EngineConfig.cpu_cache_max_offload_blocks
     max_num_seqs: int = EngineConfig.max_num_seqs
     # tokens per step; None: derived (engine/core/token_budget.py): max(max_model_len, 8192) with chunked prefill
     # off, 8192 with it on

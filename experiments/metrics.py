@@ -200,6 +200,10 @@ def summary(requests_df: pd.DataFrame, steps_df: pd.DataFrame | None = None, slo
     out["num_preempted_requests"] = int((requests_df["num_preemptions"] > 0).sum())
     out["num_swaps"] = int(requests_df["num_swaps"].sum())
     out["prefix_cache_hit_rate"] = (float(fin["num_cached_tokens"].sum() / in_tok) if in_tok else float("nan"))
+    if "num_cpu_cached_tokens" in fin:      # per tier: served from the CPU tier (loaded) and from GPU blocks
+        cpu = float(fin["num_cpu_cached_tokens"].sum())
+        out["prefix_cache_hit_rate_cpu"] = cpu / in_tok if in_tok else float("nan")
+        out["prefix_cache_hit_rate_gpu"] = out["prefix_cache_hit_rate"] - out["prefix_cache_hit_rate_cpu"]
 
     if steps_df is not None and len(steps_df):
         out["num_steps"] = int(len(steps_df))

@@ -4,7 +4,8 @@
 
 For every shape of the grid (prefill chunks x cached prefix lengths, several
 prefills at once, decode batch sizes x context lengths, mixed prefill + decode
-steps, swap copies of N blocks) it builds an engine.core.batch.Batch over distinct KV
+steps, swap copies of N blocks, the prefix cache's CPU-tier offloads and loads of N blocks beside a
+decode batch, which they overlap) it builds an engine.core.batch.Batch over distinct KV
 blocks, runs `ModelRunner.execute` on it `--warmup` times untimed, then
 `--repeats` times timed (device synchronized before each clock read), and
 writes one row: the shape columns of sim.cost_model.base.STEP_TABLE_COLUMNS
@@ -39,16 +40,18 @@ GRIDS = ("small", "full")
 TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",   # engine.core.recorder
     "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
+    "num_offload_blocks", "num_cpu_hit_blocks",         # CPU-tier copies (GPU -> host, host -> GPU)
     "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s")
 
 
 @dataclass(frozen=True)
 class Shape:
     """One step: prefill entries (new tokens, cached tokens before them), decode contexts, swaps."""
-    kind: str                                   # prefill | multi_prefill | decode | mixed | swap_out | swap_in
+    kind: str           # prefill | multi_prefill | decode | mixed | swap_out | swap_in | tier_out | tier_in
     prefills: tuple[tuple[int, int], ...] = ()  # (new tokens, cached prefix tokens) per prefill entry
     decode_ctx: tuple[int, ...] = ()            # context length per decode entry (this step's token included)
     swap_blocks: int = 0
+    tier_blocks: int = 0                        # CPU-tier blocks offloaded (tier_out) or loaded (tier_in)
 
     @property
     def label(self) -> str:
@@ -57,12 +60,13 @@ class Shape:
         if self.decode_ctx:
             lo, hi = min(self.decode_ctx), max(self.decode_ctx)
             d = f"{len(self.decode_ctx)}x{lo}" + (f"-{hi}" if hi != lo else "")
-        parts = [x for x in (p and f"P[{p}]", d and f"D[{d}]", self.swap_blocks and f"S[{self.swap_blocks}]") if x]
+        parts = [x for x in (p and f"P[{p}]", d and f"D[{d}]", self.swap_blocks and f"S[{self.swap_blocks}]",
+                             self.tier_blocks and f"T[{self.tier_blocks}]") if x]
         return f"{self.kind}:" + " ".join(parts)
 
     def blocks_needed(self, block_size: int) -> int:
         ctx = [n + c for n, c in self.prefills] + list(self.decode_ctx)
-        return sum(-(-x // block_size) for x in ctx)
+        return sum(-(-x // block_size) for x in ctx) + self.tier_blocks
 
 
 def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
@@ -84,6 +88,7 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         mixed = [(4, 64, 32), (8, 128, 64)]
         swaps = (1, 4, 8)
         ragged = [(8, 128), (16, 256)]
+        tiers, tier_decode = (1, 4, 8), (4, 64)
     else:
         chunks, cached = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192), (0, 1024, 3072)
         multi = [(k, n) for k in (2, 4, 8, 16, 32) for n in (128, 512, 1024)]
@@ -93,6 +98,8 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         # whole sequences move: ~1k-token contexts are ~64 blocks; per-block cost grows past the host caches
         swaps = (4, 16, 64, 128, 256, 1024)
         ragged = [(b, 2048) for b in (16, 64, 256)]
+        # a long prompt evicts (offloads) or hits (loads) hundreds of blocks; beside a decode batch they overlap
+        tiers, tier_decode = (4, 16, 64, 128, 256, 1024), (32, 1024)
     fits = (lambda n, c: n + c <= max_model_len and n <= max_num_batched_tokens)
     shapes = [Shape("prefill", ((n, c),)) for c in cached for n in chunks if fits(n, c)]
     shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in multi
@@ -105,6 +112,9 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
     shapes += [Shape("mixed", ((n, 0),), (ctx,) * b) for b, ctx, n in mixed
                if b + 1 <= max_num_seqs and fits(n, 0) and ctx <= max_model_len and n + b <= max_num_batched_tokens]
     shapes += [Shape(kind, swap_blocks=s) for s in swaps for kind in ("swap_out", "swap_in")]
+    b, ctx = tier_decode
+    if b <= max_num_seqs and ctx <= max_model_len:
+        shapes += [Shape(kind, (), (ctx,) * b, tier_blocks=n) for n in tiers for kind in ("tier_out", "tier_in")]
     if grid == "full":
         shapes += long_shapes(max_model_len, max_num_batched_tokens, max_num_seqs, rng)
     return list(dict.fromkeys(shapes))        # each shape once (the long end may repeat one at small limits)
@@ -186,6 +196,10 @@ def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: flo
         b.swap_out = [(i, i) for i in range(shape.swap_blocks)]
     elif shape.kind == "swap_in":
         b.swap_in = [(i, i) for i in range(shape.swap_blocks)]
+    elif shape.kind == "tier_out":      # blocks past the batch's own: evicted ones a new owner takes
+        b.offload = [(cursor + i, i) for i in range(shape.tier_blocks)]
+    elif shape.kind == "tier_in":
+        b.load = [(i, cursor + i) for i in range(shape.tier_blocks)]
     return b
 
 
@@ -219,9 +233,11 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
     t_start = time.perf_counter()
     for k, shape in enumerate(shapes):
         need = max(shape.blocks_needed(bs), shape.swap_blocks)
-        if need > runner.num_kvcache_blocks or shape.swap_blocks > runner.num_cpu_blocks:
-            log(f"skip {shape.label}: needs {need} KV blocks / {shape.swap_blocks} swap blocks, the runner has "
-                f"{runner.num_kvcache_blocks} / {runner.num_cpu_blocks}")
+        if (need > runner.num_kvcache_blocks or shape.swap_blocks > runner.num_cpu_blocks
+                or shape.tier_blocks > getattr(runner, "cpu_cache_num_blocks", 0)):
+            log(f"skip {shape.label}: needs {need} KV blocks / {shape.swap_blocks} swap blocks / {shape.tier_blocks} "
+                f"CPU-tier blocks, the runner has {runner.num_kvcache_blocks} / {runner.num_cpu_blocks} / "
+                f"{getattr(runner, 'cpu_cache_num_blocks', 0)}")
             continue
         batch = build_batch(shape, bs, vocab, temperature, rng)
         times = time_step(runner, batch, warmup, repeats, sync)
@@ -312,9 +328,10 @@ def main(argv=None) -> int:
     from engine.model_runner import ModelRunner
 
     max_swap = 1024 if args.grid == "full" else 8
-    # each EngineConfig field from the flag of the same name
+    # each EngineConfig field from the flag of the same name; a CPU tier as large as the grid's largest copy
     cfg = EngineConfig.from_attributes(args, model_path=args.model, num_cpu_blocks=args.num_cpu_blocks
-                                       if args.num_cpu_blocks is not None else max_swap)
+                                       if args.num_cpu_blocks is not None else max_swap,
+                                       cpu_cache_num_blocks=max_swap)
     t0 = time.perf_counter()
     runner = ModelRunner(cfg)
     print(f"runner ready in {time.perf_counter() - t0:.1f} s: {device_name(runner)}, {runner.dtype}, attention "

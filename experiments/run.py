@@ -107,7 +107,9 @@ def format_summary(summary: dict) -> str:
         ("limits", f"max_model_len {meta.get('max_model_len')} ({meta.get('max_model_len_source')}), "
                    f"max_num_batched_tokens {meta.get('max_num_batched_tokens')} "
                    f"({meta.get('max_num_batched_tokens_source')})"),
-        ("KV cache", f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks)"),
+        ("KV cache", f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks"
+                     + (f", +{meta['cpu_cache_num_blocks']} CPU-tier prefix blocks" if meta.get('cpu_cache_num_blocks')
+                        else "") + ")"),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),
         ("makespan", _fmt(m.get("makespan_s"), " s")),
@@ -130,6 +132,10 @@ def format_summary(summary: dict) -> str:
         ("mean batch / KV use", f"{_fmt(m.get('mean_batch_size'))} / {_fmt(m.get('kv_usage_mean'))} "
                                 f"(max {_fmt(m.get('kv_usage_max'))})"),
     ]
+    if meta.get("cpu_cache_num_blocks"):
+        rows.append(("prefix-cache hits", f"{_fmt(_pct(m.get('prefix_cache_hit_rate')), '%')} of prompt tokens: "
+                                          f"GPU {_fmt(_pct(m.get('prefix_cache_hit_rate_gpu')), '%')}, CPU tier "
+                                          f"{_fmt(_pct(m.get('prefix_cache_hit_rate_cpu')), '%')}"))
     rows += replica_rows(summary)
     rows += tenant_rows(summary)
     if "cost_model_coverage" in meta:

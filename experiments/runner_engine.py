@@ -22,7 +22,8 @@ step (`host_gap_s` in the run's info sums those gaps).
 The model and its KV cache are loaded once; every replay builds a fresh
 Scheduler (policy, cache size) over the same runner, so several policies run
 back to back without reloading. A replay may give the scheduler fewer KV blocks
-(or swap blocks) than the runner allocated, to force preemption.
+(or swap blocks) than the runner allocated, to force preemption, and fewer CPU-tier
+blocks of the prefix cache (EngineRunConfig.cpu_cache_num_blocks; 0: none).
 """
 from __future__ import annotations
 
@@ -101,10 +102,13 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
 
 
 def scheduler_config(num_kvcache_blocks: int, num_cpu_blocks: int, cfg: EngineRunConfig,
-                     max_model_len: int) -> SchedulerConfig:
-    """The SchedulerConfig both backends of a validation use (identical by construction)."""
-    return SchedulerConfig.from_settings(cfg, num_kvcache_blocks=num_kvcache_blocks, num_cpu_blocks=num_cpu_blocks,
-                                         max_model_len=max_model_len)
+                     max_model_len: int, cpu_cache_num_blocks: int | None = None) -> SchedulerConfig:
+    """The SchedulerConfig both backends of a validation use (identical by construction); cpu_cache_num_blocks
+    None: cfg's."""
+    given = dict(num_kvcache_blocks=num_kvcache_blocks, num_cpu_blocks=num_cpu_blocks, max_model_len=max_model_len)
+    if cpu_cache_num_blocks is not None:
+        given["cpu_cache_num_blocks"] = cpu_cache_num_blocks
+    return SchedulerConfig.from_settings(cfg, **given)
 
 
 class EngineReplayer:
@@ -120,18 +124,27 @@ class EngineReplayer:
         self.max_model_len = self.runner.max_model_len
         self.num_kvcache_blocks = self.runner.num_kvcache_blocks
         self.num_cpu_blocks = self.runner.num_cpu_blocks
+        self.cpu_cache_num_blocks = self.runner.cpu_cache_num_blocks
         self._sync = _device_sync(self.runner)
 
-    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None):
+    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None,
+                         cpu_cache_num_blocks: int | None = None):
+        """The replay's SchedulerConfig: each block count as given (at most what the runner allocated), else
+        the runner's."""
         kv = self.num_kvcache_blocks if num_kvcache_blocks is None else int(num_kvcache_blocks)
         cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
+        tier = self.cpu_cache_num_blocks if cpu_cache_num_blocks is None else int(cpu_cache_num_blocks)
+        if not 0 <= tier <= self.cpu_cache_num_blocks:
+            raise ValueError(f"cpu_cache_num_blocks={tier} must be in [0, {self.cpu_cache_num_blocks}] "
+                             f"(the CPU-tier blocks the runner allocated); load the engine with a larger "
+                             f"EngineRunConfig.cpu_cache_num_blocks")
         if not 1 <= kv <= self.num_kvcache_blocks:
             raise ValueError(f"num_kvcache_blocks={kv} must be in [1, {self.num_kvcache_blocks}] (the blocks the "
                              f"runner allocated); load the engine with a larger EngineRunConfig.num_kvcache_blocks")
         if not 0 <= cpu <= self.num_cpu_blocks:
             raise ValueError(f"num_cpu_blocks={cpu} must be in [0, {self.num_cpu_blocks}] (the swap blocks the "
                              f"runner allocated); load the engine with a larger EngineRunConfig.num_cpu_blocks")
-        return scheduler_config(kv, cpu, self.config, self.max_model_len)
+        return scheduler_config(kv, cpu, self.config, self.max_model_len, tier)
 
     def sequences(self, requests: Iterable) -> list[Sequence]:
         return make_sequences(requests, self.vocab_size, temperature=self.config.temperature,
@@ -142,7 +155,7 @@ class EngineReplayer:
         compilation and autotuning before anything is timed; returns the seconds it took."""
         from engine.core.sequence import SamplingParams as SP
         t0 = time.perf_counter()
-        sched = Scheduler(self.scheduler_config(num_cpu_blocks=0), policy=_make_policy("vllm"))
+        sched = Scheduler(self.scheduler_config(num_cpu_blocks=0, cpu_cache_num_blocks=0), policy=_make_policy("vllm"))
         n = max(1, min(prompt_len, self.max_model_len - output_len - 1))
         lengths = sorted({max(1, n >> k) for k in range(num_requests)})
         for i, length in enumerate(lengths):
@@ -159,24 +172,31 @@ class EngineReplayer:
 
     def replay(self, requests: Iterable, policy="vllm", *, num_kvcache_blocks: int | None = None,
                num_cpu_blocks: int | None = None, eviction=None, recorder: Recorder | None = None,
-               max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None) -> RunResult:
+               max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None,
+               cpu_cache_num_blocks: int | None = None, cpu_cache_eviction=None) -> RunResult:
         """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring.
 
         policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state); eviction
         likewise (None: the block manager's default, LRU);
-        enable_chunked_prefill overrides the engine config's setting for this replay."""
+        enable_chunked_prefill overrides the engine config's setting for this replay;
+        cpu_cache_num_blocks: the prefix cache's CPU tier (<= the runner's; None: the runner's),
+        cpu_cache_eviction its policy, a name or an object (None: LRU)."""
         seqs = self.sequences(requests)
-        sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks)
+        sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks, cpu_cache_num_blocks)
         if enable_chunked_prefill is not None:
             sched_cfg = replace(sched_cfg, enable_chunked_prefill=bool(enable_chunked_prefill))
         pol = _make_policy(policy) if isinstance(policy, str) else policy
         evict = _make_eviction(eviction) if isinstance(eviction, str) else eviction
-        sched = Scheduler(sched_cfg, policy=pol, eviction=evict)
+        tier_evict = _make_eviction(cpu_cache_eviction) if isinstance(cpu_cache_eviction, str) else cpu_cache_eviction
+        sched = Scheduler(sched_cfg, policy=pol, eviction=evict,
+                          cpu_cache_eviction=tier_evict if sched_cfg.cpu_cache_num_blocks else None)
         rec = recorder or Recorder()
         info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
                         max_wall_s=max_wall_s)
+        tier = sched.block_manager.cpu_cache
         info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
                     eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
+                    cpu_cache_eviction=None if tier is None else tier.eviction.name,
                     engine=asdict(self.config),
                     runner_num_kvcache_blocks=self.num_kvcache_blocks, device=str(self.runner.device),
                     dtype=str(self.runner.dtype), attention_backend=self.runner.attn_backend.name,
@@ -317,6 +337,7 @@ def run_engine(cfg, desc: str = "engine"):
         interrupted = True
     meta = {"backend": "engine", "model": Path(rcfg.model_path).name, "hardware": _device_label(rep.runner),
             "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
+            "cpu_cache_num_blocks": rep.cpu_cache_num_blocks,
             "request_rate_rps": offered_rate_rps(cfg, wl), "warmup_s": warm_s,
             "interrupted": interrupted, **info, **in_meta, **limits_meta(sched, max_len_source)}
     req = add_input_columns(rec.requests_frame(), wl)

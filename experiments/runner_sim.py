@@ -25,7 +25,7 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
-from sim.specs.capacity import block_bytes_per_gpu, num_kv_blocks
+from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, num_kv_blocks
 
 
 # -- a length distribution the synthetic workloads use by default ----------------------
@@ -174,6 +174,7 @@ def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
     if num_cpu_blocks is None:
         block_bytes = block_bytes_per_gpu(model, int(cfg.block_size), tp)
         num_cpu_blocks = int(float(cfg.swap_space_gib) * 2 ** 30 // block_bytes)
+    check_host_blocks(model, hardware, int(cfg.block_size), tp, int(num_cpu_blocks), int(cfg.cpu_cache_num_blocks))
     return int(num_kvcache_blocks), int(num_cpu_blocks)
 
 
@@ -205,7 +206,26 @@ def make_scheduler(cfg: DictConfig, num_kvcache_blocks: int, num_cpu_blocks: int
                                               num_cpu_blocks=num_cpu_blocks, max_model_len=int(max_model_len))
     policy = instantiate(cfg.scheduler, _convert_="all")
     eviction = instantiate(cfg.eviction, _convert_="all")
-    return Scheduler(sched_cfg, policy, eviction)
+    return Scheduler(sched_cfg, policy, eviction, cpu_cache_eviction_policy(cfg))
+
+
+def cpu_cache_eviction_policy(cfg: DictConfig):
+    """A fresh eviction policy for the prefix cache's CPU tier (cfg.cpu_cache_eviction names it), or None
+    when the run has no tier."""
+    if not int(cfg.cpu_cache_num_blocks):
+        return None
+    return make_cpu_cache_eviction(str(cfg.cpu_cache_eviction))
+
+
+def make_cpu_cache_eviction(name: str):
+    """A fresh eviction policy of policies/eviction named `name` for the CPU tier; ValueError naming
+    cpu_cache_eviction and the allowed names unless it is one that keeps blocks."""
+    from policies.registry import EVICTION_POLICIES, make_eviction_policy
+    if name not in EVICTION_POLICIES or name == "none":
+        allowed = ", ".join(sorted(n for n in EVICTION_POLICIES if n != "none"))
+        raise ValueError(f"cpu_cache_eviction={name!r} is not an eviction policy that keeps blocks; use one of "
+                         f"{allowed}")
+    return make_eviction_policy(name)
 
 
 class _ProgressRecorder(Recorder):
@@ -267,7 +287,8 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     meta = {
         "backend": "sim", "model": model.name, "hardware": hardware.name, "cost_model": repr(cost_model),
         "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": num_kvcache_blocks,
-        "num_cpu_blocks": num_cpu_blocks, "request_rate_rps": offered_rate_rps(cfg, wl),
+        "num_cpu_blocks": num_cpu_blocks, "cpu_cache_num_blocks": int(cfg.cpu_cache_num_blocks),
+        "request_rate_rps": offered_rate_rps(cfg, wl),
         "measured_rate_rps": float(wl.mean_rate_rps) if np.isfinite(wl.mean_rate_rps) else None,
         "sim_end_time_s": float(end_s),
         "sim_wall_time_s": wall_s, "num_steps": num_steps, "num_fast_steps": num_fast_steps,

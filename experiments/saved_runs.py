@@ -76,10 +76,11 @@ class SavedReplays:
         self.device = self.meta["device"]
         self.model_dir = self.real_dir            # holds config.json
 
-    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None):
+    def scheduler_config(self, num_kvcache_blocks: int | None = None, num_cpu_blocks: int | None = None,
+                         cpu_cache_num_blocks: int | None = None):
         kv = self.num_kvcache_blocks if num_kvcache_blocks is None else int(num_kvcache_blocks)
         cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
-        return scheduler_config(kv, cpu, self.config, self.max_model_len)
+        return scheduler_config(kv, cpu, self.config, self.max_model_len, cpu_cache_num_blocks)
 
     @property
     def policies(self) -> list[str]:

@@ -36,11 +36,13 @@ from pathlib import Path
 import numpy as np
 
 from experiments.compose import compose_config
+from experiments.config import ServelabConfig
 from experiments.metrics import summary
 from experiments.policy_conf import make_eviction, make_policy, parse_label, policy_names, swaps
 from experiments.profile import set_threads
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
+from experiments.runner_sim import make_cpu_cache_eviction
 from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run
 from experiments.step_tables import calibration_table
 from experiments.validation_plot import LATENCIES, overlay_plot
@@ -56,10 +58,12 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 
 # -- the simulator side -------------------------------------------------------------------
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
-             rng_seed: int = 0, record_decisions: bool = False, overrides=()) -> RunResult:
+             rng_seed: int = 0, record_decisions: bool = False, overrides=(),
+             cpu_cache_eviction: str = ServelabConfig.cpu_cache_eviction) -> RunResult:
     """The same requests under the same SchedulerConfig and policy (a label of experiments.policy_conf, whose
     +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`; the policy and the
-    eviction policy composed with the Hydra `overrides` (--override), as the real side builds them."""
+    eviction policy composed with the Hydra `overrides` (--override), as the real side builds them;
+    cpu_cache_eviction: the prefix cache's CPU-tier policy when sched_cfg has a tier."""
     from engine.core.recorder import Recorder
     from engine.core.scheduler import Scheduler
     from sim.replica import Replica
@@ -67,7 +71,9 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
 
     seqs = make_sequences(requests, vocab_size, temperature=temperature, rng_seed=rng_seed)
     rec = Recorder(record_decisions=record_decisions)
-    sched = Scheduler(sched_cfg, policy=make_policy(policy, overrides), eviction=make_eviction(overrides))
+    tier = make_cpu_cache_eviction(cpu_cache_eviction) if sched_cfg.cpu_cache_num_blocks else None
+    sched = Scheduler(sched_cfg, policy=make_policy(policy, overrides), eviction=make_eviction(overrides),
+                      cpu_cache_eviction=tier)
     sim = Simulator(Replica(sched, cost_model, rec),
                     vocab_size=vocab_size, prompt_seed=rng_seed)
     res = sim.run(seqs)
@@ -140,8 +146,8 @@ def _rel(sim: float, real: float):
 SUMMARY_KEYS = ("num_requests", "num_finished", "num_rejected", "makespan_s", "request_throughput_rps",
                 "output_throughput_tps", "total_throughput_tps", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99",
                 "tpot_s_p50", "tpot_s_p90", "tpot_s_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_preemptions",
-                "num_preempted_requests", "num_swaps", "prefix_cache_hit_rate", "num_steps", "mean_batch_size",
-                "kv_usage_mean", "kv_usage_max", "busy_time_s")
+                "num_preempted_requests", "num_swaps", "prefix_cache_hit_rate", "prefix_cache_hit_rate_cpu",
+                "num_steps", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "busy_time_s")
 
 
 # ... and for runs with several tenants or latency targets (experiments.tenant_metrics)
@@ -330,6 +336,10 @@ def parse_args(argv=None):
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
                    "when vllm_swap runs, else 0)")
+    e.add_argument("--cpu-cache-num-blocks", type=int, default=EngineRunConfig.cpu_cache_num_blocks,
+                   help="the prefix cache's CPU tier in blocks (default 0: none)")
+    e.add_argument("--cpu-cache-eviction", default=ServelabConfig.cpu_cache_eviction,
+                   help="the CPU tier's eviction policy (lru, fifo, lfu)")
     e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
     e.add_argument("--max-num-seqs", type=int, default=EngineRunConfig.max_num_seqs)
     e.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: derived from max_model_len "
@@ -433,6 +443,7 @@ def main(argv=None) -> int:
             return rep.replay(specs, policy, **kw)
         from engine.core.recorder import Recorder
         run = rep.replay(specs, make_policy(policy, overrides), eviction=make_eviction(overrides),
+                         cpu_cache_eviction=make_cpu_cache_eviction(args.cpu_cache_eviction),
                          enable_chunked_prefill=parse_label(policy).chunked,
                          recorder=Recorder(record_decisions=args.record_decisions), **kw)
         run.info["policy"] = policy
@@ -463,7 +474,8 @@ def main(argv=None) -> int:
         for name, cm in cost_models.items():
             try:
                 sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
-                               rng_seed=cfg.seed, record_decisions=args.record_decisions, overrides=overrides)
+                               rng_seed=cfg.seed, record_decisions=args.record_decisions, overrides=overrides,
+                               cpu_cache_eviction=args.cpu_cache_eviction)
             except Exception as exc:
                 entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue

@@ -119,7 +119,8 @@ class DecodeFastForward:
         # step count, blocks)
         self.memo = (running, len(running), sched.num_steps, sched.block_manager.num_used_blocks,
                      slack, lefts, lens)
-        free = sched.block_manager.num_free_blocks
+        # Only steps that evict nothing: with a CPU tier an eviction offloads (a copy the step must pay for).
+        free = sched.block_manager.num_free_blocks_without_copy
         if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon
         self.horizon_blocked = True

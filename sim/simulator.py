@@ -262,7 +262,7 @@ class Simulator(FastPathMixin):
             for seq in batch.rejected:      # given up by the policy (e.g. a target it can no longer meet)
                 self._reject(r, seq)
             seqs = batch.seqs
-            if not seqs and not batch.swap_in and not batch.swap_out:
+            if not seqs and not batch.swap_in and not batch.swap_out and not batch.offload:
                 if batch.rejected and not sched.has_unfinished():
                     continue        # the policy rejected all that was left: wait for arrivals as usual
                 # Unfinished work but nothing runnable (a policy holding requests back): only an

@@ -31,6 +31,10 @@ class Batch:
     # Block copies the executor performs *before* the forward pass, as (src, dst) block ids:
     swap_out: list[tuple[int, int]] = field(default_factory=list)   # GPU block -> CPU block
     swap_in: list[tuple[int, int]] = field(default_factory=list)    # CPU block -> GPU block
+    # The prefix cache's CPU tier (engine.core.block_manager): evicted cached blocks offloaded, tier hits loaded.
+    # GPU reads (swap_out, offload) go before GPU writes (swap_in, load); no tier block is in both lists.
+    offload: list[tuple[int, int]] = field(default_factory=list)    # GPU block -> CPU-tier block
+    load: list[tuple[int, int]] = field(default_factory=list)       # CPU-tier block -> GPU block
     # Bookkeeping for recorders (sequences, not copies):
     preempted: list[Sequence] = field(default_factory=list)         # preempted (recompute) during this schedule
     swapped_out: list[Sequence] = field(default_factory=list)
@@ -38,6 +42,8 @@ class Batch:
     rejected: list[Sequence] = field(default_factory=list)          # rejected by the policy (REJECTED, not run)
     # Context length (tokens attended to) per entry, frozen at schedule time:
     context_lens: list[int] = field(default_factory=list)
+    # GPU prefix-cache hit blocks of this step's admissions (their CPU-tier hits: len(load)):
+    num_gpu_hit_blocks: int = 0
 
     # -- sizes (what a cost model reads) -------------------------------------------
     @property
@@ -58,7 +64,7 @@ class Batch:
 
     @property
     def is_empty(self) -> bool:
-        return not self.seqs and not self.swap_in and not self.swap_out
+        return not self.seqs and not self.swap_in and not self.swap_out and not self.offload and not self.load
 
     def samples(self, i: int) -> bool:
         """Whether entry i produces a token this step."""

@@ -36,6 +36,16 @@ every block.
 Swap space: `num_cpu_blocks` host-memory blocks. swap_out/swap_in move a
 sequence's blocks between GPU and CPU and return the (src, dst) block pairs the
 executor must copy; the allocator only does the bookkeeping.
+
+CPU tier of the prefix cache (`cpu_cache_num_blocks` > 0; engine.core.cpu_cache): a
+cached-free GPU block that is evicted is offloaded to the tier, unless the tier holds its
+key already or the step has offloaded `cpu_cache_max_offload_blocks` (the copies the
+executor hides behind the forward pass; later evictions of the step drop their KV). A
+prefix lookup continues past a GPU miss into the tier; a tier hit takes a fresh GPU block
+(loaded from host) that joins the GPU prefix cache. The copies of one step accumulate here
+and are taken by `take_tier_copies` (the scheduler puts them into the batch: Batch.offload,
+Batch.load). With the tier on, dead private blocks always enter the eviction policy (never
+the plain free list): evicting one offloads it, as hashing every block would.
 """
 from __future__ import annotations
 
@@ -43,6 +53,7 @@ import sys
 from collections import deque
 
 from engine.core.block_keys import extend_block_keys, first_private_block, hash_block, private_key_base
+from engine.core.cpu_cache import DEAD_KEY, CpuPrefixCache
 from engine.core.free_blocks import FreeBlockQueue
 from engine.core.kv_layout import check_block_size
 from engine.core.sequence import Sequence, SequenceStatus
@@ -50,17 +61,23 @@ from policies.eviction.base import EvictionPolicy
 from policies.eviction.lru import LRUEviction
 
 FINISHED = SequenceStatus.FINISHED
-_DEAD = -2                  # block_hash of a dead private block inside the eviction policy (no table entry)
+_DEAD = DEAD_KEY            # block_hash of a dead private block inside the eviction policy (no table entry)
 
 
 class BlockManager:
     def __init__(self, num_kvcache_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
-                 eviction: EvictionPolicy | None = None, num_cpu_blocks: int = 0):
+                 eviction: EvictionPolicy | None = None, num_cpu_blocks: int = 0, cpu_cache_num_blocks: int = 0,
+                 cpu_cache_eviction: EvictionPolicy | None = None, cpu_cache_max_offload_blocks: int = 512):
         check_block_size(block_size)
         if num_kvcache_blocks < 1:
             raise ValueError(f"num_kvcache_blocks must be >= 1, got {num_kvcache_blocks}")
         if num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
+        if cpu_cache_num_blocks < 0:
+            raise ValueError(f"cpu_cache_num_blocks must be >= 0 (0: no CPU tier), got {cpu_cache_num_blocks}")
+        if cpu_cache_max_offload_blocks < 0:
+            raise ValueError(f"cpu_cache_max_offload_blocks must be >= 0 (blocks offloaded per step), got "
+                             f"{cpu_cache_max_offload_blocks}")
         self.num_kvcache_blocks = num_kvcache_blocks
         self.block_size = block_size
         self.eviction = eviction if eviction is not None else LRUEviction()
@@ -82,6 +99,19 @@ class BlockManager:
         self.cpu_free_ids: deque[int] = deque(range(num_cpu_blocks))
         self.cpu_tables: dict = {}                        # request_id -> CPU block ids of a swapped sequence
 
+        self.cpu_cache: CpuPrefixCache | None = None
+        if cpu_cache_num_blocks:
+            if not self.enable_prefix_caching:
+                raise ValueError(f"cpu_cache_num_blocks={cpu_cache_num_blocks} needs the GPU prefix cache: set "
+                                 "enable_prefix_caching=true with an eviction policy other than 'none', or "
+                                 "cpu_cache_num_blocks=0")
+            self.cpu_cache = CpuPrefixCache(cpu_cache_num_blocks, cpu_cache_eviction)
+        self.cpu_cache_max_offload_blocks = cpu_cache_max_offload_blocks
+        self.num_offloads_dropped = 0                     # evicted blocks not offloaded: the step's budget was spent
+        self.tier_out: list[tuple[int, int]] = []         # this step's offloads: (GPU block, tier block)
+        self.tier_in: list[tuple[int, int]] = []          # this step's loads: (tier block, GPU block)
+        self.last_cpu_hit_blocks = 0                      # CPU-tier blocks of the latest allocate_cached_prefix
+
         # Prefix-cache accounting (tokens), read by recorders.
         self.num_hit_tokens = 0
         self.num_queried_tokens = 0
@@ -91,6 +121,12 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         """Blocks allocatable right now: plain free plus cached-free (evictable)."""
         return len(self.free_ids) + len(self.eviction)
+
+    @property
+    def num_free_blocks_without_copy(self) -> int:
+        """Blocks allocatable with no block copy: num_free_blocks, or with a CPU tier only the plain free
+        ones (evicting a cached block then offloads it, a copy the step pays for)."""
+        return self.num_free_blocks if self.cpu_cache is None else len(self.free_ids)
 
     @property
     def num_cached_free_blocks(self) -> int:
@@ -145,30 +181,92 @@ class BlockManager:
             return hits
         hashes = self._seq_hashes(seq, max_blocks)
         tokens = seq.token_ids
+        cpu = self.cpu_cache
         for i in range(max_blocks):
             h = hashes[i]
             block_id = self.hash_to_block.get(h)
             if block_id is None or (h >= 0 and self.block_tokens[block_id] != tuple(tokens[i * bs:(i + 1) * bs])):
-                break   # miss, or a hash collision caught by the token check (a key is exact)
+                # miss, or a hash collision caught by the token check (a key is exact)
+                c = None if cpu is None else cpu.lookup(h, tokens[i * bs:(i + 1) * bs])
+                if c is None:
+                    break
+                block_id = -1 - c       # a CPU-tier hit
             hits.append(block_id)
         return hits
 
+    def num_hit_blocks_taken(self, hit_blocks: list[int]) -> int:
+        """Blocks of the free pool that allocate_cached_prefix(seq, hit_blocks) takes: cached-free GPU hits
+        (revived) and CPU-tier hits (each loaded into a fresh GPU block)."""
+        rc = self.ref_counts
+        return sum(1 for b in hit_blocks if b < 0 or rc[b] == 0)
+
     def allocate_cached_prefix(self, seq: Sequence, hit_blocks: list[int]) -> int:
-        """Give seq the blocks from find_cached_prefix; returns the tokens they cover."""
+        """Give seq the blocks from find_cached_prefix (CPU-tier hits, -1 - tier block, are loaded into
+        fresh GPU blocks); returns the tokens they cover. The caller checks num_hit_blocks_taken first."""
         assert not seq.block_table, "prefix hits apply to a sequence without blocks"
         if hit_blocks:
             self._plain = False
+        self.last_cpu_hit_blocks = 0
+        table = list(hit_blocks)
         for block_id in hit_blocks:
+            if block_id < 0:
+                continue
             if self.ref_counts[block_id] == 0:
                 self.eviction.remove(block_id)
                 self.num_used_blocks += 1
             self.ref_counts[block_id] += 1
             self.eviction.hit(block_id)
-        seq.block_table = list(hit_blocks)
+        if self.cpu_cache is not None and hit_blocks and min(hit_blocks) < 0:
+            self._load_tier_hits(table)
+        seq.block_table = table
         seq.num_registered_blocks = len(hit_blocks)
         num_tokens = len(hit_blocks) * self.block_size
         seq.num_computed_tokens = num_tokens
         return num_tokens
+
+    def _load_tier_hits(self, table: list[int]) -> None:
+        """Replace each CPU-tier hit (-1 - tier block) of table by a fresh GPU block published under its key,
+        and queue the host -> GPU copies. The tier blocks are pinned first, so the offloads these
+        allocations cause never evict them."""
+        cpu = self.cpu_cache
+        hits = [(i, -1 - b) for i, b in enumerate(table) if b < 0]
+        for _, c in hits:
+            cpu.pin(c)
+        for i, c in hits:
+            g = self.take_block()
+            key = cpu.block_key[c]
+            if key not in self.hash_to_block:
+                self.block_hash[g] = key
+                self.block_tokens[g] = cpu.block_tokens[c]
+                self.hash_to_block[key] = g
+            table[i] = g
+            self.tier_in.append((c, g))
+        self.last_cpu_hit_blocks = len(hits)
+
+    def _offload(self, block_id: int) -> None:
+        """An evicted cached-free GPU block leaves for the CPU tier (called before it loses its key): a
+        copy is queued unless the tier has the key already, the step's offload budget is spent, or the
+        tier is wholly pinned."""
+        h = self.block_hash[block_id]
+        cpu = self.cpu_cache
+        if h == -1 or cpu.contains(h):
+            return
+        if len(self.tier_out) >= self.cpu_cache_max_offload_blocks:
+            self.num_offloads_dropped += 1
+            return
+        c = cpu.store(h, self.block_tokens[block_id])
+        if c is not None:
+            self.tier_out.append((block_id, c))
+
+    def take_tier_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(offloads (GPU block, tier block), loads (tier block, GPU block)) queued since the last call, for the
+        executor to run before the step's forward pass (no tier block is in both, none twice in one list);
+        the tier's pinned blocks become evictable again."""
+        out, inn = self.tier_out, self.tier_in
+        self.tier_out, self.tier_in = [], []
+        if self.cpu_cache is not None:
+            self.cpu_cache.unpin_all()
+        return out, inn
 
     def register_computed_blocks(self, seq: Sequence, num_tokens: int | None = None) -> None:
         """Publish seq's newly full, fully computed blocks in the prefix cache (those within its
@@ -203,7 +301,7 @@ class BlockManager:
     def _take_free(self, n: int) -> list[int]:
         """The n oldest ids of free_ids (n <= len): plain free ones first, then dead ones (by count)."""
         dead = self.num_dead_free
-        if dead and n > len(self.free_ids) - dead:
+        if dead and n > len(self.free_ids) - dead:   # (never with a CPU tier: dead blocks enter the policy)
             self.num_dead_free = len(self.free_ids) - n
         return self.free_ids.take(n)
 
@@ -215,6 +313,8 @@ class BlockManager:
             block_id = self.free_ids.popleft()
         else:
             block_id = self.eviction.evict()
+            if self.cpu_cache is not None:
+                self._offload(block_id)
             self._unhash(block_id)
         self.ref_counts[block_id] = 1
         self.num_used_blocks += 1
@@ -256,8 +356,11 @@ class BlockManager:
         new = self._take_free(len(free_ids))
         hashes, h2b, tokens, evict = self.block_hash, self.hash_to_block, self.block_tokens, self.eviction
         forget = evict.forget
+        offload = self._offload if self.cpu_cache is not None else None
         for _ in range(need - len(new)):
             block_id = evict.evict()
+            if offload is not None:
+                offload(block_id)
             h = hashes[block_id]
             if h != -1:         # _unhash
                 if h2b.get(h) == block_id:
@@ -323,7 +426,7 @@ class BlockManager:
         finished = seq.status is FINISHED
         lazy = seq.private_key == 0 and seq.private_from is not None
         evict = self.eviction
-        dead_first = evict.evicts_in_add_order and not len(evict)
+        dead_first = evict.evicts_in_add_order and not len(evict) and self.cpu_cache is None
         if lazy and not finished:
             self._publish_private(seq)
             lazy = False
@@ -443,3 +546,10 @@ class BlockManager:
         cpu_held = [b for t in self.cpu_tables.values() for b in t]
         assert len(cpu_held) == len(set(cpu_held)), "a CPU block is owned twice"
         assert len(cpu_held) + len(self.cpu_free_ids) == self.num_cpu_blocks, "swap space over-committed or leaked"
+        if self.cpu_cache is not None:
+            self.cpu_cache.check_invariants()
+            assert self.num_dead_free == 0, "dead blocks on the plain free list with a CPU tier"
+            for c, g in self.tier_in:
+                assert self.ref_counts[g] > 0, "a GPU block loaded this step is not held"
+                assert self.cpu_cache.block_key[c] == self.block_hash[g], \
+                    "a GPU block loaded this step holds another key than its tier block"

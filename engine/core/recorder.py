@@ -37,8 +37,8 @@ from engine.core.sequence import Sequence, SequenceStatus
 REQUEST_COLUMNS = (
     "request_id", "status", "reject_reason", "num_prompt_tokens", "num_output_tokens", "max_output_tokens",
     "arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s", "ttft_s", "tpot_s", "e2e_s",
-    "queueing_delay_s", "num_preemptions", "num_swaps", "num_cached_tokens", "priority", "tenant", "ttft_slo_s",
-    "tpot_slo_s", "ttft_slo_met", "tpot_slo_met", "slo_met", "replica",
+    "queueing_delay_s", "num_preemptions", "num_swaps", "num_cached_tokens", "num_cpu_cached_tokens", "priority",
+    "tenant", "ttft_slo_s", "tpot_slo_s", "ttft_slo_met", "tpot_slo_met", "slo_met", "replica",
 )
 STEP_COLUMNS = (
     "step", "replica", "start_time_s", "duration_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
@@ -49,6 +49,9 @@ STEP_COLUMNS = (
     # the longest single context (keys attended) of a prefill entry, of a decode entry, of any entry: a cost
     # model's envelope (sim.cost_model.envelope) and the ragged / long-tail contexts a sum hides
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",
+    # prefix-cache hits of the step's admissions per tier and the CPU tier's copies, in blocks (a CPU-tier hit
+    # is loaded: num_cpu_hit_blocks host -> GPU copies; num_offload_blocks GPU -> host)
+    "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks",
 )
 RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
@@ -58,11 +61,11 @@ _RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_toke
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
                 "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks",
-                "max_prefill_context_tokens")
+                "max_prefill_context_tokens", "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks")
 _REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s", "ttft_slo_s",
               "tpot_slo_s")
 _REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_preemptions", "num_swaps",
-            "num_cached_tokens", "priority")
+            "num_cached_tokens", "num_cpu_cached_tokens", "priority")
 _NAN = float("nan")
 
 
@@ -149,7 +152,8 @@ class Recorder:
         if num_cached_blocks != self._last_cached:
             self._cached.extend((row, num_cached_blocks))
             self._last_cached = num_cached_blocks
-        if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out):
+        if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out
+                or batch.offload or batch.load):
             return      # a pure decode step: every sparse column is 0
         new = batch.num_new_tokens
         pctx = pairs = samples = 0
@@ -162,7 +166,8 @@ class Recorder:
                 samples += cj == len(seqs[j].token_ids)
         self._sparse.extend((row, sum(new[:npf]) if npf else 0, npf, len(batch.preempted), len(batch.swapped_out),
                              len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out),
-                             max(ctx[:npf]) if npf else 0))
+                             max(ctx[:npf]) if npf else 0, batch.num_gpu_hit_blocks, len(batch.load),
+                             len(batch.offload)))
         if self.record_decisions:
             self._decisions.append((row, start_s, _ids(batch.seqs[:npf]), _ids(batch.preempted),
                                     _ids(batch.swapped_out), _ids(batch.swapped_in)))
@@ -265,7 +270,8 @@ class Recorder:
                                 _NAN if finish is None or status is SequenceStatus.REJECTED else finish,
                                 _NAN if ttft_slo is None else ttft_slo, _NAN if tpot_slo is None else tpot_slo))
         self._req_int.extend((seq.num_prompt_tokens, len(seq.token_ids) - seq.num_prompt_tokens, seq.max_output_tokens,
-                              seq.num_preemptions, seq.num_swaps, seq.num_cached_tokens, seq.priority))
+                              seq.num_preemptions, seq.num_swaps, seq.num_cached_tokens, seq.num_cpu_cached_tokens,
+                              seq.priority))
         if seq.token_times_s:
             self._token_times.append((seq.request_id, list(seq.token_times_s)))
 
@@ -287,7 +293,7 @@ class Recorder:
             cols[c] = ints[c]
         cols.update(flts)
         cols.update(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, queueing_delay_s=flts["first_scheduled_time_s"] - arrival)
-        for c in ("num_preemptions", "num_swaps", "num_cached_tokens", "priority"):
+        for c in ("num_preemptions", "num_swaps", "num_cached_tokens", "num_cpu_cached_tokens", "priority"):
             cols[c] = ints[c]
         cols["tenant"] = self._req_tenant
         cols.update(slo_met_columns(ttft, tpot, flts["ttft_slo_s"], flts["tpot_slo_s"], nout))

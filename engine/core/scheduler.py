@@ -49,6 +49,8 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = True
     num_cpu_blocks: int = 0
+    cpu_cache_num_blocks: int = 0               # CPU tier of the prefix cache, in blocks (0: none)
+    cpu_cache_max_offload_blocks: int = 512     # blocks offloaded to it per step at most (the engine hides 512)
 
     def __post_init__(self):
         check_block_size(self.block_size)
@@ -63,6 +65,11 @@ class SchedulerConfig:
                              f"(block_size={self.block_size}); set it to at least {self.block_size}")
         if self.num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
+        if self.cpu_cache_num_blocks < 0:
+            raise ValueError(f"cpu_cache_num_blocks must be >= 0 (0: no CPU tier), got {self.cpu_cache_num_blocks}")
+        if self.cpu_cache_max_offload_blocks < 0:
+            raise ValueError(f"cpu_cache_max_offload_blocks must be >= 0 (blocks offloaded per step), got "
+                             f"{self.cpu_cache_max_offload_blocks}")
 
     @classmethod
     def from_settings(cls, settings, **given) -> "SchedulerConfig":
@@ -87,7 +94,9 @@ class Scheduler:
     head_admissible, order_running, finish, remove_finished and add_steps."""
 
     def __init__(self, config: SchedulerConfig, policy: SchedulingPolicy | None = None,
-                 eviction: EvictionPolicy | None = None):
+                 eviction: EvictionPolicy | None = None, cpu_cache_eviction: EvictionPolicy | None = None):
+        """eviction: the GPU prefix cache's policy (default LRU); cpu_cache_eviction: the CPU tier's
+        (default LRU; used when config.cpu_cache_num_blocks > 0)."""
         if policy is None:
             from policies.scheduling.vllm import VLLMPolicy
             policy = VLLMPolicy()
@@ -122,7 +131,9 @@ class Scheduler:
                 "prefill off: a long prompt could never be scheduled. Raise max_num_batched_tokens to >= "
                 "max_model_len (or leave it unset: derived), or set enable_chunked_prefill=True")
         self.block_manager = BlockManager(config.num_kvcache_blocks, config.block_size,
-                                          config.enable_prefix_caching, eviction, config.num_cpu_blocks)
+                                          config.enable_prefix_caching, eviction, config.num_cpu_blocks,
+                                          config.cpu_cache_num_blocks, cpu_cache_eviction,
+                                          config.cpu_cache_max_offload_blocks)
         self.waiting: deque[Sequence] = deque()    # WAITING and PREEMPTED, arrival order (preempted first)
         self.running: list[Sequence] = []
         self.swapped: list[Sequence] = []
@@ -190,7 +201,7 @@ class Scheduler:
 
         if not self.chunked:
             if self.waiting and (not self.swapped or self.policy.preemptive):
-                budget = self._admit(prefills, budget, now_s, chunked=False)
+                budget = self._admit(prefills, budget, now_s, batch, chunked=False)
             if not prefills:
                 budget, preempted = self._serve_running(decodes, prefills, budget, batch)
                 if not preempted and self.swapped:
@@ -201,20 +212,26 @@ class Scheduler:
                 if self.swapped:
                     budget = self._swap_in(decodes, prefills, budget, batch)
                 if self.waiting and budget > 0 and (not self.swapped or self.policy.preemptive):
-                    budget = self._admit(prefills, budget, now_s, chunked=True)
+                    budget = self._admit(prefills, budget, now_s, batch, chunked=True)
 
+        if self.block_manager.cpu_cache is not None:
+            self._add_tier_copies(batch)
         entries = prefills + decodes
         batch.seqs = [s for s, _ in entries]
         batch.num_new_tokens = [n for _, n in entries]
         batch.context_lens = [s.num_computed_tokens + n for s, n in entries]
         batch.num_prefill_seqs = len(prefills)
-        if batch.seqs or batch.swap_out or batch.swap_in:
+        if batch.seqs or batch.swap_out or batch.swap_in or batch.offload:
             self.num_steps += 1
         elif not self.running and (self.waiting or self.swapped):
             raise RuntimeError(f"scheduler made no progress with nothing running: {len(self.waiting)} waiting "
                                f"(head: {self.waiting[0] if self.waiting else None}), {len(self.swapped)} swapped, "
                                f"{self.block_manager.num_free_blocks} free blocks")
         return batch
+
+    def _add_tier_copies(self, batch: Batch) -> None:
+        """The CPU tier's copies of this step (engine.core.block_manager)."""
+        batch.offload, batch.load = self.block_manager.take_tier_copies()
 
     def _serve_running(self, decodes, prefills, budget, batch):
         """Give each running sequence its next tokens (decodes first), preempting on memory shortage."""
@@ -265,7 +282,7 @@ class Scheduler:
         served.update(id(s) for s, _ in prefills)
         return [s for s in order if s.status is RUNNING and id(s) not in served]
 
-    def _admit(self, prefills, budget, now_s, chunked) -> int:
+    def _admit(self, prefills, budget, now_s, batch, chunked) -> int:
         bm = self.block_manager
         cfg = self.config
         admitted = []
@@ -284,17 +301,22 @@ class Scheduler:
                 if not chunked:
                     break
                 n = budget
-            # Blocks this admission takes from the free pool: fresh ones, plus hit blocks now evictable.
+            # Blocks this admission takes from the free pool: fresh ones, plus hit blocks now evictable
+            # (and CPU-tier hits, each loaded into a fresh block).
             fresh = -(-(hit_tokens + n) // bm.block_size) - len(hits)
-            revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
+            revived = bm.num_hit_blocks_taken(hits) if hits else 0
             if fresh + revived > bm.num_free_blocks or not self.policy.admits(seq, self.view):
                 break
             bm.allocate_cached_prefix(seq, hits)
             bm.allocate(seq, n)
+            if hits:
+                batch.num_gpu_hit_blocks += len(hits) - bm.last_cpu_hit_blocks
             if seq.admit_order < 0:
                 seq.admit_order = self._num_admitted
                 self._num_admitted += 1
                 seq.num_cached_tokens = hit_tokens
+                if hits:
+                    seq.num_cpu_cached_tokens = bm.last_cpu_hit_blocks * bm.block_size
                 seq.first_scheduled_time_s = now_s
             seq.set_status(RUNNING)
             self.running.append(seq)
@@ -449,7 +471,7 @@ class Scheduler:
         if n > self.token_budget:
             return False
         fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
-        revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
+        revived = bm.num_hit_blocks_taken(hits) if hits else 0
         return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
 
     def order_running(self, now_s: float | None = None) -> list[Sequence]:

@@ -119,8 +119,8 @@ class Sequence:
         "block_table", "first_scheduled_time_s", "first_token_time_s",
         "finish_time_s", "num_preemptions", "num_swaps", "finish_reason",
         "last_token_time_s", "token_times_s", "admit_order", "extra", "block_hashes",
-        "num_registered_blocks", "private_from", "private_key", "prefix_chain", "tenant", "ttft_slo_s",
-        "tpot_slo_s",
+        "num_registered_blocks", "private_from", "private_key", "prefix_chain", "num_cpu_cached_tokens", "tenant",
+        "ttft_slo_s", "tpot_slo_s",
     )
 
     def __init__(self, request_id, prompt_token_ids, sampling_params: SamplingParams | None = None,
@@ -136,6 +136,7 @@ class Sequence:
         self.num_prompt_tokens = len(self.token_ids)
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0          # prompt tokens served by the prefix cache at first admission
+        self.num_cpu_cached_tokens = 0      # of those, served by its CPU tier (loaded from host memory)
         self.sampling_params = sampling_params or SamplingParams()
         self.max_output_tokens = self.sampling_params.max_tokens
         self.priority = priority            # lower value = more important

@@ -12,6 +12,10 @@ tables, only the *shape* of a step:
                              this step's token included
     num_swap_blocks          KV blocks copied between CPU and GPU before the pass
 
+A step's copies for the prefix cache's CPU tier (Batch.offload, Batch.load) are
+priced on top by `with_tier_copies_s(step_s, num_offload_blocks, num_load_blocks)`:
+the executor may overlap them with the forward pass, so each model says how.
+
 Decode cost depends only on the count and the SUM of the context lengths, so
 the simulator's hot loop prices a step in a few microseconds, and
 `decode_step_times_s` prices k consecutive pure-decode steps in one call.
@@ -111,7 +115,20 @@ class CostModel(ABC):
         if self.max_model_len is not None and batch.context_lens and max(batch.context_lens) > self.max_model_len:
             raise CostModelError(f"{type(self).__name__} cannot price {describe_shape(*shape[:5])}: context_lens "
                                  f"max {max(batch.context_lens)} exceeds max_model_len={self.max_model_len}")
-        return self.step_time_from_shape(*shape)
+        t = self.step_time_from_shape(*shape)
+        if batch.offload or batch.load:
+            t = self.with_tier_copies_s(t, len(batch.offload), len(batch.load), batch.block_size)
+        return t
+
+    def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
+                           block_size: int = 16) -> float:
+        """Seconds of a step whose forward pass and swaps take step_s, with the CPU tier's copies:
+        num_offload_blocks GPU -> host, num_load_blocks host -> GPU. Default: step_s plus what a step
+        swapping that many blocks costs beyond an empty step (models override it with their own terms)."""
+        n = num_offload_blocks + num_load_blocks
+        if not n:
+            return step_s
+        return step_s + self.step_time_from_shape((), (), 0, 0, n, None, block_size)
 
     # -- shared validation -------------------------------------------------------------------
     def check_shape(self, prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,

@@ -28,6 +28,11 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     swap_step                fixed cost of a step's block copies (index tensors, staging, host sync)
     swap_out_blocks          per KV block copied device -> host (gather, device->pinned copy, host scatter)
     swap_in_blocks           per KV block copied host -> device (host gather into pinned staging, host->device copy)
+    tier_step                fixed cost of a step with CPU-tier copies of the prefix cache (index tensors, the wait
+                             for the offload stream)
+    tier_out_blocks          per block offloaded to the CPU tier: the HBM gather, and the part of the device->host
+                             copy the forward pass does not hide (engine/cpu_tier_space.py)
+    tier_in_blocks           per block loaded from the CPU tier (host->device copy, scatter into the cache)
     loop_step, loop_seqs     the serving loop's own host time per step and per sequence between steps:
                              postprocess, finished requests, arrivals. A profile (execute() alone) cannot see it;
                              a real run's steps table can. The simulator always pays it (it emulates that loop).
@@ -66,8 +71,8 @@ Evaluating a step is a handful of multiply-adds; `decode_step_times_s` is the
 vectorized form for runs of pure-decode steps (the simulator's fast path).
 
 Files: format v3 (these terms, and `envelope`: the largest step the fit saw,
-sim/cost_model/envelope.py; a v3 file made before mixed_decode_tail_keys loads with
-it at 0). A v2 file (no prefill_context_tokens, no envelope)
+sim/cost_model/envelope.py; a v3 file made before mixed_decode_tail_keys or the tier terms loads with
+them at 0). A v2 file (no prefill_context_tokens, no envelope)
 loads with that coefficient 0; a v1 file (one `swap_blocks` term, `prefill_step`
 for `eager_step`, no loop terms) loads with swap_blocks as both directions.
 """
@@ -146,7 +151,8 @@ class CalibratedCostModel(FittedCostModel):
         self.max_model_len = max_model_len
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
-         self._loop_ptok, self._pctx, self._loop_pstep, self._dtail) = (c[f] for f in FEATURES)
+         self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
+         self._tier_in) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -225,15 +231,24 @@ class CalibratedCostModel(FittedCostModel):
             return t
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
 
+    def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
+                           block_size: int = 16) -> float:
+        if not (num_offload_blocks or num_load_blocks):
+            return step_s
+        per_block = self._tier_out * num_offload_blocks + self._tier_in * num_load_blocks
+        return step_s + self._tier_step + per_block * (block_size / self.block_size)
+
     def _forward_s(self, batch) -> float:
-        """CostModel.step_time_s plus the longest decode context, which only this model prices."""
+        """CostModel.step_time_s (the CPU tier's copies included) plus the longest decode context, which only
+        this model prices."""
         p = batch.num_prefill_seqs
         if not p or len(batch.context_lens) == p or not self._dtail:
             return super().step_time_s(batch)
         shape = StepShape.from_batch(batch)
         if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:
             return super().step_time_s(batch)         # raises the base class's CostModelError
-        return self.step_time_from_shape(*shape, max_decode_context_len=max(batch.context_lens[p:]))
+        t = self.step_time_from_shape(*shape, max_decode_context_len=max(batch.context_lens[p:]))
+        return self.with_tier_copies_s(t, len(batch.offload), len(batch.load), batch.block_size)
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
         k = int(k)

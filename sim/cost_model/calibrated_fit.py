@@ -16,6 +16,9 @@ optional columns refine it:
     `num_swapped_out` / `num_swapped_in` sequence counts (blocks split in
     proportion), else from `kind` (a profile's swap_out / swap_in rows), else
     half and half.
+  * `num_offload_blocks` / `num_cpu_hit_blocks`: the prefix cache's CPU-tier copies of
+    each step (GPU -> host offloads, host -> GPU loads; engine.core.recorder writes
+    them); 0 where absent.
   * `serving_loop`: 1 when the row's time includes the serving loop's own host
     work (schedule(), postprocess, arrivals: a real run's steps table), 0 when
     it is `ModelRunner.execute` alone (a profile). Default: 0 for a table with
@@ -31,7 +34,8 @@ from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
-            "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys")
+            "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
+            "tier_step", "tier_out_blocks", "tier_in_blocks")
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -142,14 +146,19 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None)
         bs = _col(steps, "block_size")          # NaN where a concatenated table lacked the column: as fitted
         scale = np.where(np.isfinite(bs), bs / block_size, 1.0)
         sw_out, sw_in = sw_out * scale, sw_in * scale
-    nonempty = ((seqs > 0) | (sw_out + sw_in > 0)).astype(np.float64)
+    tier_out = np.nan_to_num(_col(steps, "num_offload_blocks", 0.0))     # NaN: a concatenated table without them
+    tier_in = np.nan_to_num(_col(steps, "num_cpu_hit_blocks", 0.0))
+    if block_size is not None and "block_size" in steps:
+        tier_out, tier_in = tier_out * scale, tier_in * scale
+    nonempty = ((seqs > 0) | (sw_out + sw_in + tier_out + tier_in > 0)).astype(np.float64)
     over = eager * np.maximum(p_tok + d_seqs - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
     loop = serving_loop_flags(steps)
     return np.column_stack([forward, eager, seqs, p_tok, _col(steps, "prefill_attention_pairs"),
                             _col(steps, "decode_context_sum"), _col(steps, "num_prefill_samples") + d_seqs, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
-                            mixed_decode_tail_keys(steps)])
+                            mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
+                            tier_in])
 
 
 def _weighted_nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:

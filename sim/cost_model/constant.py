@@ -45,6 +45,10 @@ class ConstantCostModel(CostModel):
         return (self.step_s + self.per_prefill_token_s * sum(prefill_new_tokens)
                 + self.per_decode_seq_s * num_decode_seqs + self.per_swap_block_s * num_swap_blocks)
 
+    def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
+                           block_size: int = 16) -> float:
+        return step_s + self.per_swap_block_s * (num_offload_blocks + num_load_blocks)
+
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
         if k < 0 or num_seqs < 0:
             raise ValueError(f"decode_step_times_s needs k >= 0 and num_seqs >= 0, got k={k}, num_seqs={num_seqs}")

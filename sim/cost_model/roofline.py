@@ -16,6 +16,12 @@ run one after another (docs/cost_model.md has the formulas):
   all-reduce (tensor parallel only) 2 per layer of hidden * tokens * dtype bytes,
             ring cost 2 * (tp - 1) / tp * size / interconnect, plus a latency each.
   swap      num_swap_blocks * block_size * kv_bytes_per_token over the host link.
+  CPU tier  (with_tier_copies_s) a load crosses the host link and is scattered into the cache (a block
+            read and written in HBM) before the forward pass; an offload is gathered in HBM (read +
+            write) before it, then crosses the host link on the engine's side stream: its last
+            tier_overlap_blocks blocks alongside the loads and the forward pass, the ones before them
+            ahead of it (the engine's two staging buffers, engine/cpu_tier_space.py). The step lasts
+            gather + transfer of the earlier blocks + max(loads + forward, transfer of the last ones).
   overhead  overhead_s per step + per_seq_overhead_s per scheduled sequence.
 
 latency_floors=True adds what a graph-replayed step pays however small it is, from the
@@ -52,7 +58,7 @@ class RooflineCostModel(CostModel):
                  matmul_efficiency: float = 1.0, attention_efficiency: float = 1.0,
                  memory_efficiency: float = 1.0, overhead_s: float = 0.0, per_seq_overhead_s: float = 0.0,
                  allreduce_latency_s: float = 0.0, use_measured: bool = True, max_model_len: int | None = None,
-                 latency_floors: bool = False):
+                 latency_floors: bool = False, tier_overlap_blocks: int = 512):
         self.model = get_model_spec(model) if isinstance(model, str) else model
         self.hardware = get_hardware_spec(hardware) if isinstance(hardware, str) else hardware
         for f, v in (("matmul_efficiency", matmul_efficiency), ("attention_efficiency", attention_efficiency),
@@ -97,6 +103,9 @@ class RooflineCostModel(CostModel):
             self.s_allreduce_fixed = 0.0
         self._decode_fixed: dict[int, float] = {}     # num_seqs -> _fixed_part of a pure decode step
         self.latency_floors = latency_floors
+        if tier_overlap_blocks < 0:
+            raise ValueError(f"RooflineCostModel.tier_overlap_blocks must be >= 0, got {tier_overlap_blocks!r}")
+        self.tier_overlap_blocks = int(tier_overlap_blocks)   # engine.cpu_tier_space: 2 x STAGING_BLOCKS
         g = k = sync = 0.0
         if latency_floors:
             if hw.latency_floors_s is None:
@@ -160,7 +169,8 @@ class RooflineCostModel(CostModel):
         seqs, new, ctx = batch.seqs, batch.num_new_tokens, batch.context_lens
         p = batch.num_prefill_seqs
         nseq = len(seqs)
-        if (batch.swap_in or batch.swap_out or len(new) != nseq or len(ctx) != nseq or not 0 <= p <= nseq
+        if (batch.swap_in or batch.swap_out or batch.offload or batch.load or len(new) != nseq or len(ctx) != nseq
+                or not 0 <= p <= nseq
                 or nseq == 0 or self.max_model_len is None or max(ctx) > self.max_model_len):
             return super().step_time_s(batch)
         num_decode = nseq - p
@@ -186,6 +196,15 @@ class RooflineCostModel(CostModel):
         if num_decode:
             t = t + self._decode_attention(dsum, num_decode)
         return t + t_prefill + 0 * batch.block_size * self.s_swap_per_token
+
+    def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
+                           block_size: int = 16) -> float:
+        hbm = block_size * self.s_kv_per_token          # one block read (or written) in HBM, seconds
+        link = block_size * self.s_swap_per_token       # one block over the host link, seconds
+        gather = 2 * hbm * num_offload_blocks
+        overlapped = min(num_offload_blocks, self.tier_overlap_blocks)
+        ahead = (num_offload_blocks - overlapped) * link
+        return gather + ahead + max(step_s + num_load_blocks * (link + 2 * hbm), overlapped * link)
 
     def _decode_attention(self, context_sum, num_seqs):
         # one query per key: pairs == context_sum; read all keys, write the new token's KV

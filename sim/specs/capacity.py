@@ -9,6 +9,9 @@ replica of one head, as vLLM does); both rules are engine.core.kv_layout's. Ever
 same block ids, so the result is the block count of the whole replica. Weights split evenly
 across GPUs (norms, replicated in practice, are a few KB). `activation_reserve_gib` stands for the forward pass's peak
 activations and the allocator's slack, which the engine measures at start-up.
+
+Host side: the swap space and the prefix cache's CPU tier hold blocks of the same size in host
+memory; `check_host_blocks` refuses more than the hardware's host memory per GPU.
 """
 from __future__ import annotations
 
@@ -30,6 +33,23 @@ def block_bytes_per_gpu(model: ModelSpec, block_size: int, tensor_parallel_size:
     """Bytes of one KV block on one GPU (K and V of every layer)."""
     return kv_block_bytes(block_size, model.num_layers, kv_heads_per_gpu(model, tensor_parallel_size),
                           model.head_dim, model.dtype_bytes)
+
+
+def check_host_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int, tensor_parallel_size: int,
+                      num_cpu_blocks: int, cpu_cache_num_blocks: int) -> None:
+    """ValueError naming cpu_cache_num_blocks when swap space + CPU tier exceed the host memory per GPU
+    (hardware.host_memory_gib; unchecked when None)."""
+    if hardware.host_memory_gib is None or not cpu_cache_num_blocks:
+        return
+    block = block_bytes_per_gpu(model, block_size, tensor_parallel_size)
+    need = (num_cpu_blocks + cpu_cache_num_blocks) * block
+    have = hardware.host_memory_gib * 2**30
+    if need > have:
+        fit = max(0, int(have // block) - num_cpu_blocks)
+        raise ValueError(f"cpu_cache_num_blocks={cpu_cache_num_blocks} ({cpu_cache_num_blocks * block / 2**30:.1f} GiB "
+                         f"of {model.name} KV, plus {num_cpu_blocks * block / 2**30:.1f} GiB of swap space) exceeds "
+                         f"the {hardware.host_memory_gib:g} GiB of host memory per GPU of {hardware.name} "
+                         f"(hardware.host_memory_gib); use cpu_cache_num_blocks <= {fit}")
 
 
 def num_kv_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int = 16,

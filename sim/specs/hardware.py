@@ -6,7 +6,9 @@ as total memory (MiB / 1024), not the marketing "GB".
 
 `interconnect_gbps` is the GPU-to-GPU bandwidth a ring all-reduce sees per
 direction (NVLink: half the bidirectional datasheet figure; PCIe-only cards:
-the PCIe link). `host_link_gbps` is the CPU<->GPU link used by KV swapping.
+the PCIe link). `host_link_gbps` is the CPU<->GPU link used by KV swapping (and the prefix cache's CPU tier).
+`host_memory_gib` is the host memory per GPU (the node's RAM over its GPUs), the
+ceiling of swap space plus CPU tier; None where no node is assumed (unchecked).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class HardwareSpec:
     measured_gemm_floor_us: float | None = None     # per small dependent matmul (weight read far below it)
     measured_kernel_floor_us: float | None = None   # per small dependent elementwise kernel
     measured_step_sync_us: float | None = None      # graph launch + synchronize + reading one value back
+    host_memory_gib: float | None = None            # host RAM per GPU of the node (swap space + CPU tier)
 
     def __post_init__(self):
         for f in ("peak_bf16_tflops", "hbm_bandwidth_gbps", "memory_gib", "host_link_gbps", "interconnect_gbps"):
@@ -35,7 +38,7 @@ class HardwareSpec:
             if not v > 0:
                 raise ValueError(f"HardwareSpec {self.name!r}: {f} must be > 0, got {v!r}")
         for f in ("measured_matmul_tflops", "measured_copy_gbps", "measured_gemm_floor_us", "measured_kernel_floor_us",
-                  "measured_step_sync_us"):
+                  "measured_step_sync_us", "host_memory_gib"):
             v = getattr(self, f)
             if v is not None and not v > 0:
                 raise ValueError(f"HardwareSpec {self.name!r}: {f} must be > 0 or None, got {v!r}")
@@ -69,12 +72,14 @@ HARDWARE_SPECS: dict[str, HardwareSpec] = {s.name: s for s in (
         host_link_gbps=64.0, interconnect_gbps=450.0,
         measured_matmul_tflops=793.0, measured_copy_gbps=4260.0,
         measured_gemm_floor_us=4.33, measured_kernel_floor_us=0.81, measured_step_sync_us=11.5,
+        host_memory_gib=256.0,
         source=("NVIDIA H200 Tensor Core GPU datasheet (SXM): 1979 TFLOPS bf16 with sparsity -> 989 dense, "
                 "4.8 TB/s HBM3e, 141 GB (nvidia-smi: 143771 MiB), NVLink 900 GB/s bidirectional, PCIe Gen5 "
                 "128 GB/s bidirectional; measured on an H200 SXM: bf16 8192^3 torch.matmul 793 TFLOP/s, "
                 "device-to-device copy 4.26 TB/s; in a CUDA graph 4.33 us per [1,1024]x[1024,1024] bf16 matmul, "
                 "0.81 us per [1024] elementwise kernel, 11.5 us per launch + sync + readback "
-                "(benchmarks/results/gpu_floor_h200.json)"),
+                "(benchmarks/results/gpu_floor_h200.json); host memory: DGX H200 datasheet, 2 TB system memory "
+                "for 8 GPUs -> 256 GiB per GPU"),
     ),
     HardwareSpec(
         name="H100-SXM", peak_bf16_tflops=989.0, hbm_bandwidth_gbps=3350.0, memory_gib=81559 / 1024,

@@ -85,7 +85,7 @@ def test_saved_engine_facts_stay_readable():
 def test_a_setting_missing_from_the_layer_above_is_named():
     import pytest
     above = {"block_size": 16, "max_num_batched_tokens": None, "enable_chunked_prefill": False,
-             "enable_prefix_caching": True}
+             "enable_prefix_caching": True, "cpu_cache_num_blocks": 0, "cpu_cache_max_offload_blocks": 512}
     with pytest.raises(TypeError, match=r"no setting\(s\) \['max_num_seqs'\]"):
         SchedulerConfig.from_settings(above, num_kvcache_blocks=8, num_cpu_blocks=0, max_model_len=64)
 
@@ -101,3 +101,22 @@ def test_engine_config_from_a_commands_flags():
     assert rcfg.block_size == EngineConfig.block_size and rcfg.temperature == EngineRunConfig.temperature
     with pytest.raises(TypeError, match="unknown engine option"):
         EngineConfig.from_attributes(args, model_path="/m", temperature=0.0)
+
+
+def test_cpu_tier_settings_reach_the_block_manager_from_either_backend():
+    """cpu_cache_num_blocks and cpu_cache_max_offload_blocks by name: servelab's config -> the simulator's
+    scheduler, and -> EngineRunConfig -> the replay's SchedulerConfig (cpu_cache_eviction picks the tier's policy)."""
+    from omegaconf import OmegaConf
+
+    from experiments.config import HardwareConfig, ModelConfig
+    cfg = compose_cfg("num_kvcache_blocks=64", "cpu_cache_num_blocks=40", "cpu_cache_max_offload_blocks=3",
+                      "cpu_cache_eviction=lfu", "backend=engine", "backend.model_path=/models/x")
+    model = ModelConfig(**OmegaConf.to_container(cfg.model)).to_spec()
+    hardware = HardwareConfig(**OmegaConf.to_container(cfg.hardware)).to_spec()
+    sched = make_scheduler(cfg, *kv_capacity(cfg, model, hardware), 4096)
+    bm = sched.block_manager
+    assert (bm.cpu_cache.num_blocks, bm.cpu_cache_max_offload_blocks, bm.cpu_cache.eviction.name) == (40, 3, "lfu")
+    rcfg = EngineRunConfig.from_config(cfg)
+    assert (rcfg.cpu_cache_num_blocks, rcfg.cpu_cache_max_offload_blocks) == (40, 3)
+    sched_cfg = SchedulerConfig.from_settings(rcfg, num_kvcache_blocks=64, num_cpu_blocks=0, max_model_len=256)
+    assert (sched_cfg.cpu_cache_num_blocks, sched_cfg.cpu_cache_max_offload_blocks) == (40, 3)

@@ -23,7 +23,8 @@ def requests_table():
         "finish_time_s": arrival + e2e, "ttft_s": ttft,
         "tpot_s": [0.75, 0.5, nan, 0.25, nan], "e2e_s": e2e, "queueing_delay_s": [0.25, 0.5, 0.0, 1.0, nan],
         "num_preemptions": [0, 2, 0, 1, 0], "num_swaps": [0, 0, 1, 0, 0], "num_cached_tokens": [0, 10, 0, 20, 0],
-        "priority": 0, "replica": 0, "tenant": "default", "ttft_slo_s": nan, "tpot_slo_s": nan})
+        "num_cpu_cached_tokens": [0, 0, 0, 5, 0], "priority": 0, "replica": 0, "tenant": "default",
+        "ttft_slo_s": nan, "tpot_slo_s": nan})
     for c in ("ttft_slo_met", "tpot_slo_met", "slo_met"):      # no targets: NA
         df[c] = pd.array([pd.NA] * len(df), dtype="boolean")
     return df[list(REQUEST_COLUMNS)]
@@ -57,6 +58,8 @@ def test_summary_hand_computed():
     assert s["num_good"] == 2 and s["goodput_rps"] == pytest.approx(2 / 7) and s["slo_attainment"] == 0.4
     assert (s["num_preemptions"], s["num_preempted_requests"], s["num_swaps"]) == (3, 2, 1)
     assert s["prefix_cache_hit_rate"] == pytest.approx(30 / 100)
+    assert s["prefix_cache_hit_rate_cpu"] == pytest.approx(5 / 100)          # of those, loaded from the CPU tier
+    assert s["prefix_cache_hit_rate_gpu"] == pytest.approx(25 / 100)
     assert s["num_steps"] == 2 and s["mean_batch_size"] == 3.0
     assert s["kv_usage_mean"] == pytest.approx(0.4) and s["kv_usage_max"] == 0.5 and s["busy_time_s"] == 1.5
     assert "itl_s_p50" not in s

@@ -39,11 +39,13 @@ def test_full_grid_reaches_max_model_len_within_the_limits(max_model_len):
 
 def test_short_limits_and_the_small_grid():
     """At max_model_len 4,096 the long end adds the long-tail decodes and chunked mixed steps that fit (163
-    shapes, 132 before); the small grid (CPU tests) has no long end (46 shapes, as before)."""
+    shapes, 132 before, then 12 CPU-tier copy shapes: 175); the small grid (CPU tests) has no long end (46
+    shapes, plus 6 CPU-tier ones)."""
     full = grid_shapes("full", 4096, 16384, 256)
-    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 163
+    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 175
+    assert sum(s.kind in ("tier_out", "tier_in") for s in full) == 12
     small = grid_shapes("small", 512, 512, 32)
-    assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 46
+    assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 52
 
 
 def test_dry_run_lists_the_grid_and_prices_it(capsys, tmp_path):

@@ -17,7 +17,8 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             decode_context_sum=2e-8, lm_head_rows=4e-6, tokens_over_knee=2e-6, swap_step=5e-4, swap_out_blocks=3e-4,
             swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=0.0,      # fits leave loop_seqs at 0 (UNFITTED)
             loop_prefill_tokens=5e-7, prefill_context_tokens=4e-8,
-            loop_prefill_step=3e-4, mixed_decode_tail_keys=6e-8)
+            loop_prefill_step=3e-4, mixed_decode_tail_keys=6e-8, tier_step=2e-4, tier_out_blocks=6e-5,
+            tier_in_blocks=9e-5)
 
 
 def test_nnls_satisfies_kkt_conditions():
@@ -47,6 +48,8 @@ def _shapes():
     # a short chunk beside longer decodes (mixed_decode_tail_keys), ragged so the longest is not the mean
     shapes += [Shape("mixed", ((n, c),), d) for n, c, d in ((32, 0, (500, 2000)), (128, 256, (90, 700, 3000)))]
     shapes += [Shape(k, swap_blocks=s) for k in ("swap_out", "swap_in") for s in (1, 7, 40)]
+    shapes += [Shape(k, (), (c,) * 4, tier_blocks=s) for k in ("tier_out", "tier_in") for s in (1, 9, 50)
+               for c in (64, 700)]
     return shapes
 
 
@@ -216,12 +219,14 @@ def test_features_of_hand_built_rows():
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
                                        loop_step=0, loop_seqs=0, loop_prefill_tokens=0, prefill_context_tokens=400,
-                                       loop_prefill_step=0, mixed_decode_tail_keys=0)
+                                       loop_prefill_step=0, mixed_decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
+                                       tier_in_blocks=0)
     assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
                                        loop_step=1, loop_seqs=5, loop_prefill_tokens=0, prefill_context_tokens=0,
-                                       loop_prefill_step=0, mixed_decode_tail_keys=0)
+                                       loop_prefill_step=0, mixed_decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
+                                       tier_in_blocks=0)
     run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
     assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
 
@@ -360,3 +365,16 @@ def test_envelope_round_trips_and_a_bad_one_is_refused(tmp_path):
     del data["envelope"]["max_batch_size"]
     with pytest.raises(ValueError, match="envelope lacks \\['max_batch_size'\\]"):
         CalibratedCostModel(data)
+
+
+def test_a_mixed_step_priced_by_its_decode_tail_pays_its_tier_copies_too():
+    """A step with prefill entries and a long decode (mixed_decode_tail_keys) that also offloads to the CPU tier:
+    both terms, neither replacing the other."""
+    rng = np.random.default_rng(0)
+    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=64)
+    no_tail = CalibratedCostModel(coefficients={**COEF, "mixed_decode_tail_keys": 0.0}, knee_tokens=64)
+    plain = build_batch(Shape("mixed", ((32, 0),), (900,)), 16, 1000, 0.0, rng)
+    tier = build_batch(Shape("tier_out", ((32, 0),), (900,), tier_blocks=4), 16, 1000, 0.0, rng)
+    copies = cm.with_tier_copies_s(0.0, 4, 0, 16)
+    assert copies > 0 and cm.step_time_s(plain) > no_tail.step_time_s(plain)
+    assert cm.step_time_s(tier) == pytest.approx(cm.step_time_s(plain) + copies, rel=1e-12)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The prefix cache's CPU tier on one H200, against the calibrated simulator: the CUDA copy tests, a profile
+# grid with the tier's offload / load shapes, a calibration replay with the tier on, the fit, then real
+# replays with the tier off and on, each simulated (roofline and calibrated) and compared request by request
+# (experiments.validate). Or the same stages on CPU with the tiny test model (--smoke).
+#
+#   benchmarks/gpu_tier.sh [--out DIR]                    # H200: random-weight Qwen3-0.6B
+#   STAGES="validate" CKPT=/tmp/ckpt PROFILE=DIR/profile_tier_h200.json benchmarks/gpu_tier.sh --out DIR
+#   benchmarks/gpu_tier.sh --smoke [--out DIR]            # CPU, tiny model, every stage, small sizes
+#
+# Stages (STAGES, default all; each logs, and a failing stage never stops the next):
+#   pytest    tests/engine/test_cpu_tier.py with the GPU tests (chunked side-stream offload bit-exact, greedy tokens)
+#   fit       profile grid up to 16,384 tokens (tier_out / tier_in shapes included), a calibration replay of a
+#             document-reuse trace with the tier on (seed 1), the fit on both      -> profile_tier_<tag>.{csv,json}
+#   validate  a document-reuse trace (benchmarks/doc_reuse_trace.py, seed 0: 32 documents of 3,584 tokens, a
+#             working set of 7,168 blocks over a GPU cache of 2,048 and a tier of 16,384) replayed with the tier
+#             off and on, vllm, each against the roofline and the fit           -> validation_tier_{off,on}.json
+#   mooncake  the Mooncake conversation trace (first 400 requests at 4 req/s, max_model_len 16,384) with the tier
+#             on (16,384 blocks, 28 GiB of host memory)                          -> validation_tier_mooncake.json
+# Outputs (--out, default $OUT, else benchmarks/results/tier): gpu_tier.log, the profile and fit, the reports
+# and overlay plots. Knobs (environment): STAGES, CKPT (reuse a checkpoint), PROFILE (a fit for validate alone),
+# MAX_WALL_S.
+set -uo pipefail
+
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_tier benchmarks/results/tier '2,24p' "$0" "$@"
+select_stages "pytest fit validate mooncake"
+TRACES_DIR="$(dirname "${TRACE:-../shared/traces/x}")"
+
+if [ "$SMOKE" = 1 ]; then
+  TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-120}"
+  # the tiny model's 512 positions: one 512-token block per document, clipped to fit with its question
+  DOCS=(--docs 4 --doc-blocks 1); DOC_REQ=24; DOC_RATE=20; GPU_BLOCKS=40; TIER_BLOCKS=160
+  MOON=(--max-requests 40 --target-rate-rps 20 --num-kvcache-blocks 40); PYTEST_MARK="not gpu"
+  T_CKPT=120; T_TEST=300; T_PROFILE=300; T_REPLAY=300
+else
+  TAG=h200; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=16384; MAX_WALL_S="${MAX_WALL_S:-150}"
+  DOCS=(--docs 32 --doc-blocks 7); DOC_REQ=300; DOC_RATE=4; GPU_BLOCKS=2048; TIER_BLOCKS=16384
+  MOON=(--max-requests 400 --target-rate-rps 4 --num-kvcache-blocks 4096); PYTEST_MARK="gpu or not gpu"
+  T_CKPT=90; T_TEST=180; T_PROFILE=240; T_REPLAY=240
+fi
+
+log "gpu_tier: smoke=$SMOKE device=$DEVICE stages='$STAGES' out=$OUT_DIR"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
+[ "$DEVICE" = cuda ] && grep -E "MemTotal|MemAvailable" /proc/meminfo | tee -a "$LOG"
+
+if has_stage pytest; then
+  stage pytest "$T_TEST" "$PY" -m pytest -q -p no:cacheprovider -m "$PYTEST_MARK" tests/engine/test_cpu_tier.py \
+    tests/engine/test_cpu_cache.py
+fi
+
+CKPT="${CKPT:-$WORK/model}"
+if has_stage fit || has_stage validate || has_stage mooncake; then
+  [ -f "$CKPT/config.json" ] || make_checkpoint "$CKPT" "$T_CKPT"
+fi
+# The document-reuse traces: seed 1 for the calibration replay, seed 0 for the validation.
+"$PY" benchmarks/doc_reuse_trace.py --out "$WORK/docs_cal.jsonl" "${DOCS[@]}" --requests "$DOC_REQ" \
+  --rate-rps "$DOC_RATE" --seed 1 | tee -a "$LOG"
+"$PY" benchmarks/doc_reuse_trace.py --out "$WORK/docs.jsonl" "${DOCS[@]}" --requests "$DOC_REQ" \
+  --rate-rps "$DOC_RATE" --seed 0 | tee -a "$LOG"
+COMMON=(--model "$CKPT" --device "$DEVICE" --max-model-len "$MAX_MODEL_LEN" --policies vllm --max-wall-s "$MAX_WALL_S"
+        --num-cpu-blocks 0)
+
+PROFILE="${PROFILE:-$OUT_DIR/profile_tier_$TAG.json}"
+if has_stage fit; then
+  TABLE="$OUT_DIR/profile_tier_$TAG.csv"
+  stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
+    --grid "$GRID" --max-model-len "$MAX_MODEL_LEN"
+  CAL_STEPS="$WORK/calib_steps_tier.parquet"
+  stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate "${COMMON[@]}" --trace "$WORK/docs_cal.jsonl" \
+    --num-kvcache-blocks "$GPU_BLOCKS" --cpu-cache-num-blocks "$TIER_BLOCKS" --no-roofline --no-plot \
+    --out-dir "$WORK" --name calib --steps-out "$CAL_STEPS"
+  CAL_INPUTS=("$TABLE")
+  [ -f "$CAL_STEPS" ] && CAL_INPUTS+=("$CAL_STEPS")
+  HW="$([ "$SMOKE" = 1 ] && echo cpu || echo H200)"
+  MODEL_NAME="$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
+  stage calibrate 120 "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$PROFILE" --hardware "$HW" \
+    --model "$MODEL_NAME"
+fi
+
+FIT=()
+[ -f "$PROFILE" ] && FIT=(--profile "$PROFILE")
+if has_stage validate; then
+  for tier in off on; do
+    blocks=0; [ "$tier" = on ] && blocks="$TIER_BLOCKS"
+    stage "validate_$tier" "$T_REPLAY" "$PY" -m experiments.validate "${COMMON[@]}" "${FIT[@]}" \
+      --trace "$WORK/docs.jsonl" --num-kvcache-blocks "$GPU_BLOCKS" --cpu-cache-num-blocks "$blocks" \
+      --out-dir "$OUT_DIR" --name "tier_$tier"
+  done
+fi
+if has_stage mooncake; then
+  MOONCAKE="$TRACES_DIR/conversation_trace.jsonl"
+  [ -f "$MOONCAKE" ] || MOONCAKE="shared/traces/conversation_trace.jsonl"
+  if [ -f "$MOONCAKE" ]; then
+    stage mooncake "$T_REPLAY" "$PY" -m experiments.validate "${COMMON[@]}" "${FIT[@]}" --trace "$MOONCAKE" "${MOON[@]}" \
+      --cpu-cache-num-blocks "$TIER_BLOCKS" --out-dir "$OUT_DIR" --name tier_mooncake
+  else
+    FAILED+=(mooncake); log "!!! [mooncake] skipped: no conversation_trace.jsonl beside --trace or in shared/traces"
+  fi
+fi
+log "gpu_tier finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
+ls -la "$OUT_DIR" | tee -a "$LOG"
+rm -rf "$WORK"
+[ ${#FAILED[@]} -eq 0 ]

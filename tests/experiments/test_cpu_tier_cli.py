@@ -1,0 +1,54 @@
+"""servelab with the prefix cache's CPU tier: per-tier hit rates in the summary; bad tier settings get one
+`error:` line naming the field."""
+import json
+
+import pytest
+
+from tests.experiments.cli import QUIET, SMALL, error_line, in_tmp, servelab  # noqa: F401  (in_tmp: a fixture)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["cpu_cache_num_blocks=200000"], "error: cpu_cache_num_blocks=200000 (341.8 GiB of Qwen3-0.6B KV, plus 4.0 GiB "
+                                      "of swap space) exceeds the 256 GiB of host memory per GPU of H200 "
+                                      "(hardware.host_memory_gib); use cpu_cache_num_blocks <= 147456"),
+    (["cpu_cache_num_blocks=-1"], "error: cpu_cache_num_blocks must be >= 0"),
+    (["cpu_cache_num_blocks=10", "cpu_cache_eviction=none"], "error: cpu_cache_eviction='none' is not an eviction "
+                                                             "policy that keeps blocks; use one of fifo, lfu, lru"),
+    (["cpu_cache_num_blocks=10", "cpu_cache_eviction=lruu"], "error: cpu_cache_eviction='lruu'"),
+    (["cpu_cache_num_blocks=10", "enable_prefix_caching=false"], "error: cpu_cache_num_blocks=10 needs the GPU "
+                                                                 "prefix cache"),
+])
+def test_bad_tier_settings(in_tmp, monkeypatch, capsys, args, expected):
+    assert error_line(monkeypatch, capsys, *SMALL, *args).startswith(expected)
+
+
+def test_summary_reports_hits_per_tier(in_tmp, monkeypatch, capsys):
+    args = ["workload.num_requests=300", "workload.arrival.rate_rps=50", "num_kvcache_blocks=400",
+            "cpu_cache_num_blocks=2000", "hydra.run.dir=out", *QUIET[:1], "plots=false"]
+    code, out, err = servelab(monkeypatch, capsys, *args)
+    assert code in (0, None), err
+    m = json.loads((in_tmp / "out" / "summary.json").read_text())["metrics"]
+    assert m["prefix_cache_hit_rate_gpu"] + m["prefix_cache_hit_rate_cpu"] == pytest.approx(m["prefix_cache_hit_rate"])
+    assert "prefix-cache hits" in out and "CPU tier" in out
+
+
+def test_tier_plot_of_a_sweep(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from experiments.tier_plot import main, tier_table
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "experiments.run", "-m", "experiment=smoke", "workload.num_requests=200",
+           "workload.arrival.rate_rps=50", "num_kvcache_blocks=300", "cpu_cache_num_blocks=0,3000",
+           "hydra/launcher=basic", f"hydra.sweep.dir={tmp_path / 'sw'}", *QUIET]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = tier_table(tmp_path / "sw")
+    assert list(table["cpu_cache_num_blocks"]) == [0, 3000]
+    assert table["prefix_cache_hit_rate_cpu"].iloc[0] == 0
+    main([str(tmp_path / "sw"), "--out", str(tmp_path / "rep")])
+    assert (tmp_path / "rep" / "cpu_tier.png").stat().st_size > 10_000
+    assert len(open(tmp_path / "rep" / "cpu_tier.csv").read().splitlines()) == 3
