@@ -33,6 +33,7 @@ import pandas as pd
 
 from experiments.step_tables import read_step_table
 from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
+from sim.cost_model.calibrated_fit import decode_single_split_min_seqs
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 
 
@@ -78,14 +79,18 @@ def _by_source(model, table: pd.DataFrame, rows: np.ndarray) -> dict:
 
 def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int = 0,
               knee_candidates=KNEE_CANDIDATES, objective: str = "relative", robust: bool = True,
-              metadata: dict | None = None, eval_tables: dict | None = None) -> tuple[CalibratedCostModel, dict]:
+              metadata: dict | None = None, eval_tables: dict | None = None,
+              single_split_min_seqs: int | None = None) -> tuple[CalibratedCostModel, dict]:
     """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
 
     table: one calibration table (an optional `source` column names each row's input, for per-source errors).
     eval_tables: name -> table never fitted on, scored with the final model.
+    single_split_min_seqs: the decode batch size from which the engine's decode kernel stops splitting keys
+    (decode_tail_keys; main() derives it from the profile's SM and KV-head counts).
     """
     table = _valid(table)
-    opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust)
+    opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust,
+                single_split_min_seqs=single_split_min_seqs)
     train, test = heldout_split(len(table), heldout_fraction, seed)
     part = CalibratedCostModel.fit(table.iloc[train], **opts)
     heldout = _by_source(part, table, test)
@@ -163,10 +168,14 @@ def main(argv=None) -> int:
         "profile_command": prof.get("command"),
         "profile_date": prof.get("date"),
         "sources": [{k: v for k, v in s.items() if k != "profile"} for s in sources],
+        "num_sms": prof.get("num_sms"),
     }
+    # the decode kernel's split rule needs the GPU's SM count (a profile made before it was recorded: none)
+    split_min = decode_single_split_min_seqs(prof.get("num_sms"), (meta["model_dims"] or {}).get("num_kv_heads"))
     evals = {Path(t).name: read_table(t) for t in args.eval}
     model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, objective=args.objective,
-                              robust=not args.no_robust, metadata=meta, eval_tables=evals)
+                              robust=not args.no_robust, metadata=meta, eval_tables=evals,
+                              single_split_min_seqs=split_min)
     model.save(args.out)
     print(f"{model!r}")
     print(f"held-out: {_fmt(report['heldout'])}")

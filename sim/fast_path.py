@@ -65,21 +65,23 @@ class FastPathMixin:
                 break
         return t_end
 
-    def _price(self, r: Replica, n: int, s0: int, k: int, t: float, t_next: float) -> tuple[list, list]:
+    def _price(self, r: Replica, n: int, s0: int, k: int, t: float, t_next: float,
+               m0: int | None = None) -> tuple[list, list]:
         """Durations [j] and clock [j + 1] (t, then each step's end) of the first j <= k decode steps
-        of n sequences from t (step i attends s0 + i * n keys) that the next arrival leaves."""
+        of n sequences from t (step i attends s0 + i * n keys, its longest context m0 + i) that the next
+        arrival leaves."""
         cm = r.cost_model
         if t_next != INF and r.last_decode_s > 0:
             # Price only the steps the next arrival can leave (an estimate; extended below if short).
             m = min(k, int((t_next - t) / r.last_decode_s) + 2)
         else:
             m = k
-        durs = cm.decode_step_times_list(n, s0, m)                # [m] seconds
+        durs = cm.decode_step_times_list(n, s0, m, m0)            # [m] seconds
         clock = list(accumulate(durs, initial=t))                 # the same additions as the step-by-step path
         if t_next == INF:
             return durs, clock
         while m < k and clock[m] < t_next:
-            more = cm.decode_step_times_list(n, s0 + m * n, min(k, 2 * m) - m)
+            more = cm.decode_step_times_list(n, s0 + m * n, min(k, 2 * m) - m, None if m0 is None else m0 + m)
             durs += more
             clock += accumulate(more, initial=clock[m])
             del clock[m + 1]          # the initial value, already in clock
@@ -103,7 +105,7 @@ class FastPathMixin:
         bm = sched.block_manager
         n = len(sched.running)
         s0 = fast.horizon_context_sum                            # decode_context_sum of the first step
-        durs, clock = self._price(r, n, s0, k, t, t_next)
+        durs, clock = self._price(r, n, s0, k, t, t_next, fast.horizon_context_max)
         if not durs:
             return None
         # A horizon cut short by free blocks, taken whole: the next step needs a block that is not free.
@@ -137,7 +139,7 @@ class FastPathMixin:
         for n, s0, steps, m0 in chain.segments_with_max():
             if self._prerouted and t >= t_next:
                 break
-            d, c = self._price(r, n, s0, steps, t, t_next)
+            d, c = self._price(r, n, s0, steps, t, t_next, m0)
             if not d:
                 break
             runs.append((len(d), n, s0, m0))

@@ -103,8 +103,15 @@ class CostModel(ABC):
         return np.array([self.step_time_from_shape((), (), num_seqs, start_context_sum + i * num_seqs, 0)
                          for i in range(int(k))], dtype=np.float64)
 
-    def decode_step_times_list(self, num_seqs: int, start_context_sum: int, k: int) -> list[float]:
+    # True when decode_step_times_s also takes start_max_context (the first step's longest context; every
+    # context grows by 1 per step) and its times depend on it (the calibrated model's decode_tail_keys)
+    prices_longest_decode: bool = False
+
+    def decode_step_times_list(self, num_seqs: int, start_context_sum: int, k: int,
+                               start_max_context: int | None = None) -> list[float]:
         """decode_step_times_s as a list of floats (what the simulator's fast path consumes)."""
+        if self.prices_longest_decode:
+            return self.decode_step_times_s(num_seqs, start_context_sum, k, start_max_context).tolist()
         return self.decode_step_times_s(num_seqs, start_context_sum, k).tolist()
 
     # -- what the simulator calls ----------------------------------------------------------

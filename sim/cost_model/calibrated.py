@@ -53,6 +53,11 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              set the step's attention time, which the sums of keys do not show. On the H200 the
                              chunked-prefill (sarathi) steps of 512 new tokens beside 1-4 decodes of 3k-7k keys
                              ran 1.2x as long as the fit without it priced them (0.89 of the real step sum)
+    decode_tail_keys         per key by which the longest context of a pure-decode step exceeds the mean one, in
+                             batches of at least `single_split_min_seqs` sequences: there the decode kernel reads
+                             each context in one program per (sequence, KV head) without splitting it, so the
+                             longest context is a serial critical path. On the H200, batches of ~46 sequences of
+                             ~1.4k keys with one of 4k-8k took 5.8 ms, priced 3.9 ms without it
 
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
@@ -111,10 +116,13 @@ class CalibratedCostModel(FittedCostModel):
     def __init__(self, profile: str | Path | Mapping | None = None, *, coefficients: Mapping[str, float] | None = None,
                  knee_tokens: int | None = None, block_size: int = 16, metadata: Mapping | None = None,
                  fitted_range: Mapping | None = None, max_model_len: int | None = None,
-                 envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False):
+                 envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False,
+                 single_split_min_seqs: int | None = None):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
-        keeps what differs in `mismatch` (None when it matches or nothing was checked)."""
+        keeps what differs in `mismatch` (None when it matches or nothing was checked).
+        single_split_min_seqs: the decode batch size from which the fitted engine's decode kernel stops
+        splitting keys (calibrated_fit.decode_single_split_min_seqs); None: decode_tail_keys is not priced."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -123,6 +131,7 @@ class CalibratedCostModel(FittedCostModel):
             knee_tokens, block_size = data.get("knee_tokens"), data.get("block_size", 16)
             metadata, fitted_range = data.get("metadata"), data.get("fitted_range")
             envelope = data.get("envelope")
+            single_split_min_seqs = data.get("single_split_min_seqs")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -140,6 +149,11 @@ class CalibratedCostModel(FittedCostModel):
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if knee_tokens is None:
             c["tokens_over_knee"] = 0.0
+        if single_split_min_seqs is not None and int(single_split_min_seqs) < 1:
+            raise ValueError(f"single_split_min_seqs must be >= 1 or None, got {single_split_min_seqs}")
+        self.single_split_min_seqs = None if single_split_min_seqs is None else int(single_split_min_seqs)
+        if self.single_split_min_seqs is None:
+            c["decode_tail_keys"] = 0.0
         self.coefficients = c
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
         self.block_size = int(block_size)
@@ -152,7 +166,7 @@ class CalibratedCostModel(FittedCostModel):
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
-         self._tier_in) = (c[f] for f in FEATURES)
+         self._tier_in, self._dec_tail) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -193,6 +207,9 @@ class CalibratedCostModel(FittedCostModel):
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
         t = self._step + self._loop_step + self._decode_seq * num_decode_seqs + self._dctx * decode_context_sum
+        if not n_pre and self._dec_tail and max_decode_context_len is not None \
+                and num_decode_seqs >= self.single_split_min_seqs:
+            t += self._dec_tail * max(max_decode_context_len - decode_context_sum / num_decode_seqs, 0)
         if n_pre:
             pre_tokens = sum(prefill_new_tokens)
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
@@ -214,7 +231,8 @@ class CalibratedCostModel(FittedCostModel):
                              num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,
                              num_prefill_samples: int | None = None, block_size: int = 16,
                              max_decode_context_len: int | None = None) -> float:
-        """max_decode_context_len: the longest decode context (mixed_decode_tail_keys); None: the mean."""
+        """max_decode_context_len: the longest decode context (mixed_decode_tail_keys, decode_tail_keys);
+        None: the mean (no tail)."""
         self.check_shape(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
                          num_swap_blocks, num_prefill_samples)
         half = 0.5 * num_swap_blocks          # direction unknown here: the mean of the two per-block costs
@@ -242,7 +260,7 @@ class CalibratedCostModel(FittedCostModel):
         """CostModel.step_time_s (the CPU tier's copies included) plus the longest decode context, which only
         this model prices."""
         p = batch.num_prefill_seqs
-        if not p or len(batch.context_lens) == p or not self._dtail:
+        if len(batch.context_lens) == p or not (self._dtail if p else self._dec_tail):
             return super().step_time_s(batch)
         shape = StepShape.from_batch(batch)
         if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:
@@ -250,7 +268,14 @@ class CalibratedCostModel(FittedCostModel):
         t = self.step_time_from_shape(*shape, max_decode_context_len=max(batch.context_lens[p:]))
         return self.with_tier_copies_s(t, len(batch.offload), len(batch.load), batch.block_size)
 
-    def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
+    @property
+    def prices_longest_decode(self) -> bool:
+        return bool(self._dec_tail)
+
+    def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int,
+                            start_max_context: int | None = None) -> np.ndarray:
+        """start_max_context: the first step's longest context (decode_tail_keys: constant over the k steps,
+        every context growing by 1)."""
         k = int(k)
         if k < 0 or num_seqs < 0:
             raise ValueError(f"decode_step_times_s needs k >= 0 and num_seqs >= 0, got k={k}, num_seqs={num_seqs}")
@@ -259,26 +284,31 @@ class CalibratedCostModel(FittedCostModel):
         self.check_shape((), (), num_seqs, start_context_sum, 0, None)
         self.check_shape((), (), num_seqs, start_context_sum + (k - 1) * num_seqs, 0, None)
         ctx = start_context_sum + num_seqs * np.arange(k, dtype=np.float64)            # [k]
-        return (self._step + self._loop_step + self._decode_seq * num_seqs) + self._dctx * ctx
+        fixed = self._step + self._loop_step + self._decode_seq * num_seqs
+        if self._dec_tail and start_max_context is not None and num_seqs >= self.single_split_min_seqs:
+            fixed += self._dec_tail * max(start_max_context - start_context_sum / num_seqs, 0)
+        return fixed + self._dctx * ctx
 
     def predict_table(self, steps) -> np.ndarray:
         """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s)."""
-        x = design_matrix(steps, self.knee_tokens, self.block_size)
+        x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs)
         return x @ np.array([self.coefficients[f] for f in FEATURES])
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod
     def fit(cls, steps: Any, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int | None = None,
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
-            **options) -> "CalibratedCostModel":
+            single_split_min_seqs: int | None = None, **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
         objective: "relative" (default: every row by its relative error), "sqrt" or "absolute".
+        single_split_min_seqs: see __init__ (experiments.calibrate derives it from the profile's SM and KV-head
+        counts); None leaves decode_tail_keys out.
         """
         if options:
             raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
-                            f"metadata, objective, robust")
+                            f"metadata, objective, robust, single_split_min_seqs")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
@@ -288,7 +318,8 @@ class CalibratedCostModel(FittedCostModel):
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
-        coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust)
+        coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
+                                              single_split_min_seqs)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -296,11 +327,13 @@ class CalibratedCostModel(FittedCostModel):
         if offset is not None:
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
-                   metadata=meta, fitted_range=rng, envelope=envelope_of(table))
+                   metadata=meta, fitted_range=rng, envelope=envelope_of(table),
+                   single_split_min_seqs=single_split_min_seqs)
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
                 "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
+                "single_split_min_seqs": self.single_split_min_seqs,
                 "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
                 "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
 

@@ -35,7 +35,7 @@ from sim.cost_model.base import STEP_TABLE_COLUMNS
 FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
-            "tier_step", "tier_out_blocks", "tier_in_blocks")
+            "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys")
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -126,11 +126,34 @@ def mixed_decode_tail_keys(steps) -> np.ndarray:
     return np.where((p_seqs > 0) & (d_seqs > 0), np.maximum(np.nan_to_num(tail), 0.0), 0.0)
 
 
-def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None) -> np.ndarray:
+def decode_single_split_min_seqs(num_sms: int | None, num_kv_heads: int | None) -> int | None:
+    """Fewest decode sequences for which the engine's decode kernel reads each context in one program per
+    (sequence, KV head) instead of splitting it (engine/kernels/paged_decode.choose_num_splits: one split once
+    num_seqs * num_kv_heads >= 2 * num_sms). None when either count is unknown."""
+    if not num_sms or not num_kv_heads:
+        return None
+    return -(-2 * int(num_sms) // int(num_kv_heads))
+
+
+def decode_tail_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
+    """Per row: in a pure-decode step of at least single_split_min_seqs sequences, keys by which the longest
+    decode context exceeds the mean one (0 otherwise, for single_split_min_seqs None, and for a table without
+    the recorder's max_decode_context_tokens column)."""
+    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    if single_split_min_seqs is None or "max_decode_context_tokens" not in steps:
+        return np.zeros_like(p_seqs)
+    mean = _col(steps, "decode_context_sum") / np.maximum(d_seqs, 1.0)
+    tail = np.nan_to_num(_col(steps, "max_decode_context_tokens") - mean)
+    return np.where((p_seqs == 0) & (d_seqs >= single_split_min_seqs), np.maximum(tail, 0.0), 0.0)
+
+
+def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
+                  single_split_min_seqs: int | None = None) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
-    to it: a block twice as large copies twice the bytes).
+    to it: a block twice as large copies twice the bytes). single_split_min_seqs: see decode_tail_keys
+    (None: that column is 0).
     """
     missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
     if missing:
@@ -158,7 +181,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None)
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
                             mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
-                            tier_in])
+                            tier_in, decode_tail_keys(steps, single_split_min_seqs)])
 
 
 def _weighted_nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -268,7 +291,8 @@ def profile_offset_columns(steps) -> np.ndarray | None:
 
 
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
-                     objective: str = "relative", robust: bool = True) -> Fit:
+                     objective: str = "relative", robust: bool = True,
+                     single_split_min_seqs: int | None = None) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset).
@@ -291,7 +315,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     nf = len(FEATURES)
 
     def fit(knee):
-        x = design_matrix(steps, knee, block_size)
+        x = design_matrix(steps, knee, block_size, single_split_min_seqs)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])

@@ -228,7 +228,8 @@ class RooflineCostModel(CostModel):
         # Same operation order as step_time_from_shape, so the two agree to the last bit.
         return self._fixed_part(num_seqs, num_seqs, num_seqs) + attn
 
-    def decode_step_times_list(self, num_seqs: int, start_context_sum: int, k: int) -> list[float]:
+    def decode_step_times_list(self, num_seqs: int, start_context_sum: int, k: int,
+                               start_max_context: int | None = None) -> list[float]:
         # Plain Python for the short horizons of the simulator's fast path (numpy's per-call cost
         # dominates below a few hundred steps). The same operations on the same float64 values as
         # decode_step_times_s and step_time_from_shape: int -> float conversions are exact below 2**53.

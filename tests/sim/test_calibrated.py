@@ -17,8 +17,9 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             decode_context_sum=2e-8, lm_head_rows=4e-6, tokens_over_knee=2e-6, swap_step=5e-4, swap_out_blocks=3e-4,
             swap_in_blocks=1e-4, loop_step=2e-4, loop_seqs=0.0,      # fits leave loop_seqs at 0 (UNFITTED)
             loop_prefill_tokens=5e-7, prefill_context_tokens=4e-8,
-            loop_prefill_step=3e-4, mixed_decode_tail_keys=6e-8, tier_step=2e-4, tier_out_blocks=6e-5,
-            tier_in_blocks=9e-5)
+            loop_prefill_step=3e-4, mixed_decode_tail_keys=6e-8, decode_tail_keys=0.0, tier_step=2e-4,
+            tier_out_blocks=6e-5, tier_in_blocks=9e-5)
+SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
 def test_nnls_satisfies_kkt_conditions():
@@ -72,11 +73,11 @@ def _table(shapes, model, loop: bool = True):
 
 def test_fit_recovers_known_coefficients_exactly():
     """A profile (no loop terms) and a run's table (with them), fitted together, give back every coefficient."""
-    truth = CalibratedCostModel(coefficients=COEF, knee_tokens=256)
+    truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256)
     profile, _ = _table(_shapes(), truth, loop=False)
     run, _ = _table(_shapes(), truth, loop=True)
     table = pd.concat([profile, run], ignore_index=True)
-    fitted = CalibratedCostModel.fit(table, knee_candidates=(None, 128, 256, 512))
+    fitted = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(None, 128, 256, 512))
     assert fitted.knee_tokens == 256
     np.testing.assert_allclose(fitted.predict_table(table), table["duration_s"], rtol=1e-7)
     for f in FEATURES:
@@ -87,7 +88,7 @@ def test_fit_weighs_profile_and_run_rows_equally_and_leaves_loop_seqs_at_zero():
     """A run table with 10x the rows of the profile: both sources carry half the weight; and a per-sequence loop
     cost in the data is not fitted into loop_seqs (it would extrapolate), whatever the data say."""
     from sim.cost_model.calibrated_fit import source_weights
-    truth = CalibratedCostModel(coefficients=dict(COEF, loop_seqs=5e-5), knee_tokens=256)
+    truth = CalibratedCostModel(coefficients=dict(COEF, loop_seqs=5e-5), single_split_min_seqs=SPLIT, knee_tokens=256)
     profile, _ = _table(_shapes(), truth, loop=False)
     run, _ = _table(_shapes() * 10, truth, loop=True)
     table = pd.concat([profile, run], ignore_index=True)
@@ -95,20 +96,20 @@ def test_fit_weighs_profile_and_run_rows_equally_and_leaves_loop_seqs_at_zero():
     loop = table["serving_loop"].to_numpy() == 1
     assert w[loop].sum() == pytest.approx(w[~loop].sum()) and w.sum() == pytest.approx(len(table))
     assert np.array_equal(source_weights(run), np.ones(len(run)))
-    fitted = CalibratedCostModel.fit(table, knee_candidates=(256,))
+    fitted = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert fitted.coefficients["loop_seqs"] == 0.0 and fitted.coefficients["num_seqs"] > 0
 
 
 def test_loop_terms_come_from_the_host_gap_when_run_rows_keep_their_measured_duration():
     """Run rows with measured_duration_s: loop_step and loop_seqs are fitted on cycle - measured (the host gap)
     and recovered exactly, including loop_seqs, which a joint fit leaves at 0; the other terms fit the rest."""
-    truth = CalibratedCostModel(coefficients=dict(COEF, loop_seqs=3e-6), knee_tokens=256)
+    truth = CalibratedCostModel(coefficients=dict(COEF, loop_seqs=3e-6), single_split_min_seqs=SPLIT, knee_tokens=256)
     profile, _ = _table(_shapes(), truth, loop=False)
     run, _ = _table(_shapes() * 4, truth, loop=True)
     seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
     gap = np.where(seqs > 0, COEF["loop_step"] + 3e-6 * seqs, 0.0)
     run = run.assign(measured_duration_s=run["duration_s"] - gap)
-    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), knee_candidates=(256,))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert fitted.coefficients["loop_seqs"] == pytest.approx(3e-6, rel=1e-6)
     assert fitted.coefficients["loop_step"] == pytest.approx(COEF["loop_step"], rel=1e-6)
     for f in ("step", "num_seqs", "decode_context_sum", "prefill_tokens"):
@@ -121,7 +122,7 @@ def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s):
     fit returns the run's coefficients exactly and the offset in metadata, and never prices it (the run rows
     keep their measured step, so the loop terms are known). Without run rows there is no offset to fit (it
     would duplicate `step`)."""
-    truth = CalibratedCostModel(coefficients=COEF, knee_tokens=256)
+    truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256)
     profile, _ = _table(_shapes(), truth, loop=False)
     runs = (profile["num_prefill_seqs"] + profile["num_decode_seqs"] + profile["num_swap_blocks"]) > 0
     assert runs.all()
@@ -129,12 +130,12 @@ def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s):
     run, _ = _table(_shapes() * 3, truth, loop=True)
     seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
     run = run.assign(measured_duration_s=run["duration_s"] - np.where(seqs > 0, COEF["loop_step"], 0.0))
-    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), knee_candidates=(256,))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert fitted.metadata["profile_offset_s"] == pytest.approx(offset_s, rel=1e-5)
     for f in FEATURES:
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
     np.testing.assert_allclose(fitted.predict_table(run), run["duration_s"], rtol=1e-7)
-    alone = CalibratedCostModel.fit(profile, knee_candidates=(256,))
+    alone = CalibratedCostModel.fit(profile, single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert "profile_offset_s" not in alone.metadata
     assert alone.coefficients["step"] == pytest.approx(COEF["step"] + offset_s, rel=1e-5)
 
@@ -142,15 +143,15 @@ def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s):
 def test_robust_fit_ignores_a_few_stalled_steps():
     """Noisy times (2% jitter) plus 3 steps stalled 20x (a compile, a host hiccup): the robust fit stays close
     (p90 relative error on the clean steps under 4%; plain NNLS about 9%)."""
-    truth = CalibratedCostModel(coefficients=COEF, knee_tokens=256)
+    truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256)
     table, _ = _table(_shapes() * 3, truth)
     rng = np.random.default_rng(3)
     y = table["duration_s"].to_numpy() * rng.normal(1.0, 0.02, len(table))
     y[[2, 17, 40]] *= 20.0
     table = table.assign(duration_s=y)
     # the sqrt objective, where a stalled step weighs more than under the relative one
-    robust = CalibratedCostModel.fit(table, knee_candidates=(256,), objective="sqrt")
-    plain = CalibratedCostModel.fit(table, knee_candidates=(256,), objective="sqrt", robust=False)
+    robust = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,), objective="sqrt")
+    plain = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,), objective="sqrt", robust=False)
     clean = np.delete(np.arange(len(table)), [2, 17, 40])
     true = truth.predict_table(table)[clean]
     err = (lambda m: np.percentile(np.abs(m.predict_table(table)[clean] - true) / true, 90))
@@ -194,6 +195,48 @@ def test_a_long_decode_beside_a_short_chunk_is_priced_by_its_excess_keys():
     assert cm.step_time_s(decode) == pytest.approx(1.0 + 0.95)
 
 
+def test_decode_tail_keys_prices_the_longest_context_of_unsplit_decode_batches():
+    """decode_tail_keys: in a pure-decode step of at least single_split_min_seqs sequences, the keys of the
+    longest context beyond the mean; the table, batch, shape and fast-path forms agree, and a fit recovers it."""
+    coef = dict(step=1e-3, num_seqs=1e-5, decode_context_sum=2e-8, decode_tail_keys=4e-7)
+    cm = CalibratedCostModel(coefficients=coef, single_split_min_seqs=4)
+    rng = np.random.default_rng(0)
+    ragged = build_batch(Shape("decode", decode_ctx=(100, 100, 100, 900)), 16, 1000, 0.0, rng)   # mean 300
+    assert cm.step_time_s(ragged) == pytest.approx(1e-3 + 4e-5 + 2e-8 * 1200 + 4e-7 * 600)
+    few = build_batch(Shape("decode", decode_ctx=(100, 900)), 16, 1000, 0.0, rng)                 # 2 < 4: split
+    assert cm.step_time_s(few) == pytest.approx(1e-3 + 2e-5 + 2e-8 * 1000)
+    assert cm.step_time_from_shape([], [], 4, 1200, max_decode_context_len=900) == cm.step_time_s(ragged)
+    # the fast path: every context grows by 1 a step, so the tail stays 600
+    ref = [cm.step_time_from_shape([], [], 4, 1200 + 4 * i, max_decode_context_len=900 + i) for i in range(5)]
+    np.testing.assert_allclose(cm.decode_step_times_s(4, 1200, 5, start_max_context=900), ref, rtol=1e-12)
+    assert cm.decode_step_times_list(4, 1200, 5, 900) == pytest.approx(ref)
+    # a file without the threshold prices no tail
+    assert CalibratedCostModel(coefficients=coef).step_time_s(ragged) == pytest.approx(1e-3 + 4e-5 + 2e-8 * 1200)
+    # recovered by a fit from ragged and uniform batches either side of the threshold
+    shapes = [Shape("decode", (), d) for d in ((50,) * 3 + (900,), (50,) * 7 + (2000,), (300,) * 8, (50, 3000),
+                                                (20,) * 5 + (400,), (700,) * 6, (10,) * 5 + (90,) * 4)]
+    table, batches = _table([Shape(s.kind, s.prefills, s.decode_ctx[:-1] + (s.decode_ctx[-1] + 37 * i,))
+                             for i in range(4) for s in shapes], cm, loop=False)
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+    fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), single_split_min_seqs=4)
+    assert fitted.coefficients["decode_tail_keys"] == pytest.approx(4e-7, rel=1e-5)
+    assert CalibratedCostModel.from_dict(fitted.to_dict()).single_split_min_seqs == 4
+
+
+def test_the_split_threshold_matches_the_decode_kernel(monkeypatch):
+    """calibrated_fit.decode_single_split_min_seqs is the batch size from which choose_num_splits picks 1."""
+    import torch
+
+    from engine.kernels import paged_decode
+    from sim.cost_model.calibrated_fit import decode_single_split_min_seqs
+    for sms, kv_heads in ((132, 8), (108, 8), (132, 4), (78, 2)):
+        monkeypatch.setattr(paged_decode, "_num_sms", lambda device, n=sms: n)
+        first = next(n for n in range(1, 1000)
+                     if paged_decode.choose_num_splits(n, kv_heads, 8192, 64, torch.device("cpu")) == 1)
+        assert decode_single_split_min_seqs(sms, kv_heads) == first
+    assert decode_single_split_min_seqs(None, 8) is None
+
+
 def test_batch_prices_each_swap_direction():
     cm = CalibratedCostModel(coefficients=dict(step=1.0, swap_step=10.0, swap_out_blocks=100.0,
                                                swap_in_blocks=1000.0, loop_step=0.5))
@@ -219,20 +262,20 @@ def test_features_of_hand_built_rows():
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
                                        loop_step=0, loop_seqs=0, loop_prefill_tokens=0, prefill_context_tokens=400,
-                                       loop_prefill_step=0, mixed_decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
+                                       loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
                                        tier_in_blocks=0)
     assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
                                        loop_step=1, loop_seqs=5, loop_prefill_tokens=0, prefill_context_tokens=0,
-                                       loop_prefill_step=0, mixed_decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
+                                       loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
                                        tier_in_blocks=0)
     run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
     assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
 
 
 def test_decode_fast_path_matches_step_by_step():
-    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=16)
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=16)
     for n, s0, k in ((1, 5, 7), (20, 400, 50), (3, 3, 1)):
         ref = [cm.step_time_from_shape([], [], n, s0 + i * n) for i in range(k)]
         np.testing.assert_allclose(cm.decode_step_times_s(n, s0, k), ref, rtol=1e-12)
@@ -240,7 +283,7 @@ def test_decode_fast_path_matches_step_by_step():
 
 
 def test_table_and_batch_forms_agree():
-    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=64)
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=64)
     table, batches = _table(_shapes(), cm)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
 
@@ -256,7 +299,7 @@ def test_v1_file_loads_with_one_swap_cost_for_both_directions(tmp_path):
 
 
 def test_round_trip_and_registry(tmp_path):
-    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=128, metadata={"hardware": "H200"})
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=128, metadata={"hardware": "H200"})
     path = cm.save(tmp_path / "p.json")
     data = json.loads(path.read_text())
     assert data["format"] == "servelab.calibrated_cost_model/v3" and data["metadata"]["hardware"] == "H200"
@@ -277,7 +320,7 @@ def test_bad_inputs_fail_clearly(tmp_path):
     bad.write_text(json.dumps({"format": "something-else"}))
     with pytest.raises(CostModelError, match="not a calibrated cost model file"):
         CalibratedCostModel(bad)
-    cm = CalibratedCostModel(coefficients=COEF)
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT)
     with pytest.raises(CostModelError, match="smaller than its new tokens"):
         cm.step_time_from_shape([10], [5], 0, 0)
     with pytest.raises(ValueError, match="lacks column"):
@@ -304,12 +347,12 @@ def test_fit_recovers_the_kv_read_and_loop_prefill_terms_on_the_long_grid():
     """The full grid to 16k tokens (prefix-cache hits, long chunks, long-tail decodes) plus a replay of its shapes:
     the fit gives back prefill_context_tokens (keys a prefill reads) and loop_prefill_step exactly."""
     from experiments.profile import grid_shapes
-    truth = CalibratedCostModel(coefficients=COEF, knee_tokens=4096)
+    truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=4096)
     shapes = grid_shapes("full", 16384, 16384, 256)
     profile = _grid_table(shapes, truth.step_time_s)          # execute() alone: priced without the loop terms
     profile = profile.assign(duration_s=truth.predict_table(profile))
     run = _grid_table([s for s in shapes if not s.swap_blocks], truth.step_time_s, loop=True).drop(columns="kind")
-    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), knee_candidates=(None, 2048, 4096))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), single_split_min_seqs=SPLIT, knee_candidates=(None, 2048, 4096))
     assert fitted.knee_tokens == 4096
     for f in FEATURES:
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
@@ -359,7 +402,7 @@ def test_envelope_round_trips_and_a_bad_one_is_refused(tmp_path):
     env = {k: 10 for k in ("max_prefill_tokens", "max_prefill_context_tokens", "max_decode_context_tokens",
                            "max_batch_size", "max_num_batched_tokens", "max_decode_context_sum",
                            "max_prefill_attention_pairs", "max_swap_blocks")}
-    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=128, envelope=env)
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=128, envelope=env)
     assert CalibratedCostModel.load(cm.save(tmp_path / "p.json")).envelope == env
     data = cm.to_dict()
     del data["envelope"]["max_batch_size"]
@@ -371,7 +414,7 @@ def test_a_mixed_step_priced_by_its_decode_tail_pays_its_tier_copies_too():
     """A step with prefill entries and a long decode (mixed_decode_tail_keys) that also offloads to the CPU tier:
     both terms, neither replacing the other."""
     rng = np.random.default_rng(0)
-    cm = CalibratedCostModel(coefficients=COEF, knee_tokens=64)
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=64)
     no_tail = CalibratedCostModel(coefficients={**COEF, "mixed_decode_tail_keys": 0.0}, knee_tokens=64)
     plain = build_batch(Shape("mixed", ((32, 0),), (900,)), 16, 1000, 0.0, rng)
     tier = build_batch(Shape("tier_out", ((32, 0),), (900,), tier_blocks=4), 16, 1000, 0.0, rng)
