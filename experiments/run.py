@@ -70,7 +70,14 @@ def get_runner(backend_name: str):
                                         "first), or use backend=sim") from e
             raise
         return run_engine
-    raise ValueError(f"backend.name must be 'sim' or 'engine', got {backend_name!r}")
+    if backend_name == "http":
+        try:
+            import httpx  # noqa: F401  (the replay imports it only once it sends)
+        except ModuleNotFoundError as e:
+            raise MissingExtraError("backend=http needs httpx: pip install -e '.[http]'") from e
+        from experiments.runner_http import run_http
+        return run_http
+    raise ValueError(f"backend.name must be 'sim', 'engine' or 'http', got {backend_name!r}")
 
 
 def chose_model(overrides: list) -> bool:
@@ -109,6 +116,7 @@ def format_summary(summary: dict) -> str:
                    f"({meta.get('max_num_batched_tokens_source')})"),
         ("KV cache", f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks)"),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
+                                + (f" / {meta['num_failed']} failed" if meta.get("num_failed") else "")
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),
         ("makespan", _fmt(m.get("makespan_s"), " s")),
         ("throughput", f"{_fmt(m.get('request_throughput_rps'), ' req/s')}, "
