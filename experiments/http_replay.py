@@ -138,7 +138,8 @@ def _headers(target: HttpTarget) -> dict:
 def _client(target: HttpTarget, timeout_s: float):
     import httpx
     # No connection limit: concurrency is the trace's. Keep-alive connections are reused between requests.
-    return httpx.AsyncClient(headers=_headers(target), timeout=httpx.Timeout(timeout_s, connect=target.connect_timeout_s),
+    return httpx.AsyncClient(headers=_headers(target),
+                             timeout=httpx.Timeout(timeout_s, connect=target.connect_timeout_s),
                              limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
 
 
@@ -162,13 +163,14 @@ async def check_server(target: HttpTarget, probe_prompt) -> str:
             except (ValueError, KeyError, TypeError, AttributeError):
                 served = []
         elif resp.status_code in (401, 403):
-            raise HttpBackendError(f"the server at {target.url} refused the request ({_error_text(resp.status_code, resp.content)}); "
-                                   "give its key as backend.api_key")
+            raise HttpBackendError(f"the server at {target.url} refused the request "
+                                   f"({_error_text(resp.status_code, resp.content)}); give its key as backend.api_key")
         model = target.model
         if model is None:
             if not served:
-                raise HttpBackendError(f"{target.api_base}/models lists no model ({_error_text(resp.status_code, resp.content)}); "
-                                       "give the served model name as backend.model")
+                raise HttpBackendError(f"{target.api_base}/models lists no model "
+                                       f"({_error_text(resp.status_code, resp.content)}); give the served model name "
+                                       "as backend.model")
             model = served[0]
         elif served and model not in served:
             raise HttpBackendError(f"backend.model={model!r} is not served at {target.url} (it serves: "

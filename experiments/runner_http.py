@@ -1,4 +1,4 @@
-"""`backend=http`: a workload replayed in real time against an OpenAI-compatible server, recorded like the other backends.
+"""`backend=http`: a workload replayed in real time against an OpenAI-compatible server, recorded like the others.
 
     servelab backend=http backend.url=http://127.0.0.1:8000 model=qwen3_0p6b workload=azure workload.path=...
 
