@@ -23,13 +23,14 @@ HTTP_COLUMNS = ("send_time_s", "finish_reason", "num_token_chunks", "usage_repor
 
 
 def target_of(backend) -> HttpTarget:
-    """The HttpTarget of a composed config's `backend` node (conf/backend/http.yaml)."""
+    """The HttpTarget of a composed config's `backend` node (conf/backend/http.yaml) or a dict of its keys."""
     if not backend.get("url"):
         raise HttpBackendError("backend.url is empty: give the server's address, e.g. backend.url=http://127.0.0.1:8000")
-    return HttpTarget(url=str(backend.url), model=None if backend.get("model") is None else str(backend.model),
+    return HttpTarget(url=str(backend.get("url")),
+                      model=None if backend.get("model") is None else str(backend.get("model")),
                       prompt_format=str(backend.get("prompt", "token_ids")),
                       temperature=float(backend.get("temperature", 0.6)),
-                      api_key=None if backend.get("api_key") is None else str(backend.api_key),
+                      api_key=None if backend.get("api_key") is None else str(backend.get("api_key")),
                       request_timeout_s=float(backend.get("request_timeout_s", 600.0)))
 
 

@@ -167,3 +167,38 @@ def test_text_prompts_when_told(in_tmp, monkeypatch, capsys):
     summary = json.loads((in_tmp / "run" / "summary.json").read_text())
     assert summary["meta"]["prompt_format"] == "text" and summary["metrics"]["num_finished"] == 5
     assert "prompts were sent as text" in err
+
+
+# -- experiments.validate with a server as its real side --------------------------------------------------------------
+def test_validate_takes_a_url_as_its_real_side(stub, tmp_path, capsys):
+    from experiments import validate
+    from tests.engine.tiny_model import TINY
+    ckpt = tmp_path / "ckpt"            # the simulated side reads the served checkpoint's config.json only
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": TINY["hidden_size"],
+        "intermediate_size": TINY["intermediate_size"], "num_hidden_layers": TINY["num_hidden_layers"],
+        "num_attention_heads": TINY["num_attention_heads"], "num_key_value_heads": TINY["num_key_value_heads"],
+        "head_dim": TINY["head_dim"], "vocab_size": TINY["vocab_size"],
+        "max_position_embeddings": TINY["max_position_embeddings"], "torch_dtype": "float32"}))
+    first = len(stub.received)
+    assert validate.main(["--real-url", stub.url, "--model", str(ckpt), "--num-kvcache-blocks", "64",
+                          "--max-model-len", "256", "--num-requests", "6", "--rate-rps", "40", "--prompt-len", "8:16",
+                          "--output-len", "3:5", "--out-dir", str(tmp_path), "--name", "url"]) == 0
+    report = json.loads((tmp_path / "validation_url.json").read_text())
+    assert report["real_side"] == f"the server at {stub.url}, replayed over HTTP"
+    entry = report["policies"]["vllm"]
+    assert entry["real"]["summary"]["num_finished"] == 6 and entry["real"]["info"]["num_failed"] == 0
+    sim = entry["sims"]["roofline"]
+    assert sim["join"] == {"num_real": 6, "num_sim": 6, "num_joined": 6, "num_finished_both": 6, "one_to_one": True}
+    assert sim["step_time"] is None                 # a server's steps are not seen over HTTP
+    assert all(max(b["prompt"]) < TINY["vocab_size"] for b in stub.received[first + 1:])
+
+
+def test_validate_with_a_url_names_what_it_needs(stub, tmp_path):
+    from experiments import validate
+    with pytest.raises(ValueError, match="--real-url needs --num-kvcache-blocks, --max-model-len"):
+        validate.main(["--real-url", stub.url, "--model", str(tmp_path), "--out-dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="the server runs one policy"):
+        validate.main(["--real-url", stub.url, "--model", str(tmp_path), "--num-kvcache-blocks", "8",
+                       "--max-model-len", "64", "--policies", "vllm,fcfs", "--out-dir", str(tmp_path)])
