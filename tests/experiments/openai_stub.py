@@ -8,7 +8,8 @@
 the request arrived and then one every itl_s, the last with finish_reason "length", then a usage chunk when
 stream_options.include_usage is set, then [DONE]. Non-streaming requests get one JSON body. Faults by max_tokens, so a
 workload picks them per request: FAIL_TOKENS -> HTTP 500 with an OpenAI error body, DROP_TOKENS -> the connection
-closes after two chunks. token_ids=False refuses list prompts with HTTP 400; /v1/models lists `model`.
+closes after two chunks. token_ids=False refuses list prompts with HTTP 400; /v1/models lists `model`; /health answers
+200.
 The clock is time.perf_counter (the same clock the client uses, in this process).
 """
 from __future__ import annotations
@@ -53,6 +54,9 @@ class StubServer:
         from starlette.responses import JSONResponse, StreamingResponse
         from starlette.routing import Route
 
+        async def health(request):
+            return JSONResponse({})
+
         async def models(request):
             return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
@@ -95,7 +99,8 @@ class StubServer:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
-        return Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
+        return Starlette(routes=[Route("/health", health), Route("/v1/models", models),
+                                 Route("/v1/completions", completions, methods=["POST"])])
 
     # -- running it -------------------------------------------------------------------------------------
     def __enter__(self):
