@@ -10,6 +10,7 @@ request keeps its row with status "failed" and its `error`. The step table is em
 """
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -149,6 +150,9 @@ def run_http(cfg, desc: str = "http"):
     from experiments.runner_sim import RunResult, build_workload, check_input, model_max_model_len, offered_rate_rps
     from experiments.workloads.changes import add_input_columns
 
+    # Hydra's job logging is at INFO: httpx would log every request of the replay.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     b = cfg.backend
     target = target_of(b)
     tokenizer = load_tokenizer(b.get("tokenizer")) if target.prompt_format == "text" else None
@@ -163,7 +167,8 @@ def run_http(cfg, desc: str = "http"):
     outcome = replay(reqs, target, max_wall_s=None if b.get("max_wall_s") is None else float(b.max_wall_s))
     req = requests_frame(outcome, {int(s.request_id): int(s.priority) for s in specs})
     req = add_input_columns(req, wl)
-    meta = {**replay_meta(outcome, target), "model": model.name, "hardware": f"server at {target.url}",
+    meta = {**replay_meta(outcome, target), "model": outcome.model, "prompt_vocabulary_of": model.name,
+            "hardware": f"server at {target.url}",
             "num_replicas": 1, "num_kvcache_blocks": None, "num_cpu_blocks": None,
             "request_rate_rps": offered_rate_rps(cfg, wl), "num_unfinished": 0, **in_meta,
             "max_model_len": int(max_len), "max_model_len_source": max_len_source,
