@@ -19,7 +19,7 @@ import pandas as pd
 
 from experiments.http_replay import HttpBackendError, HttpRequest, HttpTarget, ReplayOutcome, replay
 
-# Columns of the request table beyond the recorder's (docs/metrics.md).
+# Columns of the request table beyond the recorder's (docs/experiments.md, "Replaying against a server").
 HTTP_COLUMNS = ("send_time_s", "finish_reason", "num_token_chunks", "usage_reported", "http_status", "error")
 
 
