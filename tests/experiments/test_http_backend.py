@@ -202,3 +202,21 @@ def test_validate_with_a_url_names_what_it_needs(stub, tmp_path):
     with pytest.raises(ValueError, match="the server runs one policy"):
         validate.main(["--real-url", stub.url, "--model", str(tmp_path), "--num-kvcache-blocks", "8",
                        "--max-model-len", "64", "--policies", "vllm,fcfs", "--out-dir", str(tmp_path)])
+
+
+def test_ctrl_c_keeps_what_the_client_saw(stub):
+    import os
+    import signal
+    import threading
+    reqs = [HttpRequest(i, 0.25 * i, [1, 2, 3], 2) for i in range(40)]      # 10 s of arrivals
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        out = replay(reqs, HttpTarget(stub.url))
+    finally:
+        timer.cancel()
+    df = requests_frame(out)
+    assert out.interrupted and len(df) == 40
+    done = df[df["status"] == "finished"]
+    assert 2 <= len(done) <= 6 and list(done["request_id"]) == list(range(len(done)))
+    assert set(df.loc[df["status"] == "failed", "error"]) == {"interrupted (Ctrl-C) before it finished"}
