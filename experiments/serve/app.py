@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from engine.core.sequence import SamplingParams
 from experiments.serve.config import ServeOptions
@@ -69,6 +70,10 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc):
         return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request, exc):
+        return Response(status_code=499)        # left before its body arrived: nothing was queued
 
     @app.exception_handler(Exception)
     async def internal_error(request, exc):
