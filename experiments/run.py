@@ -250,7 +250,7 @@ def hydra_main(cfg: DictConfig) -> dict:
         raise
 
 
-def _quote_tilde(arg: str) -> str:
+def quote_tilde(arg: str) -> str:
     """`key=~/x` as `key='~/x'`: Hydra's override grammar has no unquoted `~` inside a value (the
     shell leaves it alone after `key.sub=`); the path fields expand it (experiments/config_check.py).
     Hydra's own folders (hydra.run.dir, hydra.sweep.dir) are used before that check: expanded here."""
@@ -263,7 +263,7 @@ def _quote_tilde(arg: str) -> str:
 
 
 def main() -> None:
-    sys.argv[1:] = [_quote_tilde(a) for a in sys.argv[1:]]
+    sys.argv[1:] = [quote_tilde(a) for a in sys.argv[1:]]
     wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[TRACEBACK_ENV] = "1" if wanted else "0"      # read by the jobs, sweep workers too
     os.environ["HYDRA_FULL_ERROR"] = "1"                    # Hydra raises its composition errors to here

@@ -280,13 +280,30 @@ def check_model_matches(cfg) -> None:
         raise ValueError(f"model={spec.name} does not match the checkpoint {path} ({'; '.join(diff)}); {fix}")
 
 
+def engine_run_config(cfg) -> EngineRunConfig:
+    """The engine a composed servelab config describes (backend.* and the top-level sizing keys)."""
+    from hydra.utils import to_absolute_path
+
+    b = cfg.backend
+    given_len, given_budget = cfg.get("max_model_len"), cfg.get("max_num_batched_tokens")
+    return EngineRunConfig(
+        model_path=to_absolute_path(str(b.model_path)), device=str(b.device), dtype=str(b.dtype),
+        attention_backend=str(b.attention_backend), block_size=int(cfg.block_size),
+        num_kvcache_blocks=cfg.num_kvcache_blocks, gpu_memory_utilization=float(cfg.gpu_memory_utilization),
+        num_cpu_blocks=cfg.num_cpu_blocks, swap_space_gib=float(cfg.swap_space_gib),
+        max_num_seqs=int(cfg.max_num_seqs),
+        max_num_batched_tokens=None if given_budget is None else int(given_budget),
+        max_model_len=None if given_len is None else int(given_len),
+        enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
+        enable_prefix_caching=bool(cfg.enable_prefix_caching), enforce_eager=bool(b.enforce_eager),
+        temperature=float(b.get("temperature", 0.6)), seed=int(cfg.seed))
+
+
 def run_engine(cfg, desc: str = "engine"):
     """The Hydra entry point's engine backend (experiments/run.py): cfg is the composed servelab config.
 
     Returns experiments.runner_sim.RunResult, like run_sim. One replica, no tensor parallelism.
     """
-    from hydra.utils import to_absolute_path
-
     from experiments.runner_sim import RunResult as TableResult
     from experiments.runner_sim import build_workload, check_input, limits_meta, make_scheduler, offered_rate_rps
     from experiments.workloads.changes import add_input_columns
@@ -298,18 +315,8 @@ def run_engine(cfg, desc: str = "engine"):
     if int(cfg.num_replicas) != 1 or int(cfg.tensor_parallel_size) != 1:
         raise ValueError(f"the engine backend runs one replica without tensor parallelism; got num_replicas="
                          f"{cfg.num_replicas}, tensor_parallel_size={cfg.tensor_parallel_size}")
-    given_len, given_budget = cfg.get("max_model_len"), cfg.get("max_num_batched_tokens")
-    rcfg = EngineRunConfig(
-        model_path=to_absolute_path(str(b.model_path)), device=str(b.device), dtype=str(b.dtype),
-        attention_backend=str(b.attention_backend), block_size=int(cfg.block_size),
-        num_kvcache_blocks=cfg.num_kvcache_blocks, gpu_memory_utilization=float(cfg.gpu_memory_utilization),
-        num_cpu_blocks=cfg.num_cpu_blocks, swap_space_gib=float(cfg.swap_space_gib),
-        max_num_seqs=int(cfg.max_num_seqs),
-        max_num_batched_tokens=None if given_budget is None else int(given_budget),
-        max_model_len=None if given_len is None else int(given_len),
-        enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
-        enable_prefix_caching=bool(cfg.enable_prefix_caching), enforce_eager=bool(b.enforce_eager),
-        temperature=float(b.get("temperature", 0.6)), seed=int(cfg.seed))
+    given_len = cfg.get("max_model_len")
+    rcfg = engine_run_config(cfg)
     # The engine settles max_model_len (a given value is checked against the checkpoint), so the workload
     # is clipped to the limit the engine really has.
     rep = EngineReplayer(rcfg)

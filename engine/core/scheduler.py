@@ -129,6 +129,30 @@ class Scheduler(DecodeFastPath):
         self.waiting.append(seq)
         return True
 
+    def abort(self, seq: Sequence) -> bool:
+        """Drop a queued, running or swapped sequence (its client gave up) and free its GPU or CPU
+        blocks; call between steps. Returns False, changing nothing, when seq is not in the scheduler
+        (finished, rejected, aborted, or never added)."""
+        status = seq.status
+        if status in (SequenceStatus.WAITING, SequenceStatus.PREEMPTED):
+            if seq not in self.waiting:
+                return False
+            self.waiting.remove(seq)        # a waiting or preempted sequence holds no blocks
+        elif status is RUNNING:
+            self.running.remove(seq)
+            self.block_manager.free(seq)
+        elif status is SequenceStatus.SWAPPED:
+            self.swapped.remove(seq)
+            self.block_manager.drop_swapped(seq)
+        else:
+            return False
+        seq.set_status(SequenceStatus.ABORTED)
+        seq.finish_reason = "abort"
+        self._decode_carry = None       # the running set changed under the fast path's memos
+        self._horizon_memo = None
+        self.policy.on_finish(seq)
+        return True
+
     def _reject(self, seq: Sequence, reason: str) -> bool:
         seq.set_status(SequenceStatus.REJECTED)
         seq.reject_reason = reason
