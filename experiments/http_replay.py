@@ -13,9 +13,11 @@ alone bounds the concurrency), as
     POST {url}/v1/completions {model, prompt, max_tokens, ignore_eos: true, temperature, stream: true,
                                stream_options: {include_usage: true}}
 
-and timed as its server-sent events arrive: each chunk that carries a choice is one token time (servelab-serve and
-vLLM stream one token per chunk; a closing chunk with empty text and a finish_reason is not a token), the first of them
-the first token, the one with the finish_reason the finish. Token counts come from the final usage chunk
+(plus `return_token_ids: true`, servelab-serve's and vLLM's extension, unless return_token_ids=False) and timed as its
+server-sent events arrive: a chunk's tokens arrive with it, counted by its `token_ids` where the server sends them (a
+server may hold a token back until its text is whole, then send two in one chunk), else one per chunk (a closing chunk
+with empty text and a finish_reason is none); the first token's chunk is the first token, the one with the
+finish_reason the finish. Token counts come from the final usage chunk
 (prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens) where the server sends one, else from the
 prompt's length and the number of token chunks. A request that fails (an HTTP error status, a dropped connection, a
 timeout, an error event) keeps its record with `error` set: it is counted, never dropped.
@@ -42,6 +44,7 @@ class HttpTarget:
     temperature: float = 0.6
     api_key: str | None = None              # sent as `Authorization: Bearer ...`
     request_timeout_s: float = 600.0        # one request, first byte to last
+    return_token_ids: bool = True           # ask for each chunk's token ids (servelab-serve's and vLLM's extension)
     connect_timeout_s: float = 10.0
 
     def __post_init__(self):
@@ -76,7 +79,8 @@ class HttpRecord:
     max_tokens: int
     num_prompt_tokens_sent: int             # the prompt's length in tokens as meant (token ids: as sent)
     send_time_s: float | None = None        # when the client sent the request (arrival + client lateness)
-    token_times_s: list = field(default_factory=list)   # one per token chunk
+    token_times_s: list = field(default_factory=list)   # one per output token: the arrival of its chunk
+    num_chunks: int = 0                     # streamed chunks that carried a token
     finish_time_s: float | None = None
     finish_reason: str | None = None
     usage: dict | None = None               # the server's final usage object
@@ -177,14 +181,20 @@ async def check_server(target: HttpTarget, probe_prompt) -> str:
                                    f"{', '.join(served)}); set backend.model={served[0]}")
         body = {"model": model, "prompt": probe_prompt, "max_tokens": 1, "temperature": target.temperature,
                 "ignore_eos": True}
+        if target.return_token_ids:
+            body["return_token_ids"] = True
         try:
             resp = await client.post(target.api_base + "/completions", json=body)
         except httpx.HTTPError as exc:
             raise _unreachable(target, exc) from None
         if resp.status_code != 200:
             what = "a token-id prompt" if target.prompt_format == "token_ids" else "a text prompt"
-            fix = ("; if it takes text only, give backend.prompt=text backend.tokenizer=PATH"
-                   if target.prompt_format == "token_ids" and resp.status_code in (400, 422) else "")
+            fix = ""
+            if resp.status_code in (400, 422):
+                fix = "; if it takes text only, give backend.prompt=text backend.tokenizer=PATH" \
+                    if target.prompt_format == "token_ids" else ""
+                if target.return_token_ids and "return_token_ids" in resp.text:
+                    fix = "; it does not take return_token_ids: give backend.return_token_ids=false"
             raise HttpBackendError(f"the server at {target.url} refused {what} on /v1/completions "
                                    f"({_error_text(resp.status_code, resp.content)}){fix}")
         return model
@@ -194,6 +204,8 @@ async def _one(client, target: HttpTarget, model: str, req: HttpRequest, rec: Ht
     import httpx
     body = {"model": model, "prompt": req.prompt, "max_tokens": int(req.max_tokens), "ignore_eos": True,
             "temperature": target.temperature, "stream": True, "stream_options": {"include_usage": True}}
+    if target.return_token_ids:
+        body["return_token_ids"] = True
     clock = time.perf_counter
     rec.send_time_s = clock() - t0
     try:
@@ -220,8 +232,14 @@ async def _one(client, target: HttpTarget, model: str, req: HttpRequest, rec: Ht
                     return
                 for choice in chunk.get("choices") or ():
                     reason = choice.get("finish_reason")
-                    if not (reason and not choice.get("text")):     # a bare closing chunk is not a token
-                        rec.token_times_s.append(t)
+                    ids = choice.get("token_ids")
+                    if ids is not None:                 # the server says which tokens this chunk carries
+                        n = len(ids)
+                    else:                               # one token a chunk; a bare closing chunk is none
+                        n = 0 if reason and not choice.get("text") else 1
+                    if n:
+                        rec.token_times_s.extend([t] * n)
+                        rec.num_chunks += 1
                     if reason:
                         rec.finish_reason, rec.finish_time_s = reason, t
                 if chunk.get("usage"):

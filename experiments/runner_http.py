@@ -32,7 +32,8 @@ def target_of(backend) -> HttpTarget:
                       prompt_format=str(backend.get("prompt", "token_ids")),
                       temperature=float(backend.get("temperature", 0.6)),
                       api_key=None if backend.get("api_key") is None else str(backend.get("api_key")),
-                      request_timeout_s=float(backend.get("request_timeout_s", 600.0)))
+                      request_timeout_s=float(backend.get("request_timeout_s", 600.0)),
+                      return_token_ids=bool(backend.get("return_token_ids", True)))
 
 
 def load_tokenizer(path):
@@ -89,7 +90,7 @@ def requests_frame(outcome: ReplayOutcome, priorities: dict | None = None) -> pd
         "replica": zeros.copy(),
         "send_time_s": np.array([nan if r.send_time_s is None else r.send_time_s for r in recs], dtype=np.float64),
         "finish_reason": [r.finish_reason for r in recs],
-        "num_token_chunks": np.array([len(r.token_times_s) for r in recs], dtype=np.int64),
+        "num_token_chunks": np.array([r.num_chunks for r in recs], dtype=np.int64),
         "usage_reported": np.array([r.usage is not None for r in recs], dtype=bool),
         "http_status": pd.array([r.http_status for r in recs], dtype="Int64"),
         "error": [r.error for r in recs],
@@ -98,7 +99,8 @@ def requests_frame(outcome: ReplayOutcome, priorities: dict | None = None) -> pd
 
 
 def token_times_frame(outcome: ReplayOutcome) -> pd.DataFrame:
-    """(request_id, token_index, time_s): one row per token chunk, as Recorder.token_times_frame."""
+    """(request_id, token_index, time_s): one row per output token (its chunk's arrival), as
+    Recorder.token_times_frame."""
     ids, idx, times = [], [], []
     for r in outcome.records:
         ids.extend([r.request_id] * len(r.token_times_s))

@@ -38,9 +38,10 @@ def _error(status: int, message: str, param: str | None = None):
 
 class StubServer:
     def __init__(self, ttft_s: float = 0.05, itl_s: float = 0.01, model: str = "stub-model", token_ids: bool = True,
-                 cached_tokens: int = 0):
+                 cached_tokens: int = 0, token_ids_field: bool = True):
         self.ttft_s, self.itl_s, self.model, self.token_ids = ttft_s, itl_s, model, token_ids
         self.cached_tokens = cached_tokens
+        self.token_ids_field = token_ids_field      # answer return_token_ids with each chunk's token_ids
         self.received: list[dict] = []          # request bodies, in arrival order
         self.arrived: list[float] = []          # perf_counter when each body was read
         self.sent: dict[int, list[float]] = {}  # index into received -> perf_counter of each token chunk
@@ -90,6 +91,8 @@ class StubServer:
                     if n == DROP_TOKENS and i == 2:
                         raise ConnectionResetError("stub drops the connection on purpose")
                     choice = {"index": 0, "text": f"t{i}", "finish_reason": "length" if i == n - 1 else None}
+                    if body.get("return_token_ids") and self.token_ids_field:
+                        choice["token_ids"] = [i]
                     times.append(time.perf_counter())
                     yield "data: " + json.dumps({"id": f"cmpl-{index}", "object": "text_completion",
                                                  "model": self.model, "choices": [choice], "usage": None}) + "\n\n"

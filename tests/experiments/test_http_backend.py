@@ -220,3 +220,14 @@ def test_ctrl_c_keeps_what_the_client_saw(stub):
     done = df[df["status"] == "finished"]
     assert 2 <= len(done) <= 6 and list(done["request_id"]) == list(range(len(done)))
     assert set(df.loc[df["status"] == "failed", "error"]) == {"interrupted (Ctrl-C) before it finished"}
+
+
+def test_token_counts_without_token_ids_in_the_chunks():
+    with StubServer(ttft_s=0.01, itl_s=0.002, token_ids_field=False) as s:
+        out = replay(_requests(2, max_tokens=5), HttpTarget(s.url))
+        assert all(b.get("return_token_ids") is True for b in s.received)
+    # one token per chunk when the server names none
+    assert [len(r.token_times_s) for r in out.records] == [5, 5] and [r.num_chunks for r in out.records] == [5, 5]
+    with StubServer(ttft_s=0.01, itl_s=0.002) as s:
+        replay(_requests(1, max_tokens=2), HttpTarget(s.url, return_token_ids=False))
+        assert all("return_token_ids" not in b for b in s.received)
