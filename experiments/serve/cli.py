@@ -50,6 +50,9 @@ def compose(overrides: list[str]) -> DictConfig:
     from experiments.config_check import check_config
     from experiments.run import quote_tilde
 
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()      # an earlier composition in this process (tests) would refuse a new one
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="servelab-serve"):
         cfg = hydra_compose(config_name="serve", overrides=[quote_tilde(a) for a in overrides])
     check_config(cfg)
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         if wanted or not is_user_error(e):
             raise
-        fail(one_line(e))
+        fail(one_line(e).replace("`servelab --cfg job`", "`servelab-serve --cfg`"))
     try:
         run(llm, served_name(cfg), options)
     finally:

@@ -34,6 +34,7 @@ class RunningServer:
     llm: object
     engine: object
     app: object
+    stop: object = None     # () -> None: uvicorn's shutdown (graceful for grace_s), then the thread joined
 
     def wait_idle(self, timeout_s: float = 30.0) -> None:
         """Until the engine holds no request and its inbox is empty."""
@@ -55,7 +56,7 @@ def make_llm(ckpt: str, **options):
 
 
 @contextlib.contextmanager
-def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, **engine_options):
+def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, grace_s=None, **engine_options):
     import uvicorn
 
     from experiments.serve.app import create_app
@@ -63,7 +64,8 @@ def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, 
 
     llm = llm or make_llm(ckpt, **engine_options)
     app = create_app(llm, name, serve_options or ServeOptions())
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=grace_s)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -74,11 +76,12 @@ def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, 
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     base = f"http://127.0.0.1:{port}"
+    running = RunningServer(f"{base}/v1", base, llm, app.state.server.engine, app)
+    running.stop = lambda: (setattr(server, "should_exit", True), thread.join(30))
     try:
-        yield RunningServer(f"{base}/v1", base, llm, app.state.server.engine, app)
+        yield running
     finally:
-        server.should_exit = True
-        thread.join(30)
+        running.stop()
 
 
 def run_async(coro):
