@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,13 +22,13 @@ from pathlib import Path
 
 def guidellm_command(url: str, tokenizer: str, out_json: Path, *, rate_rps: float, num_requests: int,
                      prompt_tokens: int, output_tokens: int, max_seconds: float, max_errors: int,
-                     model: str | None = None, executable: str | None = None) -> list[str]:
-    """The guidellm command line of one bounded constant-rate run (guidellm >= 0.6 `run` syntax)."""
-    exe = executable or shutil.which("guidellm") or str(Path(sys.executable).with_name("guidellm"))
+                     model: str | None = None) -> list[str]:
+    """The guidellm command line of one bounded constant-rate run (guidellm 0.8's `run` syntax), as `python -m
+    guidellm`: a package installed with --target (the GPU machine's carried wheels) has no console script on PATH."""
     backend = f"kind=openai_http,target={url},request_format=/v1/completions"
     if model:
         backend += f",model={model}"
-    return [exe, "run", "--backend", backend,
+    return [sys.executable, "-m", "guidellm", "run", "--backend", backend,
             "--profile", f"kind=constant,rate={rate_rps}",
             "--constraint", f"kind=max_requests,count={num_requests}",
             "--constraint", f"kind=max_duration,seconds={max_seconds}",
