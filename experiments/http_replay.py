@@ -152,6 +152,12 @@ def _unreachable(target: HttpTarget, exc) -> HttpBackendError:
                             f"{exc or 'no answer'}); start it (e.g. servelab-serve) or fix backend.url")
 
 
+def _no_api(target: HttpTarget, method: str, path: str, resp) -> HttpBackendError:
+    return HttpBackendError(f"no OpenAI API at {target.api_base} ({method} {path}: "
+                            f"{_error_text(resp.status_code, resp.content)}); backend.url is the server's base URL, "
+                            "e.g. http://127.0.0.1:8000")
+
+
 async def check_server(target: HttpTarget, probe_prompt) -> str:
     """The model name to send; raises HttpBackendError (one line) when the server cannot serve the replay."""
     import httpx
@@ -170,6 +176,8 @@ async def check_server(target: HttpTarget, probe_prompt) -> str:
             raise HttpBackendError(f"the server at {target.url} refused the request "
                                    f"({_error_text(resp.status_code, resp.content)}); give its key as backend.api_key")
         model = target.model
+        if model is None and resp.status_code == 404:
+            raise _no_api(target, "GET", "/models", resp)
         if model is None:
             if not served:
                 raise HttpBackendError(f"{target.api_base}/models lists no model "
@@ -187,6 +195,8 @@ async def check_server(target: HttpTarget, probe_prompt) -> str:
             resp = await client.post(target.api_base + "/completions", json=body)
         except httpx.HTTPError as exc:
             raise _unreachable(target, exc) from None
+        if resp.status_code == 404 and "model" not in resp.text.lower():
+            raise _no_api(target, "POST", "/completions", resp)
         if resp.status_code != 200:
             what = "a token-id prompt" if target.prompt_format == "token_ids" else "a text prompt"
             fix = ""

@@ -231,3 +231,10 @@ def test_token_counts_without_token_ids_in_the_chunks():
     with StubServer(ttft_s=0.01, itl_s=0.002) as s:
         replay(_requests(1, max_tokens=2), HttpTarget(s.url, return_token_ids=False))
         assert all("return_token_ids" not in b for b in s.received)
+
+
+def test_a_url_without_the_api_says_so(stub):
+    with pytest.raises(HttpBackendError, match=r"no OpenAI API at http://127.0.0.1:\d+/api/v1 \(GET /models: HTTP 404"):
+        replay(_requests(1), HttpTarget(stub.url + "/api"))
+    with pytest.raises(HttpBackendError, match=r"no OpenAI API .*\(POST /completions: HTTP 404"):
+        replay(_requests(1), HttpTarget(stub.url + "/api", model="stub-model"))
