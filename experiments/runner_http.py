@@ -144,6 +144,20 @@ def report_failures(meta: dict, out=None) -> None:
               "lengths (num_prompt_tokens against trace_num_prompt_tokens)", file=out, flush=True)
 
 
+def check_sequential_sweep() -> None:
+    """ValueError in a sweep whose launcher runs several jobs at once: they would load the one server together."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    if not HydraConfig.initialized():
+        return
+    hc = HydraConfig.get()
+    n_jobs = hc.launcher.get("n_jobs") if hc.launcher is not None else None
+    if hc.mode == RunMode.MULTIRUN and n_jobs is not None and int(n_jobs) != 1:
+        raise ValueError(f"backend=http in a sweep runs its jobs one at a time (hydra.launcher.n_jobs={n_jobs} would "
+                         "send several runs to the server at once): add hydra/launcher=basic or "
+                         "hydra.launcher.n_jobs=1")
+
+
 def run_http(cfg, desc: str = "http"):
     """The Hydra entry point's http backend (experiments/run.py); returns experiments.runner_sim.RunResult."""
     from omegaconf import OmegaConf
@@ -155,6 +169,7 @@ def run_http(cfg, desc: str = "http"):
     # Hydra's job logging is at INFO: httpx would log every request of the replay.
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    check_sequential_sweep()
     b = cfg.backend
     target = target_of(b)
     tokenizer = load_tokenizer(b.get("tokenizer")) if target.prompt_format == "text" else None

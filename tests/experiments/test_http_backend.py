@@ -238,3 +238,16 @@ def test_a_url_without_the_api_says_so(stub):
         replay(_requests(1), HttpTarget(stub.url + "/api"))
     with pytest.raises(HttpBackendError, match=r"no OpenAI API .*\(POST /completions: HTTP 404"):
         replay(_requests(1), HttpTarget(stub.url + "/api", model="stub-model"))
+
+
+def test_a_sweep_runs_one_job_at_a_time_in_folders_named_without_the_url(stub, in_tmp, monkeypatch, capfd):
+    rates = ["-m", *SMALL_HTTP, f"backend.url={stub.url}", "workload.arrival.rate_rps=40,50",
+             f"hydra.sweep.dir={in_tmp / 'sw'}"]
+    # the job's error comes from a joblib worker process: read the file descriptors
+    code, _, err = servelab(monkeypatch, capfd, *rates, "hydra/launcher=local", "hydra.launcher.n_jobs=2")
+    assert code == 2 and "error: backend=http in a sweep runs its jobs one at a time" in err
+    assert "hydra/launcher=basic" in err and not list((in_tmp / "sw").rglob("summary.json"))
+    code, _, err = servelab(monkeypatch, capfd, *rates, "hydra/launcher=basic")
+    assert code == 0, err
+    jobs = sorted(p.parent.relative_to(in_tmp / "sw") for p in (in_tmp / "sw").rglob("summary.json"))
+    assert len(jobs) == 2 and not any("backend.url" in str(j) or "127.0.0.1" in str(j) for j in jobs)
