@@ -12,17 +12,19 @@
 # Stages (each logs, and a failing stage never stops the next):
 #   checkpoint  random-weight Qwen3-0.6B (as gpu_validate.sh), plus a byte-level tokenizer covering its vocabulary
 #               (tests/experiments/byte_tokenizer.py: the server detokenizes what it samples, guidellm makes text)
-#   inproc      servelab backend=engine on the slice (warm-up first; the engine in this process)
+#   inproc      servelab backend=engine on the slice (warm-up first; the engine in this process), REPEATS times
 #   serve       servelab-serve (python -m experiments.serve) on the same checkpoint and limits, in the background;
 #               SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
 #   loadgen     benchmarks/loadgen.py: guidellm, LOADGEN_REQUESTS at RATE_RPS, 256-token prompts, 128-token outputs
 #               (also the server's warm-up before the timed replay)
-#   http        servelab backend=http on the slice against the server (token-id prompts, ignore_eos)
-#   compare     the ratios, from both runs' summary.json                          -> serve_compare.json
+#   http        servelab backend=http on the slice against the server (token-id prompts, ignore_eos), REPEATS times
+#   compare     the ratios of the first runs, from their summary.json, and each side's spread over its repeats
+#                                                                                 -> serve_compare.json
 # Outputs (--out, default $OUT, else benchmarks/results/serve): gpu_serve.log, serve_compare.json, loadgen.json,
-# guidellm.json, server.log, server_metrics.txt (a /metrics scrape after the replay), runs_serve.tgz (both runs'
-# folders: requests.parquet, summary.json, config.yaml).
-# Knobs (environment): MAX_REQUESTS, RATE_RPS, MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a
+# guidellm.json, server.log, server_metrics.txt (a /metrics scrape after the replay), runs_serve.tgz (every run's
+# folder: requests.parquet, summary.json, config.yaml).
+# Knobs (environment): REPEATS (default 1; 2 gives each side's run-to-run spread, ~2 more minutes on the H200),
+# MAX_REQUESTS, RATE_RPS, MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a
 # checkpoint directory), SERVER_START_S (seconds to wait for /health).
 #
 # The GPU machine has no fastapi, uvicorn, pydantic, guidellm and their dependencies (nor simpy, hydra-core): carry
@@ -51,7 +53,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_serve benchmarks/results/serve '2,29p' "$0" "$@"
+gpu_init gpu_serve benchmarks/results/serve '2,32p' "$0" "$@"
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN="${MAX_MODEL_LEN:-512}"; VOCAB=512
@@ -68,6 +70,7 @@ else
   T_CKPT=90; T_RUN=150; T_LOADGEN=150
 fi
 PORT="${PORT:-8011}"
+REPEATS="${REPEATS:-1}"
 URL="${SERVER_URL:-http://127.0.0.1:$PORT}"
 log "gpu_serve: smoke=$SMOKE device=$DEVICE requests=$MAX_REQUESTS rate=$RATE_RPS max_model_len=$MAX_MODEL_LEN" \
     "url=$URL out=$OUT_DIR trace=${TRACE:-none}"
@@ -91,8 +94,12 @@ fi
 SLICE=(workload=azure "workload.path=$TRACE" "workload.max_requests=$MAX_REQUESTS" "workload.target_rate_rps=$RATE_RPS"
        "max_model_len=$MAX_MODEL_LEN" plots=false progress=false)
 
-stage inproc "$T_RUN" "$PY" -m experiments.run backend=engine "backend.model_path=$CKPT" "backend.device=$DEVICE" \
-  "${SLICE[@]}" "hydra.run.dir=$WORK/runs/inproc"
+INPROC_DIRS=(); HTTP_DIRS=()
+for k in $(seq 1 "$REPEATS"); do
+  stage "inproc$k" "$T_RUN" "$PY" -m experiments.run backend=engine "backend.model_path=$CKPT" \
+    "backend.device=$DEVICE" "${SLICE[@]}" "hydra.run.dir=$WORK/runs/inproc$k"
+  INPROC_DIRS+=("$WORK/runs/inproc$k")
+done
 
 SERVER_PID=""
 if [ -z "${SERVER_URL:-}" ]; then
@@ -115,8 +122,11 @@ if [ "$ready" = 1 ]; then
     --num-requests "$LOADGEN_REQUESTS" "${LOADGEN[@]}" --max-seconds 120 --out "$WORK/loadgen"
   cp "$WORK/loadgen/loadgen.json" "$WORK/loadgen/guidellm.json" "$OUT_DIR/" 2>/dev/null
   tail -n 30 "$WORK/loadgen/guidellm.log" >> "$LOG" 2>/dev/null
-  stage http "$T_RUN" "$PY" -m experiments.run backend=http "backend.url=$URL" "model.vocab_size=$VOCAB" \
-    "${SLICE[@]}" "hydra.run.dir=$WORK/runs/http"
+  for k in $(seq 1 "$REPEATS"); do
+    stage "http$k" "$T_RUN" "$PY" -m experiments.run backend=http "backend.url=$URL" "model.vocab_size=$VOCAB" \
+      "${SLICE[@]}" "hydra.run.dir=$WORK/runs/http$k"
+    HTTP_DIRS+=("$WORK/runs/http$k")
+  done
   "$PY" -c "import httpx; print(httpx.get('$URL/metrics', timeout=10).text)" > "$OUT_DIR/server_metrics.txt" 2>&1
 else
   FAILED+=(serve); log "!!! [serve] $URL/health did not answer within ${SERVER_START_S}s; server.log ends:"
@@ -128,12 +138,13 @@ if [ -n "$SERVER_PID" ]; then
   kill -KILL "$SERVER_PID" 2>/dev/null
 fi
 
-stage compare 60 "$PY" benchmarks/serve_compare.py --inproc "$WORK/runs/inproc" --http "$WORK/runs/http" \
+stage compare 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" \
+  --http "${HTTP_DIRS[@]:-$WORK/runs/http1}" \
   --loadgen "$OUT_DIR/loadgen.json" --out "$OUT_DIR/serve_compare.json" --device "$TAG" \
   --command "benchmarks/gpu_serve.sh $*"
 
 if [ -d "$WORK/runs" ]; then
-  tar czf "$OUT_DIR/runs_serve.tgz" -C "$WORK" runs && log "both runs' folders in $OUT_DIR/runs_serve.tgz"
+  tar czf "$OUT_DIR/runs_serve.tgz" -C "$WORK" runs && log "the runs' folders in $OUT_DIR/runs_serve.tgz"
 fi
 log "gpu_serve finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
 ls -la "$OUT_DIR" | tee -a "$LOG"

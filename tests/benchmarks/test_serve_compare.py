@@ -47,3 +47,21 @@ def test_command_writes_the_report_and_names_a_missing_run(tmp_path, capsys):
 
 def test_gpu_serve_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_serve.sh")]).returncode == 0
+
+
+def test_repeats_give_each_sides_spread(tmp_path, capsys):
+    mod = load()
+    dirs = {}
+    for name, s in (("in1", _summary(0.010, 1000.0)), ("in2", _summary(0.011, 990.0)), ("h1", _summary(0.0102, 995.0)),
+                    ("h2", _summary(0.0104, 1001.0))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+        dirs[name] = str(tmp_path / name)
+    out = tmp_path / "c.json"
+    assert mod.main(["--inproc", dirs["in1"], dirs["in2"], "--http", dirs["h1"], dirs["h2"], "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["ratios_http_over_inproc"]["ttft_s_p50"] == pytest.approx(1.02)      # the first runs
+    assert report["repeats"]["inproc"]["runs"]["ttft_s_p50"] == [0.010, 0.011]
+    assert report["repeats"]["inproc"]["max_over_min"]["ttft_s_p50"] == pytest.approx(1.1)
+    assert report["repeats"]["http"]["max_over_min"]["output_throughput_tps"] == pytest.approx(1001 / 995)
+    assert "inproc: TTFT p50 over 2 runs 0.0100, 0.0110 s (max / min 1.1000)" in capsys.readouterr().out
