@@ -90,14 +90,16 @@ make_byte_tokenizer('$CKPT', vocab_size=$VOCAB)
 print('byte-level tokenizer ($VOCAB ids) in $CKPT')"
 fi
 
-# The slice, the same for both replays: the same ids, arrivals, lengths and prompt token ids (root seed 0).
+# The slice, the same for both replays: the same ids, arrivals, lengths and prompt token ids. Repeat k draws its
+# prompt token ids from root seed k - 1 on both sides: a repeat against the same server would otherwise find the
+# last repeat's prompts in its prefix cache (a fresh in-process engine never does).
 SLICE=(workload=azure "workload.path=$TRACE" "workload.max_requests=$MAX_REQUESTS" "workload.target_rate_rps=$RATE_RPS"
        "max_model_len=$MAX_MODEL_LEN" plots=false progress=false)
 
 INPROC_DIRS=(); HTTP_DIRS=()
 for k in $(seq 1 "$REPEATS"); do
   stage "inproc$k" "$T_RUN" "$PY" -m experiments.run backend=engine "backend.model_path=$CKPT" \
-    "backend.device=$DEVICE" "${SLICE[@]}" "hydra.run.dir=$WORK/runs/inproc$k"
+    "backend.device=$DEVICE" "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/inproc$k"
   INPROC_DIRS+=("$WORK/runs/inproc$k")
 done
 
@@ -124,7 +126,7 @@ if [ "$ready" = 1 ]; then
   tail -n 30 "$WORK/loadgen/guidellm.log" >> "$LOG" 2>/dev/null
   for k in $(seq 1 "$REPEATS"); do
     stage "http$k" "$T_RUN" "$PY" -m experiments.run backend=http "backend.url=$URL" "model.vocab_size=$VOCAB" \
-      "${SLICE[@]}" "hydra.run.dir=$WORK/runs/http$k"
+      "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/http$k"
     HTTP_DIRS+=("$WORK/runs/http$k")
   done
   "$PY" -c "import httpx; print(httpx.get('$URL/metrics', timeout=10).text)" > "$OUT_DIR/server_metrics.txt" 2>&1
