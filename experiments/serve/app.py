@@ -112,7 +112,7 @@ class _Server:
         self.name = name
         self.options = options
         self.tokenizer = llm.tokenizer
-        self.metrics = ServerMetrics(name)
+        self.metrics = ServerMetrics(name, llm.scheduler)
         self.engine = AsyncEngine(llm, self.metrics)
         self.max_model_len = llm.runner.max_model_len
         self.block_size = llm.config.block_size
@@ -334,7 +334,7 @@ class _Server:
                 if ts.stopped and reason is None:   # a stop string or stop token: the engine must drop it
                     self.engine.abort([choice], count_as_aborted=False)
                     self.metrics.finished("stop")
-                    self.metrics.e2e.observe(time.perf_counter() - choice.seq.arrival_time_s)
+                    self.metrics.e2e.observe([time.perf_counter() - choice.seq.arrival_time_s])
                 fin = None
                 if ts.stopped or reason is not None:
                     text += ts.flush()

@@ -46,11 +46,10 @@ def compose(overrides: list[str]) -> DictConfig:
     """The composed, checked config (ValueError / Hydra errors for the user's mistakes)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
     from experiments.config_check import check_config
     from experiments.run import quote_tilde
-
-    from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()      # an earlier composition in this process (tests) would refuse a new one
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="servelab-serve"):

@@ -2,6 +2,7 @@
 refuses new ones with 503; a checkpoint without tokenizer serves token-id prompts."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -50,7 +51,7 @@ def test_a_failed_step_ends_a_stream_with_an_error_event(ckpt, monkeypatch):
         with httpx.stream("POST", f"{srv.url}/completions", json=body, timeout=30) as r:
             data = [line for line in r.iter_lines() if line.startswith("data: ")]
         assert '"error"' in data[-2] and "device lost" in data[-2] and data[-1] == "data: [DONE]"
-        assert len(data) == 3 + 2
+        assert 2 <= len(data) <= 3 + 2     # up to one chunk per step that ran, the error, [DONE]
 
 
 def test_without_tokenizer_token_ids_are_served_and_text_refused(tmp_path):
@@ -64,7 +65,9 @@ def test_without_tokenizer_token_ids_are_served_and_text_refused(tmp_path):
         assert choice["text"] == "" and len(choice["token_ids"]) == 3
         with httpx.stream("POST", f"{srv.url}/completions", json={**body, "stream": True}, timeout=30) as s:
             data = [line for line in s.iter_lines() if line.startswith("data: ")]
-        assert len(data) == 3 + 1          # a chunk per token even without text, then [DONE]
+        # chunks even without text (one per step, or fewer when the reader falls behind), then [DONE]
+        chunks = [json.loads(line[6:]) for line in data[:-1]]
+        assert sum(len(c["choices"][0]["token_ids"]) for c in chunks) == 3 and data[-1] == "data: [DONE]"
         r = httpx.post(f"{srv.url}/completions", json={"prompt": "w1", "max_tokens": 1}, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
         r = httpx.post(f"{srv.url}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
