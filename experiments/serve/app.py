@@ -406,7 +406,8 @@ def _sse(obj) -> str:
 
 async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage, token_ids, always, first=None):
     """Server-sent events: one chunk per choice and step (empty text skipped unless `always`), then the
-    usage chunk when asked, then [DONE]; an engine failure becomes an error event."""
+    usage chunk when asked, then [DONE]; an engine failure becomes an error event. make_chunk(index,
+    text, finish_reason, token_ids or None) -> the event's text."""
     try:
         if first is not None:
             for chunk in first:
@@ -414,10 +415,7 @@ async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage
         async for index, text, ids, fin in events:
             if not (text or fin or always or token_ids):
                 continue
-            choice = make_chunk(index, text, fin)
-            if token_ids:
-                choice["token_ids"] = ids
-            yield _sse({**head, "choices": [choice]})
+            yield make_chunk(index, text, fin, ids if token_ids else None)
         if include_usage:
             done = sum(len(ts.token_ids) for ts in streams.values())
             yield _sse({**head, "choices": [], "usage": _usage(usage_prompt, done)})
@@ -426,11 +424,24 @@ async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage
     yield "data: [DONE]\n\n"
 
 
+# A chunk is written by hand around json.dumps of the text: a streamed token costs one small dumps,
+# not the dumps of a whole dict (the fields and their order are those json.dumps gives the dict).
+def _chunk_prefix(head: dict) -> str:
+    return _sse({**head, "choices": [{"index": 0}]}).split('"choices":[{"index":', 1)[0] + '"choices":[{"index":'
+
+
+def _tail(fin, ids) -> str:
+    fin_json = "null" if fin is None else f'"{fin}"'
+    extra = "" if ids is None else f',"token_ids":{json.dumps(ids, separators=(",", ":"))}'
+    return f',"logprobs":null,"finish_reason":{fin_json}{extra}}}]}}\n\n'
+
+
 def _completion_chunks(events, head, streams, usage_prompt, include_usage, token_ids, always):
     head = {**head, "object": "text_completion"}
+    prefix = _chunk_prefix(head)
 
-    def chunk(index, text, fin):
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": fin}
+    def chunk(index, text, fin, ids):
+        return f'{prefix}{index},"text":{json.dumps(text)}{_tail(fin, ids)}'
 
     return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always)
 
@@ -439,10 +450,11 @@ def _chat_chunks(events, head, streams, usage_prompt, include_usage, token_ids, 
     head = {**head, "object": "chat.completion.chunk"}
     first = [{**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                    "finish_reason": None}]} for i in sorted(streams)]
+    prefix = _chunk_prefix(head)
 
-    def chunk(index, text, fin):
-        return {"index": index, "delta": {"content": text} if text or fin is None else {}, "logprobs": None,
-                "finish_reason": fin}
+    def chunk(index, text, fin, ids):
+        delta = f'{{"content":{json.dumps(text)}}}' if text or fin is None else "{}"
+        return f'{prefix}{index},"delta":{delta}{_tail(fin, ids)}'
 
     return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always, first)
 

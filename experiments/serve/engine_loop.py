@@ -160,6 +160,7 @@ class AsyncEngine:
     # -- the engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
         llm = self.llm
+        log.info("engine thread running (native thread id %d)", threading.get_native_id())
         try:
             while True:
                 self._wake.clear()
