@@ -87,7 +87,8 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
         return Response(status_code=200)
 
     @app.get("/v1/models")
-    async def models():
+    async def models(request: Request):
+        server.authorize(request)
         return {"object": "list", "data": [server.model_card()]}
 
     @app.get("/metrics")
@@ -97,10 +98,12 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
+        server.authorize(request)
         return await server.completions(request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
+        server.authorize(request)
         return await server.chat(request)
 
     return app
@@ -120,6 +123,12 @@ class _Server:
         self.vocab_size = llm.vocab_size
         self.created = int(time.time())
         self._warned: set[str] = set()
+
+    def authorize(self, request: Request) -> None:
+        key = self.options.api_key
+        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+            raise APIError(401, "missing or wrong API key: send the header Authorization: Bearer <serve.api_key>",
+                           code="invalid_api_key")
 
     def model_card(self) -> dict:
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "servelab",
@@ -190,7 +199,8 @@ class _Server:
                                 f"{field} to at most {room_kv}", param=field)
         return given
 
-    def _sequences(self, rid: str, prompts: list[list[int]], common: dict, n: int, max_tokens_of, arrival: float):
+    def _sequences(self, rid: str, prompts: list[list[int]], common: dict, n: int, max_tokens_of, arrival: float,
+                   priority: int = 0):
         """(index, Sequence) per choice (prompt-major) and its TextStream arguments."""
         entries, texts = [], []
         for p, ids in enumerate(prompts):
@@ -206,6 +216,7 @@ class _Server:
                     seq = self.llm.make_sequence(ids, params, request_id=f"{rid}-{index}", arrival_time_s=arrival)
                 except ValueError as e:
                     raise APIError(400, str(e)) from None
+                seq.priority = priority
                 entries.append((index, seq))
                 texts.append(ids)
         return entries, texts
@@ -232,7 +243,7 @@ class _Server:
             return self._max_tokens(req.max_tokens, "max_tokens", len(ids), "prompt", COMPLETION_DEFAULT_MAX_TOKENS)
 
         rid = f"cmpl-{uuid.uuid4().hex}"
-        entries, prompt_ids = self._sequences(rid, prompts, common, req.n, cap, arrival)
+        entries, prompt_ids = self._sequences(rid, prompts, common, req.n, cap, arrival, req.priority)
         return await self._respond(request, req, rid, "text_completion", entries, prompt_ids, prompts, common)
 
     async def chat(self, request: Request):
@@ -251,7 +262,7 @@ class _Server:
             return self._max_tokens(given, field, len(ids), "messages", None)
 
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        entries, prompt_ids = self._sequences(rid, [ids], common, req.n, cap, arrival)
+        entries, prompt_ids = self._sequences(rid, [ids], common, req.n, cap, arrival, req.priority)
         return await self._respond(request, req, rid, "chat.completion", entries, prompt_ids, [ids], common)
 
     def _chat_token_ids(self, req: ChatCompletionRequest) -> list[int]:
