@@ -87,7 +87,8 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
         return Response(status_code=200)
 
     @app.get("/v1/models")
-    async def models():
+    async def models(request: Request):
+        server.authorize(request)
         return {"object": "list", "data": [server.model_card()]}
 
     @app.get("/metrics")
@@ -97,10 +98,12 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
+        server.authorize(request)
         return await server.completions(request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
+        server.authorize(request)
         return await server.chat(request)
 
     return app
@@ -112,7 +115,7 @@ class _Server:
         self.name = name
         self.options = options
         self.tokenizer = llm.tokenizer
-        self.metrics = ServerMetrics(name)
+        self.metrics = ServerMetrics(name, llm.scheduler)
         self.engine = AsyncEngine(llm, self.metrics)
         self.max_model_len = llm.runner.max_model_len
         self.block_size = llm.config.block_size
@@ -120,6 +123,12 @@ class _Server:
         self.vocab_size = llm.vocab_size
         self.created = int(time.time())
         self._warned: set[str] = set()
+
+    def authorize(self, request: Request) -> None:
+        key = self.options.api_key
+        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+            raise APIError(401, "missing or wrong API key: send the header Authorization: Bearer <serve.api_key>",
+                           code="invalid_api_key")
 
     def model_card(self) -> dict:
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "servelab",
@@ -190,7 +199,8 @@ class _Server:
                                 f"{field} to at most {room_kv}", param=field)
         return given
 
-    def _sequences(self, rid: str, prompts: list[list[int]], common: dict, n: int, max_tokens_of, arrival: float):
+    def _sequences(self, rid: str, prompts: list[list[int]], common: dict, n: int, max_tokens_of, arrival: float,
+                   priority: int = 0):
         """(index, Sequence) per choice (prompt-major) and its TextStream arguments."""
         entries, texts = [], []
         for p, ids in enumerate(prompts):
@@ -206,6 +216,7 @@ class _Server:
                     seq = self.llm.make_sequence(ids, params, request_id=f"{rid}-{index}", arrival_time_s=arrival)
                 except ValueError as e:
                     raise APIError(400, str(e)) from None
+                seq.priority = priority
                 entries.append((index, seq))
                 texts.append(ids)
         return entries, texts
@@ -232,7 +243,7 @@ class _Server:
             return self._max_tokens(req.max_tokens, "max_tokens", len(ids), "prompt", COMPLETION_DEFAULT_MAX_TOKENS)
 
         rid = f"cmpl-{uuid.uuid4().hex}"
-        entries, prompt_ids = self._sequences(rid, prompts, common, req.n, cap, arrival)
+        entries, prompt_ids = self._sequences(rid, prompts, common, req.n, cap, arrival, req.priority)
         return await self._respond(request, req, rid, "text_completion", entries, prompt_ids, prompts, common)
 
     async def chat(self, request: Request):
@@ -251,7 +262,7 @@ class _Server:
             return self._max_tokens(given, field, len(ids), "messages", None)
 
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        entries, prompt_ids = self._sequences(rid, [ids], common, req.n, cap, arrival)
+        entries, prompt_ids = self._sequences(rid, [ids], common, req.n, cap, arrival, req.priority)
         return await self._respond(request, req, rid, "chat.completion", entries, prompt_ids, [ids], common)
 
     def _chat_token_ids(self, req: ChatCompletionRequest) -> list[int]:
@@ -334,7 +345,7 @@ class _Server:
                 if ts.stopped and reason is None:   # a stop string or stop token: the engine must drop it
                     self.engine.abort([choice], count_as_aborted=False)
                     self.metrics.finished("stop")
-                    self.metrics.e2e.observe(time.perf_counter() - choice.seq.arrival_time_s)
+                    self.metrics.e2e.observe([time.perf_counter() - choice.seq.arrival_time_s])
                 fin = None
                 if ts.stopped or reason is not None:
                     text += ts.flush()
@@ -406,7 +417,8 @@ def _sse(obj) -> str:
 
 async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage, token_ids, always, first=None):
     """Server-sent events: one chunk per choice and step (empty text skipped unless `always`), then the
-    usage chunk when asked, then [DONE]; an engine failure becomes an error event."""
+    usage chunk when asked, then [DONE]; an engine failure becomes an error event. make_chunk(index,
+    text, finish_reason, token_ids or None) -> the event's text."""
     try:
         if first is not None:
             for chunk in first:
@@ -414,10 +426,7 @@ async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage
         async for index, text, ids, fin in events:
             if not (text or fin or always or token_ids):
                 continue
-            choice = make_chunk(index, text, fin)
-            if token_ids:
-                choice["token_ids"] = ids
-            yield _sse({**head, "choices": [choice]})
+            yield make_chunk(index, text, fin, ids if token_ids else None)
         if include_usage:
             done = sum(len(ts.token_ids) for ts in streams.values())
             yield _sse({**head, "choices": [], "usage": _usage(usage_prompt, done)})
@@ -426,11 +435,24 @@ async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage
     yield "data: [DONE]\n\n"
 
 
+# A chunk is written by hand around json.dumps of the text: a streamed token costs one small dumps,
+# not the dumps of a whole dict (the fields and their order are those json.dumps gives the dict).
+def _chunk_prefix(head: dict) -> str:
+    return _sse({**head, "choices": [{"index": 0}]}).split('"choices":[{"index":', 1)[0] + '"choices":[{"index":'
+
+
+def _tail(fin, ids) -> str:
+    fin_json = "null" if fin is None else f'"{fin}"'
+    extra = "" if ids is None else f',"token_ids":{json.dumps(ids, separators=(",", ":"))}'
+    return f',"logprobs":null,"finish_reason":{fin_json}{extra}}}]}}\n\n'
+
+
 def _completion_chunks(events, head, streams, usage_prompt, include_usage, token_ids, always):
     head = {**head, "object": "text_completion"}
+    prefix = _chunk_prefix(head)
 
-    def chunk(index, text, fin):
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": fin}
+    def chunk(index, text, fin, ids):
+        return f'{prefix}{index},"text":{json.dumps(text)}{_tail(fin, ids)}'
 
     return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always)
 
@@ -439,10 +461,11 @@ def _chat_chunks(events, head, streams, usage_prompt, include_usage, token_ids, 
     head = {**head, "object": "chat.completion.chunk"}
     first = [{**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                    "finish_reason": None}]} for i in sorted(streams)]
+    prefix = _chunk_prefix(head)
 
-    def chunk(index, text, fin):
-        return {"index": index, "delta": {"content": text} if text or fin is None else {}, "logprobs": None,
-                "finish_reason": fin}
+    def chunk(index, text, fin, ids):
+        delta = f'{{"content":{json.dumps(text)}}}' if text or fin is None else "{}"
+        return f'{prefix}{index},"delta":{delta}{_tail(fin, ids)}'
 
     return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always, first)
 

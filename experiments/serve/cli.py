@@ -184,3 +184,6 @@ def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper() if level != "trace" else "DEBUG",
                         format="%(levelname)s %(name)s: %(message)s")
 
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,8 @@ class ServeOptions:
     retry_after_s: int = 1                      # the Retry-After header of a 429, seconds
     # on SIGINT / SIGTERM: in-flight requests get this long to finish, then they are aborted
     shutdown_grace_s: float = 10.0
+    # clients must send `Authorization: Bearer <api_key>` to /v1/*; None: no key (e.g. serve.api_key='${oc.env:KEY}')
+    api_key: Optional[str] = None
     log_level: str = "info"                     # uvicorn's: critical | error | warning | info | debug
     access_log: bool = False                    # one log line per HTTP request
 

@@ -1,17 +1,21 @@
 """The engine stepping in its own thread while the asyncio loop serves HTTP.
 
     engine = AsyncEngine(llm, metrics); engine.start(asyncio.get_running_loop())
-    choices = engine.submit([(0, seq)], queue)   # queue: an asyncio.Queue of this HTTP request
+    choices = engine.submit([(0, seq)], queue)   # on the loop; queue: an asyncio.Queue of this HTTP request
     item = await queue.get()                     # (index, new_token_ids, finish_reason, error)
     engine.abort(choices)                        # client gone: the sequence is dropped, its KV blocks freed
     engine.stop()                                # aborts whatever is left, joins the thread
 
 The thread owns the LLM: requests and aborts reach it through an inbox it drains between steps
-(the scheduler core is never touched mid-step), so adding a request never waits for a step to end
-and a step never waits for the HTTP side. After each step one `call_soon_threadsafe` hands the
-step's new tokens to the loop: per sequence that got tokens, (its index in the HTTP request, the
-new token ids, the finish reason or None, None). finish_reason: "length" | "eos" (from the engine),
-"abort" (stopped by the server) or "error" (the engine failed; the fourth item says why).
+(the scheduler core is never touched mid-step), so adding a request never waits for a step to end.
+The thread does nothing per sequence beyond the step itself: after each step one
+`call_soon_threadsafe` hands the step's sequences to the loop, which reads their new tokens
+(outputs only ever grow, also across a preemption, so a late read just finds more) and does the
+per-token work (metrics, text, the response) while the next step runs; the GIL is free while the
+engine waits for the device. Items a queue receives, per sequence that got tokens: (its index in
+the HTTP request, the new token ids, the finish reason or None, None). finish_reason: "length" |
+"eos" (from the engine), "abort" (stopped by the server) or "error" (the engine failed; the
+fourth item says why).
 """
 from __future__ import annotations
 
@@ -19,26 +23,24 @@ import logging
 import threading
 from collections import deque
 
+from engine.core.sequence import SequenceStatus
 from experiments.serve.errors import APIError
 
 log = logging.getLogger("servelab.serve")
+FINISHED = SequenceStatus.FINISHED
 
 
 class Choice:
-    """One sequence of an HTTP request, as the engine thread follows it."""
+    """One sequence of an HTTP request, as the loop follows it."""
     __slots__ = ("index", "seq", "queue", "num_sent", "last_token_s", "admitted")
 
     def __init__(self, index: int, seq, queue):
         self.index = index
         self.seq = seq
         self.queue = queue
-        self.num_sent = 0               # output tokens handed to the loop
-        self.last_token_s = 0.0         # engine-clock time of the last one
+        self.num_sent = 0               # output tokens handed to the queue
+        self.last_token_s = 0.0         # engine-clock time of the last of them
         self.admitted = False
-
-    @property
-    def request_id(self):
-        return self.seq.request_id
 
 
 class AsyncEngine:
@@ -46,9 +48,10 @@ class AsyncEngine:
         self.llm = llm
         self.metrics = metrics
         self.error: str | None = None   # why the engine thread died, when it did
-        self._inbox: deque = deque()    # ("add", Choice) | ("abort", Choice, count_as_aborted)
+        self._inbox: deque = deque()    # ("add", Sequence) | ("abort", request_id, count_as_aborted)
         self._wake = threading.Event()
-        self._live: dict = {}           # request_id -> Choice (engine thread only)
+        self._live: set = set()         # request ids the engine holds (engine thread only)
+        self._choices: dict = {}        # request_id -> Choice (loop only)
         self._loop = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -72,14 +75,19 @@ class AsyncEngine:
         if not self.alive:
             raise APIError(503, f"the engine is not running ({self.error or 'shutting down'}); retry later")
         choices = [Choice(i, seq, queue) for i, seq in entries]
-        self._inbox.extend(("add", c) for c in choices)
+        for c in choices:
+            self._choices[c.seq.request_id] = c
+        self._inbox.extend(("add", c.seq) for c in choices)
         self._wake.set()
         return choices
 
     def abort(self, choices, count_as_aborted: bool = True) -> None:
         """Drops these choices' sequences (those not finished) and frees their KV blocks, between steps.
         count_as_aborted False: the server ended them on purpose (a stop string), not a client leaving."""
-        self._inbox.extend(("abort", c, count_as_aborted) for c in choices)
+        for c in choices:
+            rid = c.seq.request_id
+            if self._choices.pop(rid, None) is not None:
+                self._inbox.append(("abort", rid, count_as_aborted))
         self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -89,9 +97,70 @@ class AsyncEngine:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    def _on_step(self, seqs, num_preempted: int) -> None:
+        """The loop's share of a step: new tokens of `seqs` to their queues, metrics. The engine may have
+        run further steps since: a sequence then has more tokens, or finished, and later reads find less."""
+        m, choices = self.metrics, self._choices
+        ttft, itl, e2e = [], [], []
+        num_new = 0
+        for seq in seqs:
+            choice = choices.get(seq.request_id)
+            if choice is None:
+                continue            # finished or aborted already
+            if not choice.admitted:
+                choice.admitted = True
+                m.admitted(seq.num_prompt_tokens, seq.num_cached_tokens)
+            # status first: a FINISHED sequence has all its tokens, so none is left behind
+            done = seq.status is FINISHED
+            new = seq.token_ids[seq.num_prompt_tokens + choice.num_sent:]
+            if new:
+                last = seq.last_token_time_s
+                k = len(new)
+                if choice.num_sent == 0:
+                    ttft.append(seq.first_token_time_s - seq.arrival_time_s)
+                    if k > 1:       # this read fell behind the engine: the gaps' mean for each
+                        itl += [(last - seq.first_token_time_s) / (k - 1)] * (k - 1)
+                else:
+                    itl += [(last - choice.last_token_s) / k] * k
+                choice.num_sent += k
+                choice.last_token_s = last
+                num_new += k
+            elif not done:
+                continue            # an intermediate prefill chunk
+            reason = None
+            if done:
+                reason = seq.finish_reason
+                del choices[seq.request_id]
+                m.finished("stop" if reason == "eos" else reason)
+                e2e.append(seq.finish_time_s - seq.arrival_time_s)
+            choice.queue.put_nowait((choice.index, new, reason, None))
+        m.ttft.observe(ttft)
+        m.itl.observe(itl)
+        m.e2e.observe(e2e)
+        if num_new:
+            m.generation_tokens.inc(num_new)
+        if num_preempted:
+            m.preemptions.inc(num_preempted)
+
+    def _on_end(self, reason: str, error: str | None, failed) -> None:
+        """Ends every request left (shutdown or engine failure); `failed`: (request_id, error) of requests
+        the engine refused."""
+        for rid, msg in failed:
+            choice = self._choices.pop(rid, None)
+            if choice is not None:
+                choice.queue.put_nowait((choice.index, [], "error", msg))
+        if reason is None:
+            return
+        for choice in self._choices.values():
+            if reason == "abort":
+                self.metrics.aborted.inc()
+            choice.queue.put_nowait((choice.index, [], reason, error))
+        self._choices.clear()
+
     # -- the engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
         llm = self.llm
+        log.info("engine thread running (native thread id %d)", threading.get_native_id())
         try:
             while True:
                 self._wake.clear()
@@ -105,93 +174,43 @@ class AsyncEngine:
                 if batch is None:       # the policy holds everything back: only an arrival or abort helps
                     self._wake.wait(0.005)
                     continue
-                self._report(batch, finished)
+                for seq in finished:
+                    self._live.discard(seq.request_id)
+                self._post(self._on_step, batch.seqs, len(batch.preempted) + len(batch.swapped_out))
         except Exception as e:          # the engine failed: every request gets the error, /health goes 503
             self.error = f"{type(e).__name__}: {e}"
             log.exception("engine step failed; the server stops serving")
             self._stopping = True
-            self._end_all("error", self.error)
+            self._post(self._on_end, "error", self.error, ())
             return
         self._drain()
-        self._end_all("abort", None)
+        for rid in list(self._live):
+            llm.abort_request(rid)
+        self._live.clear()
+        self._post(self._on_end, "abort", None, ())
 
     def _drain(self) -> None:
         llm, live, inbox = self.llm, self._live, self._inbox
+        failed = []
         while inbox:
             item = inbox.popleft()
-            choice = item[1]
-            rid = choice.request_id
             if item[0] == "add":
+                seq = item[1]
                 try:
-                    llm.submit(choice.seq)
+                    llm.submit(seq)
                 except ValueError as e:
-                    self._post([(choice.queue, (choice.index, [], "error", str(e)))])
+                    failed.append((seq.request_id, str(e)))
                     continue
-                live[rid] = choice
-            elif live.pop(rid, None) is not None and llm.abort_request(rid) and item[2]:
-                self.metrics.aborted.inc()
+                live.add(seq.request_id)
+            elif item[1] in live:
+                live.discard(item[1])
+                if llm.abort_request(item[1]) and item[2]:
+                    self.metrics.aborted.inc()
+        if failed:
+            self._post(self._on_end, None, None, failed)
 
-    def _end_all(self, reason: str, error: str | None) -> None:
-        """Ends every live request (shutdown or engine failure); their KV blocks are freed."""
-        updates = []
-        for rid, choice in list(self._live.items()):
-            if reason == "abort":
-                self.llm.abort_request(rid)
-                self.metrics.aborted.inc()
-            updates.append((choice.queue, (choice.index, [], reason, error)))
-        self._live.clear()
-        self._post(updates)
-        self._gauges()
-
-    def _report(self, batch, finished) -> None:
-        m, live = self.metrics, self._live
-        now = self.llm.clock()
-        updates = []
-        num_new = 0
-        for seq in batch.seqs:
-            choice = live.get(seq.request_id)
-            if choice is None:
-                continue
-            if not choice.admitted and seq.admit_order >= 0:
-                choice.admitted = True
-                m.admitted(seq.num_prompt_tokens, seq.num_cached_tokens)
-            n = seq.num_output_tokens
-            if n <= choice.num_sent:
-                continue        # an intermediate prefill chunk
-            new = seq.token_ids[seq.num_prompt_tokens + choice.num_sent:]
-            if choice.num_sent == 0:
-                m.ttft.observe(seq.first_token_time_s - seq.arrival_time_s)
-            else:
-                m.itl.observe(now - choice.last_token_s)
-            num_new += len(new)
-            choice.num_sent = n
-            choice.last_token_s = now
-            reason = seq.finish_reason if seq.is_finished else None
-            updates.append((choice.queue, (choice.index, new, reason, None)))
-        for seq in finished:
-            if live.pop(seq.request_id, None) is not None:
-                m.finished("stop" if seq.finish_reason == "eos" else seq.finish_reason)
-                m.e2e.observe(seq.finish_time_s - seq.arrival_time_s)
-        m.generation_tokens.inc(num_new)
-        num_preempted = len(batch.preempted) + len(batch.swapped_out)
-        if num_preempted:
-            m.preemptions.inc(num_preempted)
-        self._post(updates)
-        self._gauges()
-
-    def _gauges(self) -> None:
-        s, m = self.llm.scheduler, self.metrics
-        bm = s.block_manager
-        m.waiting.set(len(s.waiting))
-        m.running.set(len(s.running))
-        m.swapped.set(len(s.swapped))
-        m.kv_usage.set(bm.num_used_blocks / bm.num_blocks)
-
-    def _post(self, updates) -> None:
-        if updates:
-            self._loop.call_soon_threadsafe(_deliver, updates)
-
-
-def _deliver(updates) -> None:
-    for queue, item in updates:
-        queue.put_nowait(item)
+    def _post(self, fn, *args) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:            # the loop is closed: nobody is left to tell
+            pass

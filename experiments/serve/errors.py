@@ -4,13 +4,13 @@
     ->  HTTP 400  {"error": {"message": "...", "type": "invalid_request_error", "param": "temperature",
                              "code": null}}
 
-The `openai` package raises BadRequestError (400), RateLimitError (429), InternalServerError (5xx)
-from these and shows `message`.
+The `openai` package raises BadRequestError (400), AuthenticationError (401), RateLimitError (429) and
+InternalServerError (5xx) from these and shows `message`.
 """
 from __future__ import annotations
 
-_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error",
-          500: "internal_error", 503: "service_unavailable"}
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+          429: "rate_limit_error", 500: "internal_error", 503: "service_unavailable"}
 
 
 class APIError(Exception):

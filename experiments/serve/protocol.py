@@ -4,7 +4,8 @@
     params = sampling(req, ...)                          # APIError(400) naming the field of a bad value
 
 Fields beyond OpenAI's are vLLM's extensions: `top_k` (-1 or 0: off), `ignore_eos`, `stop_token_ids`,
-`return_token_ids` (token ids of the prompt and of each choice in the response), chat's
+`return_token_ids` (token ids of the prompt and of each choice in the response), `priority` (lower is
+more important: what scheduler=priority and the victim policies read), chat's
 `add_generation_prompt` and `chat_template_kwargs`. OpenAI fields the engine does not implement
 (logprobs, penalties, logit_bias, echo, suffix, best_of > n, tools, ...) are accepted at their
 no-op values and refused with a 400 naming the field otherwise; unknown fields are ignored and logged,
@@ -43,6 +44,7 @@ class _GenerationRequest(BaseModel):
     stream_options: Optional[StreamOptions] = None
     n: int = 1
     return_token_ids: bool = False
+    priority: int = 0                       # lower is more important (scheduler=priority; vLLM's extension)
     user: Optional[str] = None
     # accepted only at their no-op values (checked in unsupported())
     presence_penalty: Optional[float] = None

@@ -6,9 +6,10 @@
     ts.flush()                 # at the end: whatever was held back
     ts.stopped, ts.text, ts.token_ids
 
-Decoding is incremental (vLLM's scheme): each step decodes the tokens from `prefix` on and keeps the
-part past the text of tokens [prefix, read), so a word split over several tokens, or a multi-byte
-character (U+FFFD while incomplete), comes out once whole. The first output token is decoded after
+Decoding is incremental: with a fast tokenizer through the `tokenizers` library's DecodeStream (in
+Rust, one call per token), otherwise by vLLM's scheme (each step decodes the tokens from `prefix` on
+and keeps the part past the text of tokens [prefix, read)); either way a word split over several
+tokens, or a multi-byte character, comes out once whole. The first output token is decoded after
 the prompt's last tokens, so a leading space that depends on the context is right. A stop string is
 not part of the text (OpenAI's rule); with `hold_back` (streaming) the last len(longest stop) - 1
 characters wait until they cannot start one. Without stop strings and without `hold_back`
@@ -33,6 +34,7 @@ class TextStream:
         self._prefix = 0
         self._read = len(context)
         self._num_context = len(context)
+        self._stream, self._backend = _decode_stream(tokenizer, context) if not self.lazy else (None, None)
         self.text = ""
         self.token_ids: list[int] = []      # output tokens up to and including a stop token
         self.stopped = False                # a stop string or stop token ended the output
@@ -78,6 +80,8 @@ class TextStream:
         return out
 
     def _decode_next(self) -> str:
+        if self._stream is not None:
+            return self._stream.step(self._backend, self._ids[-1]) or ""
         ids, decode = self._ids, self.tokenizer.decode
         prefix_text = decode(ids[self._prefix:self._read], skip_special_tokens=True)
         full = decode(ids[self._prefix:], skip_special_tokens=True)
@@ -98,3 +102,16 @@ class TextStream:
         self._sent = min(self._sent, len(self.text))
         self.stopped = True
         return True
+
+
+def _decode_stream(tokenizer, context: list[int]):
+    """(a tokenizers DecodeStream primed with the context, the Rust tokenizer), or (None, None) where the
+    tokenizer is not a fast one or the library lacks it (then TextStream decodes vLLM's way)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None, None
+    try:
+        from tokenizers.decoders import DecodeStream
+        return DecodeStream(ids=list(context), skip_special_tokens=True), backend
+    except (ImportError, TypeError):        # tokenizers < 0.22: no DecodeStream, or none taking a context
+        return None, None

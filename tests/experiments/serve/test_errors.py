@@ -112,3 +112,25 @@ def test_over_the_waiting_limit_gets_429_with_retry_after(ckpt):
             client.completions.create(model="tiny", prompt=[1], max_tokens=1)
         metrics = httpx.get(f"{s.base}/metrics", timeout=30).text
         assert 'servelab_request_rejected_total{model_name="tiny"} 2.0' in metrics
+
+
+def test_an_api_key_is_required_when_set(ckpt):
+    with running_server(ckpt, serve_options=ServeOptions(api_key="s3cret")) as s:
+        r = httpx.post(f"{s.url}/completions", json=OK, timeout=30)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(f"{s.base}/health", timeout=30).status_code == 200      # health and metrics stay open
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=s.url, api_key="wrong", max_retries=0).models.list()
+        client = openai.OpenAI(base_url=s.url, api_key="s3cret", max_retries=0)
+        assert client.completions.create(model="tiny", prompt=[1], max_tokens=2).usage.completion_tokens == 2
+
+
+def test_priority_reaches_the_scheduler(ckpt, monkeypatch):
+    with running_server(ckpt) as s:
+        seen = []
+        submit = s.llm.submit
+        monkeypatch.setattr(s.llm, "submit", lambda seq: (seen.append(seq.priority), submit(seq)))
+        r = httpx.post(f"{s.url}/completions", json={**OK, "priority": -3}, timeout=30)
+        assert r.status_code == 200 and seen == [-3]
+        r = httpx.post(f"{s.url}/completions", json={**OK, "priority": "high"}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "priority"

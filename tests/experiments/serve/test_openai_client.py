@@ -50,7 +50,7 @@ def test_streaming_completion_gives_the_same_text_as_non_streaming(client):
     assert text == whole and len(text.split()) == 8
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
-    assert len([c for c in chunks if c.choices]) == 8      # one chunk per token
+    assert 1 <= len([c for c in chunks if c.choices]) <= 8  # one per step, fewer when the reader falls behind
 
 
 def test_several_prompts_and_n_give_one_choice_each(client):
