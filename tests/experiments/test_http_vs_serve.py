@@ -76,3 +76,16 @@ def test_guidellm_against_servelab_serve(srv, tmp_path):
     assert rc == 0, (tmp_path / "guidellm.log").read_text()[-3000:]
     assert (summary["successful"], summary["errored"], summary["incomplete"]) == (8, 0, 0)
     assert summary["output_tokens_mean"] == 6
+
+
+def test_a_server_with_an_api_key(srv, tmp_path):
+    from experiments.http_replay import HttpBackendError, HttpRequest
+    from experiments.serve.config import ServeOptions
+    with running_server(srv.llm.config.model, serve_options=ServeOptions(api_key="sesame"), num_kvcache_blocks=64,
+                        max_model_len=128) as keyed:
+        reqs = [HttpRequest(0, 0.0, [1, 2, 3], 2)]
+        with pytest.raises(HttpBackendError, match=r"refused the request \(HTTP 401: .*\); give its key as "
+                                                   r"backend.api_key"):
+            replay(reqs, HttpTarget(keyed.base))
+        out = replay(reqs, HttpTarget(keyed.base, api_key="sesame"))
+    assert out.num_failed == 0 and out.records[0].num_output_tokens == 2
