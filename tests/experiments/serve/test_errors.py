@@ -9,12 +9,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
 from experiments.serve.config import ServeOptions  # noqa: E402
-from tests.experiments.serve.server import make_checkpoint, running_server  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+from tests.experiments.serve.server import running_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
