@@ -149,7 +149,7 @@ class _Server:
         except ValidationError as e:
             raise _validation_error(e) from None
         extra = sorted(set(req.model_extra or ()) - self._warned)
-        if extra:
+        if extra and len(self._warned) < 256:      # each name logged once (and the set kept small)
             self._warned.update(extra)
             log.warning("ignoring request field(s) this server does not know: %s", ", ".join(extra))
         if req.model is not None and req.model != self.name:

@@ -82,7 +82,9 @@ _NO_OP = {"presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0
 def unsupported(req: _GenerationRequest) -> None:
     """APIError(400) for an OpenAI field set to a value the engine does not implement."""
     for name, ok in _NO_OP.items():
-        if name in type(req).model_fields and getattr(req, name) not in ok:
+        value = getattr(req, name, None)
+        # by type as well as value: logprobs=0 asks for the sampled token's logprob, it is not False
+        if name in type(req).model_fields and not any(type(value) is type(o) and value == o for o in ok):
             raise APIError(400, f"{name}={getattr(req, name)!r} is not supported by this server; leave {name} "
                                 f"out (or at {ok[-1]!r})", param=name)
     if req.logit_bias:

@@ -26,7 +26,15 @@ def step(sched, t):
     return batch
 
 
-def held_everything_back(sched):
+def run_until(sched, done, t: int = 0) -> int:
+    """Steps from clock t until done(); returns the clock then."""
+    while not done():
+        step(sched, t)
+        t += 1
+    return t
+
+
+def holds_nothing(sched):
     bm = sched.block_manager
     bm.check_invariants(sched.running)
     assert bm.num_used_blocks == 0 and bm.num_free_blocks == bm.num_blocks
@@ -46,7 +54,7 @@ def test_abort_of_a_running_sequence_frees_its_blocks():
     sched.block_manager.check_invariants(sched.running)
     while sched.has_unfinished():
         step(sched, 1)
-    held_everything_back(sched)
+    holds_nothing(sched)
 
 
 def test_abort_of_a_waiting_sequence_and_twice():
@@ -55,7 +63,7 @@ def test_abort_of_a_waiting_sequence_and_twice():
     sched.add(a)
     assert sched.abort(a) and not sched.waiting
     assert not sched.abort(a)               # already aborted: nothing changes
-    held_everything_back(sched)
+    holds_nothing(sched)
     b = make_seq("b", 4, 1)
     sched.add(b)
     step(sched, 0)
@@ -69,35 +77,25 @@ def test_abort_of_a_preempted_sequence():
     sched = Scheduler(config(4), VLLMPolicy())
     a, b = make_seq("a", 4, 8), make_seq("b", 4, 8)
     sched.add(a), sched.add(b)
-    t = 0
-    while b.status is not SequenceStatus.PREEMPTED:
-        step(sched, t)
-        t += 1
+    t = run_until(sched, lambda: b.status is SequenceStatus.PREEMPTED)
     assert b in sched.waiting and not b.block_table
     assert sched.abort(b) and b not in sched.waiting
-    while sched.has_unfinished():
-        step(sched, t)
-        t += 1
+    run_until(sched, lambda: not sched.has_unfinished(), t)
     assert a.status is SequenceStatus.FINISHED
-    held_everything_back(sched)
+    holds_nothing(sched)
 
 
 def test_abort_of_a_swapped_sequence_returns_its_cpu_blocks():
     sched = Scheduler(config(4, num_cpu_blocks=8), VLLMSwapPolicy())
     a, b = make_seq("a", 4, 8), make_seq("b", 4, 8)
     sched.add(a), sched.add(b)
-    t = 0
-    while b.status is not SequenceStatus.SWAPPED:
-        step(sched, t)
-        t += 1
+    t = run_until(sched, lambda: b.status is SequenceStatus.SWAPPED)
     bm = sched.block_manager
     assert bm.num_cpu_free_blocks < bm.num_cpu_blocks
     assert sched.abort(b) and not sched.swapped
     assert bm.num_cpu_free_blocks == bm.num_cpu_blocks and b.request_id not in bm.cpu_tables
-    while sched.has_unfinished():
-        step(sched, t)
-        t += 1
-    held_everything_back(sched)
+    run_until(sched, lambda: not sched.has_unfinished(), t)
+    holds_nothing(sched)
 
 
 def test_abort_drops_the_policys_state():
@@ -135,6 +133,6 @@ def test_random_aborts_between_steps_leak_nothing(policy, cpu, caching):
         sched.block_manager.check_invariants(sched.running)
         live = [s for s in live if not s.is_finished]
         t += 1
-    held_everything_back(sched)
+    holds_nothing(sched)
     statuses = {s.status for s in seqs}
     assert statuses == {SequenceStatus.FINISHED, SequenceStatus.ABORTED}

@@ -15,12 +15,7 @@ pytest.importorskip("fastapi")
 from engine.core.sequence import SequenceStatus  # noqa: E402
 from policies.scheduling.vllm import VLLMPolicy  # noqa: E402
 from policies.scheduling.vllm_swap import VLLMSwapPolicy  # noqa: E402
-from tests.experiments.serve.server import make_checkpoint, running_server  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+from tests.experiments.serve.server import running_server  # noqa: E402
 
 
 def nothing_held(srv) -> None:

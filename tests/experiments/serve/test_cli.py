@@ -18,8 +18,8 @@ def serve(capsys, monkeypatch, *args):
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt")
+def fake_ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fake_ckpt")
     (path / "config.json").write_text("{}")     # composition checks only look for it
     return str(path)
 
@@ -29,8 +29,8 @@ def test_help(capsys, monkeypatch):
     assert code == 0 and "backend.model_path=DIR" in out and "serve.port" in out
 
 
-def test_cfg_prints_the_composed_config_with_the_groups(capsys, monkeypatch, ckpt):
-    code, out, err = serve(capsys, monkeypatch, "--cfg", f"backend.model_path={ckpt}", "scheduler=srpt",
+def test_cfg_prints_the_composed_config_with_the_groups(capsys, monkeypatch, fake_ckpt):
+    code, out, err = serve(capsys, monkeypatch, "--cfg", f"backend.model_path={fake_ckpt}", "scheduler=srpt",
                            "victim=most_blocks", "eviction=lfu", "num_kvcache_blocks=77", "serve.port=9001")
     assert code == 0, err
     assert "SRPTPolicy" in out and "MostBlocksVictim" in out and "LFUEviction" in out
@@ -50,8 +50,8 @@ def test_cfg_prints_the_composed_config_with_the_groups(capsys, monkeypatch, ckp
     (("backend.model_path={ckpt}", "num_replicas=2"), ["one replica"]),
     (("--port", "8000"), ["unknown flag --port", "key=value"]),
 ])
-def test_a_mistake_is_one_error_line(capsys, monkeypatch, ckpt, args, words):
-    code, out, err = serve(capsys, monkeypatch, *[a.format(ckpt=ckpt) for a in args])
+def test_a_mistake_is_one_error_line(capsys, monkeypatch, fake_ckpt, args, words):
+    code, out, err = serve(capsys, monkeypatch, *[a.format(ckpt=fake_ckpt) for a in args])
     assert code == 2, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err

@@ -11,12 +11,7 @@ pytest.importorskip("torch")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from tests.experiments.serve.server import make_checkpoint, running_server  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+from tests.experiments.serve.server import running_server  # noqa: E402
 
 
 def test_a_failed_step_fails_the_requests_and_health(ckpt, monkeypatch):

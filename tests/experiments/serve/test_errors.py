@@ -9,12 +9,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
 from experiments.serve.config import ServeOptions  # noqa: E402
-from tests.experiments.serve.server import make_checkpoint, running_server  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+from tests.experiments.serve.server import running_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +42,8 @@ CASES = [
     ("completions", {**OK, "stop": [""]}, "stop", ["empty"]),
     ("completions", {**OK, "stop_token_ids": [4096]}, "stop_token_ids", ["4096"]),
     ("completions", {**OK, "logprobs": 2}, "logprobs", ["not supported"]),
+    ("completions", {**OK, "logprobs": 0}, "logprobs", ["not supported"]),     # 0 is not False: a logprob each
+    ("chat/completions", {**CHAT, "logprobs": True}, "logprobs", ["not supported"]),
     ("completions", {**OK, "presence_penalty": 0.5}, "presence_penalty", ["not supported"]),
     ("completions", {**OK, "ignore_eos": "yes"}, "ignore_eos", ["boolean"]),
     ("chat/completions", {"max_tokens": 2}, "messages", ["required"]),
@@ -90,6 +87,14 @@ def test_unknown_route_and_method_get_an_openai_body(srv):
     assert r.status_code == 404 and "error" in r.json()
     r = httpx.get(f"{srv.url}/completions", timeout=30)
     assert r.status_code == 405 and "error" in r.json()
+
+
+def test_no_op_values_of_unsupported_fields_are_accepted(srv):
+    body = {**OK, "logprobs": None, "presence_penalty": 0, "frequency_penalty": 0.0, "echo": False, "best_of": 1,
+            "user": "someone", "some_new_field": {"x": 1}}
+    assert httpx.post(f"{srv.url}/completions", json=body, timeout=30).status_code == 200
+    chat = {**CHAT, "logprobs": False, "top_logprobs": 0, "response_format": {"type": "text"}, "tools": []}
+    assert httpx.post(f"{srv.url}/chat/completions", json=chat, timeout=30).status_code == 200
 
 
 def test_refused_requests_leave_nothing_queued(srv):

@@ -10,12 +10,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.experiments.serve.server import make_checkpoint, running_server  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+from tests.experiments.serve.server import running_server  # noqa: E402
 
 
 def scrape(srv) -> dict:

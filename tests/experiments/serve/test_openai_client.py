@@ -8,12 +8,11 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
 from engine.core.sequence import SamplingParams  # noqa: E402
-from tests.experiments.serve.server import make_checkpoint, make_llm, running_server  # noqa: E402
+from tests.experiments.serve.server import make_llm, running_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    ckpt = make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+def srv(ckpt):
     with running_server(ckpt) as s:
         yield s
 

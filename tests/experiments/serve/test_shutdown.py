@@ -18,14 +18,9 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from engine.core.sequence import SequenceStatus  # noqa: E402
-from tests.experiments.serve.server import make_checkpoint, running_server  # noqa: E402
+from tests.experiments.serve.server import running_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
 
 def start(ckpt, *overrides):
