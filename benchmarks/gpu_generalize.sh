@@ -21,7 +21,8 @@
 # recorded; nothing is simulated here. Outputs (--out, default $OUT, else benchmarks/results/generalize):
 # gpu_generalize.log, profile_<tag>.{csv,json} (fit stage), real_<stages>.tgz (real/<workload>/ for
 # `experiments.generalize --real-root`, and the calibration replay's steps).
-# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (1,024), CAL_POLICIES
+# (vllm_swap; a comma list replays each), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory).
 set -uo pipefail
 
@@ -45,10 +46,12 @@ else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
   # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
-  CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks 1024 --num-cpu-blocks 2048)
+  CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-1024}" --num-cpu-blocks 2048)
   T_CKPT=90; T_PROFILE=200; T_CAL=60; T_REPLAY=120; T_WL=330
 fi
 CAL_SKIP="${CAL_SKIP:-300}"
+# several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
+CAL_POLICIES="${CAL_POLICIES:-vllm_swap}"
 
 # workload_flags NAME: the validate flags of one family (prompts, outputs, arrivals, KV cache, policies).
 workload_flags() {
@@ -88,8 +91,8 @@ if has_stage fit; then
     --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN"
   CAL_STEPS="$WORK/real/calib_steps_$TAG.parquet"
   if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
-    stage calib_replay "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
-      --trace "$TRACE" --skip-requests "$CAL_SKIP" "${CAL[@]}" --max-model-len "$MAX_MODEL_LEN" --policies vllm_swap \
+    stage calib_replay "$((T_REPLAY * $(echo "$CAL_POLICIES" | tr ',' '\n' | wc -l)))" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+      --trace "$TRACE" --skip-requests "$CAL_SKIP" "${CAL[@]}" --max-model-len "$MAX_MODEL_LEN" --policies "$CAL_POLICIES" \
       --max-wall-s "$MAX_WALL_S" --no-roofline --out-dir "$WORK" --name calib --steps-out "$CAL_STEPS"
   else
     FAILED+=(calib_replay); log "!!! [calib_replay] skipped: no trace file (give --trace PATH)"
@@ -97,7 +100,7 @@ if has_stage fit; then
   HW="$([ "$SMOKE" = 1 ] && echo cpu || echo H200)"
   MODEL_NAME="$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
   CAL_INPUTS=("$TABLE")
-  [ -f "$CAL_STEPS" ] && CAL_INPUTS+=("$CAL_STEPS")
+  for f in "$WORK"/real/calib_steps_"$TAG"*.parquet; do [ -f "$f" ] && CAL_INPUTS+=("$f"); done
   stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$OUT_DIR/profile_$TAG.json" \
     --hardware "$HW" --model "$MODEL_NAME"
 fi

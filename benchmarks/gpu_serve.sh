@@ -27,7 +27,7 @@
 # MAX_REQUESTS, RATE_RPS, MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a
 # checkpoint directory), SERVER_START_S (seconds to wait for /health).
 #
-# The GPU machine has no fastapi, uvicorn, pydantic, guidellm and their dependencies (nor simpy, hydra-core): carry
+# The GPU machine has no fastapi, uvicorn, prometheus_client, pydantic, guidellm and their dependencies (nor simpy, hydra-core): carry
 # them as wheels in .gpuwheels/ (git ignores it), made here by `benchmarks/gpu_serve.sh --download-wheels`
 # (Python 3.12 manylinux wheels, ~10 MB); gpu_lib.sh installs them there.
 set -uo pipefail
@@ -39,7 +39,8 @@ if [ "${1:-}" = --download-wheels ]; then
   "${PIP[@]}" --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
     simpy==4.1.2 hydra-core==1.3.8 omegaconf==2.3.0 \
-    fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 httptools==0.9.0 pydantic==2.14.4 pydantic_core==2.50.5 \
+    fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 httptools==0.9.0 prometheus_client==0.26.0 \
+    pydantic==2.14.4 pydantic_core==2.50.5 \
     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 click==8.4.2 \
     guidellm==0.8.1 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 sanic==25.12.1 sanic-routing==23.12.0 \
     html5tagger==2.0.0 tracerite==2.6.5 ujson==6.1.0 websockets==17.4 Faker==40.63.0 tzdata==2026.6 ftfy==6.3.1 \

@@ -1,11 +1,15 @@
 """EngineConfig: everything the real engine (runner + scheduler) is built from. Torch-free.
 
-Fields left None are derived at start-up from the checkpoint and the device (see resolve()).
+Fields left None are derived at start-up from the checkpoint and the device (see resolve()). The
+scheduler's settings carry SchedulerConfig's names and defaults; the LLM builds its SchedulerConfig
+from this one (SchedulerConfig.from_settings).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from engine.core.kv_layout import check_block_size, kv_split_problem
+from engine.core.scheduler import SchedulerConfig
 from engine.core.token_budget import resolve_max_num_batched_tokens
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -17,18 +21,13 @@ def tensor_parallel_problem(tp: int, num_attention_heads: int, num_key_value_hea
                             intermediate_size: int) -> str | None:
     """Why the model cannot be split across tp ranks, or None when it can.
 
-    Query heads and the MLP's intermediate dim are split evenly. KV heads are split evenly when
-    tp <= num_key_value_heads; a larger tp must be a multiple of them, and each rank then holds a
-    replica of the one KV head its query heads use (vLLM's layout).
+    Query heads and the MLP's intermediate dim are split evenly; KV heads by engine.core.kv_layout's rule.
     """
     if num_attention_heads % tp:
         return f"tensor_parallel_size={tp} must divide num_attention_heads={num_attention_heads}"
-    kv = num_key_value_heads
-    if tp <= kv and kv % tp:
-        return f"tensor_parallel_size={tp} must divide num_key_value_heads={kv}"
-    if tp > kv and tp % kv:
-        return (f"tensor_parallel_size={tp} exceeds num_key_value_heads={kv} and is not a multiple of it "
-                f"(KV heads are replicated only in whole copies)")
+    problem = kv_split_problem(num_key_value_heads, tp)
+    if problem:
+        return problem
     if intermediate_size % tp:
         return f"tensor_parallel_size={tp} must divide intermediate_size={intermediate_size}"
     return None
@@ -36,21 +35,21 @@ def tensor_parallel_problem(tp: int, num_attention_heads: int, num_key_value_hea
 
 @dataclass
 class EngineConfig:
-    model: str                                   # checkpoint directory (config.json + *.safetensors)
+    model_path: str                              # checkpoint directory (config.json + *.safetensors)
     device: str = "auto"                         # "auto" (cuda if available), "cuda", "cuda:N", "cpu"
     dtype: str = "auto"                          # "auto": config.json's dtype on CUDA, float32 on CPU
     attention_backend: str = "auto"              # see engine/layers/attention_backends
-    block_size: int = 16                         # tokens per KV block (power of two)
+    block_size: int = SchedulerConfig.block_size  # tokens per KV block (power of two)
     num_kvcache_blocks: int | None = None        # None: from gpu_memory_utilization (CUDA) or cpu_kvcache_gib (CPU)
     gpu_memory_utilization: float = 0.9          # fraction of GPU memory the engine may use in total
     cpu_kvcache_gib: float = 1.0                 # CPU only: KV cache size when num_kvcache_blocks is None
     num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
     swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
-    max_num_seqs: int = 256
+    max_num_seqs: int = SchedulerConfig.max_num_seqs
     max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.core.token_budget)
     max_model_len: int | None = None             # None: min(4096, max_position_embeddings)
-    enable_chunked_prefill: bool = False
-    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = SchedulerConfig.enable_chunked_prefill
+    enable_prefix_caching: bool = SchedulerConfig.enable_prefix_caching
     enforce_eager: bool = False                  # True: no CUDA graphs (always off on CPU)
     prefill_graph_max_tokens: int = 8192         # steps with prefill of up to this many tokens replay a CUDA
                                                  # graph (engine/prefill_graphs.py); 0: they run eagerly
@@ -65,8 +64,7 @@ class EngineConfig:
             raise ValueError(f"device must be one of {DEVICES} or 'cuda:N', got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a power of two (default 16), got {self.block_size}")
+        check_block_size(self.block_size)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.num_kvcache_blocks is not None and self.num_kvcache_blocks < 1:
@@ -106,13 +104,23 @@ class EngineConfig:
             raise ValueError(f"{problem}; set tensor_parallel_size to one of {ok} for this model")
 
     @classmethod
-    def from_kwargs(cls, model: str, **kwargs) -> "EngineConfig":
-        """EngineConfig(model, **kwargs) with a clear error for unknown keys."""
-        names = {f.name for f in fields(cls)} - {"model"}
+    def from_kwargs(cls, model_path: str, **kwargs) -> "EngineConfig":
+        """cls(model_path, **kwargs) with a clear error for unknown keys."""
+        names = {f.name for f in fields(cls)} - {"model_path"}
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise TypeError(f"unknown engine option(s) {unknown}; allowed: {sorted(names)}")
-        return cls(model=str(model), **kwargs)
+        return cls(model_path=str(model_path), **kwargs)
+
+    @classmethod
+    def from_attributes(cls, obj, **given) -> "EngineConfig":
+        """cls with each field from `given`, else obj's attribute of the same name where it has one (a
+        command's parsed flags), else the default."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise TypeError(f"unknown engine option(s) {unknown}; allowed: {names}")
+        return cls(**{k: given[k] if k in given else getattr(obj, k) for k in names if k in given or hasattr(obj, k)})
 
     def resolve_max_model_len(self, max_position_embeddings: int) -> int:
         """Fills max_model_len from the model (default min(4096, max_position_embeddings)) and checks it."""

@@ -1,6 +1,6 @@
 """Offline and step-wise front end of the real engine.
 
-    llm = LLM("/path/to/Qwen3-0.6B", max_num_seqs=64)
+    llm = LLM("/path/to/Qwen3-0.6B", max_num_seqs=64)     # or LLM(EngineConfig("/path/to/Qwen3-0.6B", ...))
     outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(temperature=0, max_tokens=32))
     outs[0].text, outs[0].token_ids
 
@@ -13,7 +13,8 @@ Step API (what an online loop or the experiment runner drives; the clock is inje
 An online server checks a request where it arrives and queues it where the engine steps:
     seq = llm.make_sequence(prompt, params, request_id, arrival_time_s)   # ValueError naming the field
     llm.submit(seq)
-    batch, finished = llm.step_batch()    # the step's Batch (every sequence that got a token) and the finished
+    batch, finished, rejected = llm.step_batch()  # the step's Batch (every sequence that got a token), the
+                                                  # finished, those the policy rejected
 
 With tensor_parallel_size > 1 the LLM holds worker processes: call llm.close() or use
 `with LLM(...) as llm:` (they are also stopped at interpreter exit). Worker processes are started
@@ -23,7 +24,7 @@ with multiprocessing's spawn method, so a script creating an LLM needs the usual
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -65,21 +66,24 @@ class StepStats:
 
 
 class LLM:
-    def __init__(self, model_path: str | Path, *, clock: Callable[[], float] | None = None,
+    def __init__(self, model_path: str | Path | EngineConfig, *, clock: Callable[[], float] | None = None,
                  policy=None, eviction=None, **engine_options):
         from engine.model_runner import ModelRunner  # torch is imported here, not at module import
 
-        self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
-        hf_config = load_hf_config(model_path)
+        if isinstance(model_path, EngineConfig):
+            if engine_options:
+                raise TypeError(f"LLM(config, ...) takes no engine options besides the EngineConfig, got "
+                                f"{sorted(engine_options)}; set them in the EngineConfig")
+            self.config = replace(model_path)   # the runner fills the derived fields in the LLM's own copy
+        else:
+            self.config = EngineConfig.from_kwargs(str(model_path), **engine_options)
+        hf_config = load_hf_config(self.config.model_path)
         self.runner = ModelRunner(self.config, hf_config)
-        c = self.config
-        self.scheduler = Scheduler(SchedulerConfig(
-            num_kvcache_blocks=self.runner.num_kvcache_blocks, block_size=c.block_size, max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens, max_model_len=self.runner.max_model_len,
-            enable_chunked_prefill=c.enable_chunked_prefill, enable_prefix_caching=c.enable_prefix_caching,
-            num_cpu_blocks=self.runner.num_cpu_blocks), policy=policy, eviction=eviction)
+        self.scheduler = Scheduler(SchedulerConfig.from_settings(
+            self.config, num_kvcache_blocks=self.runner.num_kvcache_blocks, num_cpu_blocks=self.runner.num_cpu_blocks,
+            max_model_len=self.runner.max_model_len), policy=policy, eviction=eviction)
         self.clock = clock or time.perf_counter
-        self.tokenizer = _load_tokenizer(model_path)
+        self.tokenizer = _load_tokenizer(self.config.model_path)
         eos = hf_config.get("eos_token_id")
         if isinstance(eos, list):
             eos = eos[0] if eos else None
@@ -97,7 +101,7 @@ class LLM:
         """A checked, not yet queued Sequence (ValueError naming the limit a request breaks)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError(f"prompt is a string but {self.config.model!r} has no tokenizer files "
+                raise ValueError(f"prompt is a string but {self.config.model_path!r} has no tokenizer files "
                                  f"({', '.join(_TOKENIZER_FILES)}); pass token id lists instead")
             token_ids = self.tokenizer.encode(prompt)
         else:
@@ -168,18 +172,22 @@ class LLM:
     # -- stepping -------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Schedules and runs one step; returns the requests that finished in it."""
-        _, finished = self.step_batch()
+        _, finished, _ = self.step_batch()
         return [self._output(seq) for seq in finished]
 
     def step_batch(self):
-        """Schedules and runs one step; returns (its Batch, or None when nothing ran, and the Sequences
-        that finished in it, already released). Every sequence of batch.seqs whose output grew got one
-        token in this step."""
+        """Schedules and runs one step; returns (its Batch, or None when nothing ran; the Sequences that
+        finished in it, already released; the waiting Sequences the policy rejected at its start, status
+        REJECTED with their reject_reason, no longer in flight). Every sequence of batch.seqs whose
+        output grew got one token in this step."""
         start = self.clock()
         batch = self.scheduler.schedule(start)
+        rejected = list(batch.rejected)
+        for seq in rejected:            # a waiting sequence holds no KV blocks
+            self._live.pop(seq.request_id, None)
         if batch.is_empty:
             self.last_step = None
-            return None, []
+            return None, [], rejected
         tokens = self.runner.execute(batch)
         end = self.clock()
         finished = self.scheduler.postprocess(batch, tokens, end)
@@ -189,7 +197,7 @@ class LLM:
         for seq in finished:
             self.runner.release(seq.request_id)
             del self._live[seq.request_id]
-        return batch, finished
+        return batch, finished, rejected
 
     def _output(self, seq: Sequence) -> RequestOutput:
         out_ids = seq.output_token_ids

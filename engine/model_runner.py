@@ -1,6 +1,6 @@
 """Executes scheduled batches on the model: KV cache, swap space, input preparation, CUDA graphs, sampling.
 
-    runner = ModelRunner(EngineConfig(model=path))
+    runner = ModelRunner(EngineConfig(model_path=path))
     token_ids = runner.execute(batch)      # list aligned with batch.seqs: int where batch.samples(i), else None
 
 KV cache: one tensor [2 (k|v), num_layers, num_blocks, block_size, num_kv_heads, head_dim]; layer l uses
@@ -24,6 +24,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.batch import Batch
+from engine.core.kv_layout import kv_block_bytes
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -77,7 +78,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, hf_config: dict | None = None, rank: int = 0, store=None):
         """rank > 0: a tensor-parallel worker (built by engine.workers with the group's `store`)."""
         self.config = config
-        hf_config = hf_config if hf_config is not None else load_hf_config(config.model)
+        hf_config = hf_config if hf_config is not None else load_hf_config(config.model_path)
         self.rank, self.tp_size = rank, config.tensor_parallel_size
         self.workers = None
         if self.tp_size > 1:
@@ -110,7 +111,7 @@ class ModelRunner:
             compile_layers = self.is_cuda and not config.enforce_eager
         if compile_layers:
             fused.enable_compile()
-        self.model = build_model(config.model, self.device, self.dtype, self.attn_backend, hf_config,
+        self.model = build_model(config.model_path, self.device, self.dtype, self.attn_backend, hf_config,
                                  tp_rank=self.rank, tp_size=self.tp_size)
         mc = self.model.config
         kv_heads = self.model.num_kv_heads_per_rank
@@ -118,9 +119,8 @@ class ModelRunner:
         config.resolve_max_num_batched_tokens()
         self.block_size = config.block_size
         self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
-        # bytes of one block across all layers, K and V
-        self.block_bytes = (2 * mc.num_hidden_layers * self.block_size * kv_heads * mc.head_dim
-                            * torch.empty((), dtype=self.dtype).element_size())
+        self.block_bytes = kv_block_bytes(self.block_size, mc.num_hidden_layers, kv_heads, mc.head_dim,
+                                          torch.empty((), dtype=self.dtype).element_size())
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self.generators: dict[object, torch.Generator] = {}    # request_id -> generator of seeded requests
 

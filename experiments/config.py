@@ -23,6 +23,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from engine.config import EngineConfig
+
 
 @dataclass
 class ModelConfig:
@@ -84,22 +86,24 @@ class ServelabConfig:
     seed: int = 0                               # root seed: workload streams and prompt tokens derive from it
     # serving instance (per replica)
     num_replicas: int = 1
-    tensor_parallel_size: int = 1
-    block_size: int = 16                        # tokens per KV block
+    tensor_parallel_size: int = EngineConfig.tensor_parallel_size
+    block_size: int = EngineConfig.block_size   # tokens per KV block
     num_kvcache_blocks: Optional[int] = None    # None: what fits in GPU memory; an int forces memory pressure
-    gpu_memory_utilization: float = 0.9         # used when num_kvcache_blocks is None
+    gpu_memory_utilization: float = EngineConfig.gpu_memory_utilization   # used when num_kvcache_blocks is None
     activation_reserve_gib: float = 1.0         # used when num_kvcache_blocks is None
-    swap_space_gib: float = 4.0                 # host memory for swapped KV (vLLM's default), per replica
+    # host memory for swapped KV, per replica: vLLM's default here; the engine's Python API
+    # (EngineConfig) allocates none unless asked
+    swap_space_gib: float = 4.0
     num_cpu_blocks: Optional[int] = None        # None: from swap_space_gib
-    max_num_seqs: int = 256
+    max_num_seqs: int = EngineConfig.max_num_seqs
     # tokens per step; None: derived (engine/core/token_budget.py): max(max_model_len, 8192) with chunked prefill
     # off, 8192 with it on
     max_num_batched_tokens: Optional[int] = None
     # prompt + output; longer requests are clipped (workload.too_long). None: the model's context window in
     # the simulator (sim.specs), the engine's limit for the checkpoint on backend=engine
     max_model_len: Optional[int] = None
-    enable_chunked_prefill: bool = False
-    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = EngineConfig.enable_chunked_prefill
+    enable_prefix_caching: bool = EngineConfig.enable_prefix_caching
     # goodput SLOs (seconds; None = no limit)
     ttft_slo_s: Optional[float] = None
     tpot_slo_s: Optional[float] = None

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.compose import CONF_DIR
 from experiments.user_errors import nearest
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # Hydra's own instantiate keys, accepted on every `_target_` node.
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
@@ -171,14 +171,6 @@ def check_config(cfg: DictConfig) -> None:
 
 
 # -- which workload reads this file -------------------------------------------------------------
-# trace format (experiments.workloads.traces.detect_format) -> the reader a workload option calls
-_READER_OF_FORMAT = {"azure": "read_azure_trace", "vidur": "read_vidur_trace", "mooncake": "read_mooncake_trace",
-                     "lengths": "sharegpt_workload"}
-_FORMAT_NAMES = {"azure": "an Azure trace (TIMESTAMP, ContextTokens, GeneratedTokens)",
-                 "vidur": "a Splitwise/Vidur trace (arrived_at, num_prefill_tokens, num_decode_tokens)",
-                 "mooncake": "a Mooncake JSONL trace", "lengths": "a length-only CSV (no arrival times)"}
-
-
 def _workload_options() -> dict[str, str]:
     """reader function name -> conf/workload option that calls it."""
     out = {}
@@ -190,22 +182,22 @@ def _workload_options() -> dict[str, str]:
 
 
 def trace_format_hint(cfg: DictConfig) -> str | None:
-    """'... looks like a mooncake trace: use workload=mooncake' when the chosen workload reads another format."""
-    from experiments.workloads.traces import detect_format
+    """'... looks like a mooncake trace: use workload=mooncake' when the chosen workload reads another format
+    (experiments/workloads/formats/)."""
+    from experiments.workloads.formats import formats, sniff_format
     path = cfg.workload.get("path")
     target = str(cfg.workload.get("_target_", ""))
     if not isinstance(path, str) or not Path(path).is_file():
         return None
     try:
-        fmt = detect_format(path)
-    except ValueError as e:
-        if "lengths only" not in str(e):
-            return None
-        fmt = "lengths"
+        name = sniff_format(path)
     except (OSError, UnicodeDecodeError):
         return None
-    reader = _READER_OF_FORMAT[fmt]
+    if name is None:
+        return None
+    fmt = formats()[name]
+    reader = fmt.reader.__name__
     if target.rsplit(".", 1)[-1] == reader:
         return None
     option = _workload_options().get(reader)
-    return f"{path} looks like {_FORMAT_NAMES[fmt]}" + (f": use workload={option}" if option else "")
+    return f"{path} looks like {fmt.description}" + (f": use workload={option}" if option else "")

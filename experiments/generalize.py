@@ -194,14 +194,16 @@ def simulate_saved(wl_dir: Path, name: str, policy: str, argv: list[str], cost_m
     """(workload specs, SavedReplays, the simulated RunResult) of `policy` on a kept workload."""
     from experiments.policy_conf import swaps
     from experiments.saved_runs import SavedReplays
-    from experiments.validate import build_workload, parse_args, policy_scheduler_config, simulate
+    from experiments.validate import build_workload, parse_args, policy_scheduler_config, simulate, split_overrides
     args = parse_args(["--from-real", str(wl_dir), "--out-dir", "/nonexistent", *argv])
     specs = build_workload(args).specs()
     saved = SavedReplays(wl_dir, name)
     cpu = saved.num_cpu_blocks if args.num_cpu_blocks is None else args.num_cpu_blocks
-    sched_cfg = policy_scheduler_config(saved.scheduler_config(num_cpu_blocks=cpu if swaps(policy) else 0), policy)
+    overrides, _ = split_overrides(args)       # the --override of the run that kept these replays
+    sched_cfg = policy_scheduler_config(saved.scheduler_config(num_cpu_blocks=cpu if swaps(policy, overrides) else 0),
+                                        policy)
     sim = simulate(specs, policy, cost_model, sched_cfg, saved.vocab_size, temperature=saved.config.temperature,
-                   rng_seed=saved.config.seed, record_decisions=record_decisions)
+                   rng_seed=saved.config.seed, record_decisions=record_decisions, overrides=overrides)
     return specs, saved, sim
 
 

@@ -20,7 +20,8 @@ with empty text and a finish_reason is none); the first token's chunk is the fir
 finish_reason the finish. Token counts come from the final usage chunk
 (prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens) where the server sends one, else from the
 prompt's length and the number of token chunks. A request that fails (an HTTP error status, a dropped connection, a
-timeout, an error event) keeps its record with `error` set: it is counted, never dropped.
+timeout, an error event) keeps its record with `error` set: it is counted, never dropped. One the server's scheduling
+policy rejected (servelab-serve's error code "policy_rejected", as a 503 or an error event) is marked `rejected`.
 """
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ class HttpRecord:
     usage: dict | None = None               # the server's final usage object
     error: str | None = None
     http_status: int | None = None
+    # the server's scheduling policy gave up on the request (servelab-serve's error code "policy_rejected"):
+    # a rejection, as the other backends record it, not a failure; `error` holds the reason
+    rejected: bool = False
 
     @property
     def ok(self) -> bool:
@@ -119,7 +123,7 @@ class ReplayOutcome:
 
     @property
     def num_failed(self) -> int:
-        return sum(not r.ok for r in self.records)
+        return sum(not r.ok and not r.rejected for r in self.records)
 
 
 def _error_text(status: int, body: bytes) -> str:
@@ -133,6 +137,18 @@ def _error_text(status: int, body: bytes) -> str:
         msg = text
     msg = " ".join(str(msg).split())
     return f"HTTP {status}: {msg[:300]}" if msg else f"HTTP {status}"
+
+
+POLICY_REJECTED = "policy_rejected"     # servelab-serve's error code for a request its policy rejected
+
+
+def _error_code(body: bytes) -> str | None:
+    """The `error.code` of an OpenAI-style error body, None when there is none."""
+    try:
+        err = json.loads(body).get("error")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+    return err.get("code") if isinstance(err, dict) else None
 
 
 def _headers(target: HttpTarget) -> dict:
@@ -222,7 +238,9 @@ async def _one(client, target: HttpTarget, model: str, req: HttpRequest, rec: Ht
         async with client.stream("POST", target.api_base + "/completions", json=body) as resp:
             rec.http_status = resp.status_code
             if resp.status_code != 200:
-                rec.error = _error_text(resp.status_code, await resp.aread())
+                body = await resp.aread()
+                rec.error = _error_text(resp.status_code, body)
+                rec.rejected = _error_code(body) == POLICY_REJECTED
                 return
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
@@ -239,6 +257,7 @@ async def _one(client, target: HttpTarget, model: str, req: HttpRequest, rec: Ht
                 if chunk.get("error"):
                     err = chunk["error"]
                     rec.error = f"error event: {err.get('message', err) if isinstance(err, dict) else err}"
+                    rec.rejected = isinstance(err, dict) and err.get("code") == POLICY_REJECTED
                     return
                 for choice in chunk.get("choices") or ():
                     reason = choice.get("finish_reason")

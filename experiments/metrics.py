@@ -4,7 +4,8 @@ summary(requests_df, steps_df, slo) -> flat dict of floats/ints, one key per
 metric, e.g. "ttft_s_p99". Latency statistics cover FINISHED requests;
 percentiles are numpy's default (linear interpolation), as in vLLM's serving
 benchmark. per_replica(requests_df, steps_df, num_replicas) -> one row per
-replica (requests served, busy fraction, KV use, prefix hits).
+replica (requests served, busy fraction, KV use, prefix hits). Tenants, service
+classes and fairness: experiments.tenant_metrics (its flat numbers join the summary).
 """
 from __future__ import annotations
 
@@ -211,6 +212,9 @@ def summary(requests_df: pd.DataFrame, steps_df: pd.DataFrame | None = None, slo
         table = per_replica(requests_df, steps_df, num_replicas)
         if len(table) > 1:
             out.update(replica_balance(table))
+    if len(requests_df) and "tenant" in requests_df and "slo_met" in requests_df:
+        from experiments.tenant_metrics import fairness_summary
+        out.update(fairness_summary(requests_df))
     return out
 
 

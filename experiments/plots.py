@@ -157,3 +157,125 @@ def replica_load(table: pd.DataFrame, path, title: str | None = None) -> Path:
     if title:
         axes[0].set_title(title, fontsize=8, wrap=True)
     return _save(fig, path)
+
+
+# -- tenants, service classes, fairness (tables of experiments.tenant_metrics) ------------------------
+def tenant_service(timeline: pd.DataFrame, difference: pd.DataFrame, path, title: str | None = None) -> Path:
+    """Weighted service rate per tenant over time (dotted where the tenant was not backlogged), the
+    service difference among backlogged tenants and their Jain's index, one panel each."""
+    if len(timeline) == 0:
+        raise ValueError("tenant_service: the service timeline is empty")
+    fig, axes = plt.subplots(3, 1, figsize=(8, 6.5), sharex=True)
+    for i, (tenant, df) in enumerate(timeline.groupby("tenant", sort=True)):
+        mid = 0.5 * (df["window_start_s"] + df["window_end_s"]).to_numpy()
+        rate = df["service_rate"].to_numpy(dtype=float)
+        axes[0].plot(mid, rate, ":", lw=0.8, color=f"C{i % 10}")
+        axes[0].plot(mid, np.where(df["backlogged"].to_numpy(dtype=bool), rate, np.nan), "-", lw=1.2,
+                     color=f"C{i % 10}", label=str(tenant))
+    axes[0].set_ylabel("service (weighted tok/s)")
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="solid: backlogged",
+                   title_fontsize=7)
+    mid = 0.5 * (difference["window_start_s"] + difference["window_end_s"]).to_numpy()
+    axes[1].plot(mid, difference["service_diff_rate"].to_numpy(dtype=float), "-", marker="o", ms=2, color="k")
+    axes[1].set_ylabel("max - min service\n(backlogged, tok/s)")
+    axes[2].plot(mid, difference["jain_index"].to_numpy(dtype=float), "-", marker="o", ms=2, color="C3")
+    axes[2].set_ylabel("Jain's index\n(backlogged)")
+    axes[2].set_ylim(0, 1.05)
+    axes[2].set_xlabel("time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    if title:
+        axes[0].set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _bar_panels(fig, axes, x, labels, title, path, rotation: int, fontsize: int) -> Path:
+    """Label the shared x positions of bar panels, title the figure and save it."""
+    for ax in axes:
+        ax.set_xticks(x)
+        ax.set_xticklabels(pd.Series(labels).astype(str), rotation=rotation, fontsize=fontsize)
+        ax.grid(alpha=0.3, axis="y")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def tenant_latency(tenants: pd.DataFrame, path, title: str | None = None) -> Path:
+    """Per tenant: output throughput, TTFT p50 / p99 and SLO attainment (experiments.tenant_metrics.per_tenant)."""
+    if len(tenants) == 0:
+        raise ValueError("tenant_latency: the per-tenant table is empty")
+    tenants = pd.DataFrame(tenants)
+    x = np.arange(len(tenants))
+    fig, axes = plt.subplots(1, 3, figsize=(max(9.0, 1.2 * len(x) + 6), 3.2))
+    axes[0].bar(x, tenants["output_throughput_tps"].astype(float), color="C0")
+    axes[0].set_ylabel("output tok/s")
+    axes[1].bar(x - 0.2, tenants["ttft_s_p50"].astype(float), 0.4, color="C1", label="p50")
+    axes[1].bar(x + 0.2, tenants["ttft_s_p99"].astype(float), 0.4, color="C2", label="p99")
+    axes[1].set_ylabel("TTFT (s)")
+    axes[1].legend(fontsize=8)
+    axes[2].bar(x, tenants["slo_attainment"].astype(float), color="C3")
+    axes[2].set_ylabel("SLO attainment")
+    axes[2].set_ylim(0, 1.05)
+    return _bar_panels(fig, axes, x, tenants["tenant"], title, path, rotation=30, fontsize=8)
+
+
+def slo_classes(classes: pd.DataFrame, path, title: str | None = None) -> Path:
+    """Per service class: TTFT, TPOT and joint attainment, and goodput (experiments.tenant_metrics.per_class)."""
+    if len(classes) == 0:
+        raise ValueError("slo_classes: the per-class table is empty")
+    classes = pd.DataFrame(classes)
+    x = np.arange(len(classes))
+    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 2.0 * len(x) + 4), 3.4))
+    for j, (col, label) in enumerate((("ttft_attainment", "TTFT"), ("tpot_attainment", "TPOT"),
+                                      ("slo_attainment", "both"))):
+        axes[0].bar(x + (j - 1) * 0.27, classes[col].astype(float), 0.27, color=f"C{j}", label=label)
+    axes[0].set_ylabel("SLO attainment")
+    axes[0].set_ylim(0, 1.05)
+    axes[0].legend(fontsize=8)
+    axes[1].bar(x, classes["goodput_rps"].astype(float), color="C3")
+    axes[1].set_ylabel("goodput (req/s)")
+    return _bar_panels(fig, axes, x, classes["slo_class"], title, path, rotation=20, fontsize=7)
+
+
+def service_difference_runs(runs: dict[str, pd.DataFrame], path) -> Path:
+    """Service difference among backlogged tenants over time, one line per run (label -> service_difference
+    table), with Jain's index below: FCFS against VTC on one workload, say."""
+    if not runs:
+        raise ValueError("service_difference_runs needs at least one run")
+    fig, axes = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for i, (label, diff) in enumerate(runs.items()):
+        mid = 0.5 * (diff["window_start_s"] + diff["window_end_s"]).to_numpy()
+        axes[0].plot(mid, diff["service_diff_rate"].to_numpy(dtype=float), "-", marker="o", ms=2,
+                     color=f"C{i % 10}", label=str(label))
+        axes[1].plot(mid, diff["jain_index"].to_numpy(dtype=float), "-", marker="o", ms=2, color=f"C{i % 10}")
+    axes[0].set_ylabel("max - min service among\nbacklogged tenants (tok/s)")
+    axes[0].legend(fontsize=8)
+    axes[1].set_ylabel("Jain's index (backlogged)")
+    axes[1].set_ylim(0, 1.05)
+    axes[1].set_xlabel("time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def attainment_vs_load(summaries: pd.DataFrame, path, x: str = "request_rate_rps", by: str = "policy") -> Path:
+    """SLO attainment (over the requests with targets) and goodput vs load, one colour per `by` value."""
+    needed = [x, by, "slo_attainment_targets", "goodput_targets_rps"]
+    missing = [c for c in needed if c not in summaries]
+    if missing:
+        raise ValueError(f"attainment_vs_load: summaries lack column(s) {missing}")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for i, (key, grp) in enumerate(summaries.groupby(by, sort=True)):
+        grp = grp.sort_values(x)
+        axes[0].plot(grp[x], grp["slo_attainment_targets"], "-", marker="o", ms=3, color=f"C{i % 10}", label=str(key))
+        axes[1].plot(grp[x], grp["goodput_targets_rps"], "-", marker="o", ms=3, color=f"C{i % 10}")
+    axes[0].set_ylabel("SLO attainment")
+    axes[0].set_ylim(0, 1.05)
+    axes[1].set_ylabel("goodput (req/s)")
+    for ax in axes:
+        ax.set_xlabel("request rate (req/s)" if x == "request_rate_rps" else x)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -4,23 +4,26 @@
     label = "vllm+chunked"       -> conf/scheduler/vllm.yaml with chunked prefill forced on
     label = "vllm+nochunk"       -> ... forced off
     policy = make_policy("srpt"); swaps("mlfq") -> True (FastServe's swap preemption)
+    make_policy("srpt", ["victim=most_blocks"]); make_eviction(["eviction=lfu"])
 
 The validation commands (experiments.validate, experiments.generalize) name policies by such labels,
-so both backends of a comparison build the same object the Hydra entry point would (victim, predictor
-and parameters from the YAML), and a label is also the name the real runs are saved under.
+so both backends of a comparison build the same object the Hydra entry point would: the config is
+composed like `servelab scheduler=NAME OVERRIDES` (experiments.compose), victim, predictor and
+parameters from the YAMLs. A label is also the name the real runs are saved under.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "scheduler"
+from experiments.compose import CONF_DIR, compose_config
+
+SCHEDULER_DIR = CONF_DIR / "scheduler"
 CHUNK_SUFFIXES = {"chunked": True, "nochunk": False}
 
 
 def policy_names() -> list[str]:
     """Every scheduler config of conf/scheduler/ (the names `servelab scheduler=NAME` accepts)."""
-    return sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in SCHEDULER_DIR.glob("*.yaml"))
 
 
 @dataclass(frozen=True)
@@ -41,15 +44,23 @@ def parse_label(label: str) -> PolicyLabel:
     return PolicyLabel(label.strip(), name, CHUNK_SUFFIXES[suffix] if suffix else None)
 
 
-def make_policy(label: str):
-    """A fresh policy object for `label` (policies keep per-run state, so never share one between runs)."""
+def make_policy(label: str, overrides=()):
+    """A fresh policy object for `label` (policies keep per-run state, so never share one between runs),
+    composed with Hydra `overrides` (e.g. victim=most_blocks, scheduler.prompt_token_weight=0)."""
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf
 
-    spec = parse_label(label)
-    return instantiate(OmegaConf.load(CONF_DIR / f"{spec.name}.yaml"), _convert_="all")
+    cfg = compose_config([f"scheduler={parse_label(label).name}", *overrides])
+    return instantiate(cfg.scheduler, _convert_="all")
 
 
-def swaps(label: str) -> bool:
+def make_eviction(overrides=()):
+    """A fresh eviction policy from the composed config (conf/eviction; servelab's default without
+    an eviction=NAME override)."""
+    from hydra.utils import instantiate
+
+    return instantiate(compose_config(overrides).eviction, _convert_="all")
+
+
+def swaps(label: str, overrides=()) -> bool:
     """Whether the policy preempts by swapping (then it needs swap blocks)."""
-    return make_policy(label).preemption_mode == "swap"
+    return make_policy(label, overrides).preemption_mode == "swap"

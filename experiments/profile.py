@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.config import EngineConfig
 from engine.core.batch import Batch
 from engine.core.recorder import Recorder
 from engine.core.sequence import SamplingParams, Sequence
@@ -140,8 +141,17 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
              for b, d in ((16, 1024), (128, 1024), (32, 8192))]
     shapes += [Shape("mixed", ((n, c),), (d,) * b) for n, c, b, d in mixed
                if n + c <= L and d <= L and n + b <= T and b + 1 <= max_num_seqs]
+    # a chunk at a short context beside a few long decodes (chunked prefill on a long-output workload): in a
+    # padded prefill graph every decode is a varlen entry whose one program per head reads its whole context
+    # (decodes clipped to the window rather than dropped: with one decode alone its keys and their sum coincide)
+    shapes += [Shape("mixed", ((n, c),), (min(d, L),) * b) for n, c in ((128, 0), (512, 0), (512, 1024))
+               for b, d in ((1, 4096), (2, 8192), (4, 6144), (1, L)) if n + c <= L and n + b <= T]
     shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
                if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]
+    # either side of the batch size where the decode kernel stops splitting keys (num_seqs * kv_heads vs the
+    # SM count: 33 sequences for 8 KV heads on 132 SMs)
+    shapes += [Shape("decode", (), (c,) * b) for b in (12, 24, 40) for c in (256, 2048, 8192)
+               if b <= max_num_seqs and c <= L]
     tails = [(64, 8, 256, 4000), (128, 16, 256, 4000), (256, 32, 256, 4000), (32, 2, 1024, 16384),
              (128, 4, 1024, 16384), (256, 8, 2048, 8192), (32, 1, 512, L), (128, 2, 512, L)]
     for b, n_long, short, long in tails:
@@ -273,21 +283,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.profile", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
     ap.add_argument("--out", required=True, help="output CSV (a <out>.meta.json sidecar is written beside it)")
-    ap.add_argument("--device", default="auto", help="cuda | cuda:N | cpu | auto (default)")
+    ap.add_argument("--device", default=EngineConfig.device, help="cuda | cuda:N | cpu | auto (default)")
     ap.add_argument("--grid", default="full", choices=GRIDS)
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per shape (the median is kept)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed runs per shape before timing")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
-    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
     ap.add_argument("--num-kvcache-blocks", type=int, default=None, help="default: derived from device memory")
     ap.add_argument("--num-cpu-blocks", type=int, default=None, help="swap space in blocks (default: the grid's "
                     "largest swap)")
-    ap.add_argument("--attention-backend", default="auto")
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--attention-backend", default=EngineConfig.attention_backend)
+    ap.add_argument("--dtype", default=EngineConfig.dtype)
     ap.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
     ap.add_argument("--temperature", type=float, default=0.6)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=EngineConfig.seed)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 on cpu, where "
                     "several threads make timings erratic on a shared machine; torch's default elsewhere)")
     ap.add_argument("--dry-run", action="store_true", help="list the grid's shapes and estimate the profiling "
@@ -299,15 +309,12 @@ def main(argv=None) -> int:
         return dry_run(args)
     set_threads(args.threads, args.device)
 
-    from engine.config import EngineConfig
     from engine.model_runner import ModelRunner
 
     max_swap = 1024 if args.grid == "full" else 8
-    cfg = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                       attention_backend=args.attention_backend, num_kvcache_blocks=args.num_kvcache_blocks,
-                       num_cpu_blocks=args.num_cpu_blocks if args.num_cpu_blocks is not None else max_swap,
-                       max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                       max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, seed=args.seed)
+    # each EngineConfig field from the flag of the same name
+    cfg = EngineConfig.from_attributes(args, model_path=args.model, num_cpu_blocks=args.num_cpu_blocks
+                                       if args.num_cpu_blocks is not None else max_swap)
     t0 = time.perf_counter()
     runner = ModelRunner(cfg)
     print(f"runner ready in {time.perf_counter() - t0:.1f} s: {device_name(runner)}, {runner.dtype}, attention "
@@ -334,6 +341,8 @@ def main(argv=None) -> int:
     try:
         import torch
         meta["torch"] = torch.__version__
+        if runner.device.type == "cuda":     # the decode kernel's split rule reads it (engine/kernels/paged_decode)
+            meta["num_sms"] = torch.cuda.get_device_properties(runner.device).multi_processor_count
     except ImportError:
         pass
     write_json(str(args.out) + ".meta.json", meta)

@@ -11,7 +11,9 @@ overrides that vary across the sweep, rates excepted.
 
 Plots (PNG, in SWEEP_DIR/report/): overview.png (p50 and p99 TTFT, TPOT and
 normalized latency vs request rate), one throughput-latency plot per metric,
-latency CDFs and a step timeline per policy at the highest rate. The report
+latency CDFs and a step timeline per policy at the highest rate; with latency targets
+slo_attainment.png (attainment and goodput vs rate), with several tenants
+service_difference.png (service difference and Jain's index over time, one line per policy). The report
 owns that folder: plots an earlier report left there that this one did not
 draw are removed. The command lists the job folders it read (and those it left
 out: complete=false); an unknown --x/--by column fails naming the nearest one.
@@ -43,7 +45,7 @@ def _parse_override(item: str) -> tuple[str, object]:
 
 
 def _is_rate_key(key: str) -> bool:
-    return key.endswith("rate_rps") or key.endswith("time_scale")
+    return key.endswith(("rate_rps", "time_scale", "rate_scale"))
 
 
 def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
@@ -141,6 +143,8 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
             files.append(plots.throughput_latency(df, out / f"throughput_latency_{metric}.png", metric, x, by))
         # CDFs and timelines at each policy's highest rate
         top = df.loc[df.dropna(subset=[x]).groupby(by)[x].idxmax()]   # a group may lack x (another sweep's runs)
+        if "slo_attainment_targets" in df and df["slo_attainment_targets"].notna().any():
+            files.append(plots.attainment_vs_load(df, out / "slo_attainment.png", x, by))
     else:
         top = df.drop_duplicates(by)
     runs = {row[by]: sweep_dir / row["run_dir"] for _, row in top.iterrows()}
@@ -148,6 +152,10 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
     if reqs:
         for metric in ("ttft_s", "normalized_latency_s"):
             files.append(plots.latency_cdf(reqs, out / f"latency_cdf_{metric}.png", metric, log_x=True))
+    if reqs and all("tenant" in r and r["tenant"].nunique() > 1 for r in reqs.values()):
+        from experiments.tenant_metrics import service_difference, service_timeline
+        diffs = {k: service_difference(service_timeline(r)) for k, r in reqs.items()}
+        files.append(plots.service_difference_runs(diffs, out / "service_difference.png"))
     for k, d in runs.items():
         if (d / "steps.parquet").is_file():
             steps = pd.read_parquet(d / "steps.parquet")
@@ -162,7 +170,7 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
 # Files a report writes; one of these in the report folder that this report did not write is stale
 # (an earlier report of other runs) and is removed, so every plot there shows the runs just read.
 REPORT_FILES = ("results.csv", "results.parquet", "overview.png", "throughput_latency_*.png", "latency_cdf_*.png",
-                "step_timeline_*.png")
+                "step_timeline_*.png", "slo_attainment.png", "service_difference.png")
 
 
 def _remove_stale(out: Path, written: list[Path]) -> list[Path]:

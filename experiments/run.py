@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
-import experiments.config  # noqa: F401  (registers the schema before Hydra composes)
+from experiments.compose import CONF_DIR  # (registers the schema before Hydra composes)
 from experiments.config_check import check_config, trace_format_hint
 from experiments.output_dirs import interrupted_message
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
@@ -127,6 +127,11 @@ def format_summary(summary: dict) -> str:
         rows.append((f"{label} p50 / p99", f"{_fmt(m.get(name + '_p50'), ' s')} / {_fmt(m.get(name + '_p99'), ' s')}"))
     if "goodput_rps" in m:
         rows.append(("goodput", f"{_fmt(m['goodput_rps'], ' req/s')} (SLO attainment {_fmt(m.get('slo_attainment'))})"))
+    if "slo_attainment_targets" in m:
+        rows.append(("request targets", f"{m['num_with_slo']} requests with targets: attainment "
+                                        f"{_fmt(m['slo_attainment_targets'])}, goodput "
+                                        f"{_fmt(m['goodput_targets_rps'], ' req/s')}, rejected by the policy "
+                                        f"{m.get('num_rejected_by_policy')}"))
     rows += [
         ("preemptions", f"{m.get('num_preemptions')} ({m.get('num_preempted_requests')} requests), "
                         f"swaps {m.get('num_swaps')}"),
@@ -134,6 +139,7 @@ def format_summary(summary: dict) -> str:
                                 f"(max {_fmt(m.get('kv_usage_max'))})"),
     ]
     rows += replica_rows(summary)
+    rows += tenant_rows(summary)
     if "cost_model_coverage" in meta:
         from sim.cost_model.envelope import format_coverage
         rows.append(("cost-model coverage", format_coverage(meta["cost_model_coverage"])))
@@ -170,7 +176,40 @@ def _pct(x):
     return None if x is None else 100 * x
 
 
-def _plot(result, label: str, replicas=None):
+def tenant_tables(requests) -> dict:
+    """summary.json's per-tenant and per-class rows (experiments.tenant_metrics), for runs with more than one
+    tenant or with latency targets; {} otherwise."""
+    from experiments.tenant_metrics import per_class, per_tenant
+    if not len(requests) or "tenant" not in requests:
+        return {}
+    out = {}
+    if requests["tenant"].nunique() > 1:
+        out["tenants"] = per_tenant(requests).to_dict("records")
+    if requests["slo_met"].notna().any():
+        out["slo_classes"] = per_class(requests).to_dict("records")
+    return out
+
+
+def tenant_rows(summary: dict) -> list[tuple[str, str]]:
+    """One line per tenant and per service class (summary's tenants and slo_classes) and the fairness numbers."""
+    m = summary["metrics"]
+    rows = [(f"tenant {r['tenant']}", f"{r['num_requests']} req, {_fmt(r['output_throughput_tps'], ' output tok/s')}, "
+                                      f"service {_fmt(_pct(r['service_share']), '%')}, TTFT p50 / p99 "
+                                      f"{_fmt(r['ttft_s_p50'], ' s')} / {_fmt(r['ttft_s_p99'], ' s')}, SLO attainment "
+                                      f"{_fmt(r['slo_attainment'])}") for r in summary.get("tenants") or []]
+    if "jain_index" in m:
+        rows.append(("fairness", f"Jain's index {_fmt(m['jain_index'])} over {m.get('num_backlogged_windows')} "
+                                 f"backlogged windows ({_fmt(m.get('jain_index_overall'))} overall), service "
+                                 f"difference max {_fmt(m.get('service_diff_rate_max'), ' tok/s')}"))
+    rows += [(f"class {r['slo_class']}", f"{r['num_requests']} req, attainment TTFT / TPOT / both "
+                                         f"{_fmt(r['ttft_attainment'])} / {_fmt(r['tpot_attainment'])} / "
+                                         f"{_fmt(r['slo_attainment'])}, goodput {_fmt(r['goodput_rps'], ' req/s')}, "
+                                         f"rejected by the policy {r['num_rejected_by_policy']}")
+             for r in summary.get("slo_classes") or []]
+    return rows
+
+
+def _plot(result, label: str, replicas=None, tenant_extra=None):
     def draw(run_dir: Path) -> None:
         from experiments import plots
         fin = result.requests
@@ -181,6 +220,13 @@ def _plot(result, label: str, replicas=None):
             plots.step_timeline(steps, run_dir / "step_timeline.png", title=label)
         if replicas is not None:
             plots.replica_load(replicas, run_dir / "replica_load.png", title=label)
+        if tenant_extra and "tenants" in tenant_extra:
+            from experiments.tenant_metrics import service_difference, service_timeline
+            timeline = service_timeline(fin)
+            plots.tenant_service(timeline, service_difference(timeline), run_dir / "tenant_service.png", title=label)
+            plots.tenant_latency(tenant_extra["tenants"], run_dir / "tenant_latency.png", title=label)
+        if tenant_extra and "slo_classes" in tenant_extra:
+            plots.slo_classes(tenant_extra["slo_classes"], run_dir / "slo_classes.png", title=label)
     return draw
 
 
@@ -222,7 +268,9 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     replicas = per_replica(result.requests, result.steps, num_replicas) if num_replicas > 1 else None
     if replicas is not None:
         extra["replicas"] = replicas.to_dict("records")
-    plot = _plot(result, label, replicas) if cfg.plots and len(result.requests) else None
+    tenants = tenant_tables(result.requests)
+    extra.update(tenants)
+    plot = _plot(result, label, replicas, tenants) if cfg.plots and len(result.requests) else None
     summary = save_run(out_dir, result, metrics, config_yaml, extra, before_summary=plot)
     if cfg.print_summary:
         print(format_summary(summary), flush=True)
@@ -232,12 +280,7 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     return summary
 
 
-# An absolute path: Hydra would read a relative one as the Python package `conf`, which only imports
-# when the command runs from the repository root.
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     try:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Iterable
 
+from engine.config import EngineConfig
 from engine.core.recorder import Recorder
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
@@ -39,35 +40,24 @@ from experiments.workloads import RequestSpec, prompt_token_ids
 
 
 @dataclass
-class EngineRunConfig:
-    """The engine a replay runs on (engine.config.EngineConfig options plus the sampling temperature)."""
-    model_path: str
-    device: str = "auto"                    # "cuda", "cpu", "auto"
-    dtype: str = "auto"
-    attention_backend: str = "auto"
-    block_size: int = 16
-    num_kvcache_blocks: int | None = None   # KV blocks the runner allocates (None: from GPU memory / cpu_kvcache_gib)
-    gpu_memory_utilization: float = 0.9     # used when num_kvcache_blocks is None
-    num_cpu_blocks: int | None = 0          # swap blocks to allocate (vllm_swap needs > 0); None: swap_space_gib
-    swap_space_gib: float = 0.0
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None   # None: derived (engine.core.token_budget)
-    max_model_len: int | None = None            # None: the engine's limit for the checkpoint (EngineConfig)
-    enable_chunked_prefill: bool = False
-    enable_prefix_caching: bool = True
-    enforce_eager: bool = False
+class EngineRunConfig(EngineConfig):
+    """The engine a replay runs on: engine.config.EngineConfig (same fields, names and defaults) plus the
+    sampling temperature of the replayed requests. Built once (from the composed config: `from_config`)
+    and handed to engine.llm.LLM as it is."""
     temperature: float = 0.6                # sampling temperature of every replayed request (0 = greedy)
-    seed: int = 0                           # root seed: prompt token ids and the sampler
 
-    def engine_options(self) -> dict:
-        return dict(device=self.device, dtype=self.dtype, attention_backend=self.attention_backend,
-                    block_size=self.block_size, num_kvcache_blocks=self.num_kvcache_blocks,
-                    gpu_memory_utilization=self.gpu_memory_utilization, num_cpu_blocks=self.num_cpu_blocks,
-                    swap_space_gib=self.swap_space_gib, max_num_seqs=self.max_num_seqs,
-                    max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
-                    enable_chunked_prefill=self.enable_chunked_prefill,
-                    enable_prefix_caching=self.enable_prefix_caching, enforce_eager=self.enforce_eager,
-                    seed=self.seed)
+    @classmethod
+    def from_config(cls, cfg) -> "EngineRunConfig":
+        """From the composed servelab config: each field from `backend.<field>`, else the top-level
+        `<field>` (one name in both), else the default; backend.model_path made absolute."""
+        from hydra.utils import to_absolute_path
+        from omegaconf import OmegaConf
+
+        top, backend = OmegaConf.to_container(cfg, resolve=True), OmegaConf.to_container(cfg.backend, resolve=True)
+        values = {f.name: backend[f.name] if f.name in backend else top[f.name]
+                  for f in fields(cls) if f.name in backend or f.name in top}
+        values["model_path"] = to_absolute_path(str(values["model_path"]))
+        return cls(**values)
 
 
 @dataclass
@@ -85,7 +75,7 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
 
     RequestSpec: prompt ids from experiments.workloads.prompt_token_ids(spec, vocab_size, rng_seed),
     max_tokens = num_output_tokens, ignore_eos. A Sequence is copied (prompt, arrival, max_tokens,
-    priority) so the caller's object is never mutated by a run.
+    priority, tenant, SLO targets) so the caller's object is never mutated by a run.
     """
     out = []
     for r in requests:
@@ -101,7 +91,8 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True,
                                 seed=None)
         out.append(Sequence(rid, prompt, params, arrival_time_s=arrival, priority=prio, eos_token_id=eos_token_id,
-                            record_token_times=record_token_times))
+                            record_token_times=record_token_times, tenant=r.tenant, ttft_slo_s=r.ttft_slo_s,
+                            tpot_slo_s=r.tpot_slo_s))
     ids = [s.request_id for s in out]
     if len(set(ids)) != len(ids):
         raise ValueError("request ids must be unique within a workload")
@@ -112,10 +103,8 @@ def make_sequences(requests: Iterable, vocab_size: int, *, temperature: float = 
 def scheduler_config(num_kvcache_blocks: int, num_cpu_blocks: int, cfg: EngineRunConfig,
                      max_model_len: int) -> SchedulerConfig:
     """The SchedulerConfig both backends of a validation use (identical by construction)."""
-    return SchedulerConfig(num_kvcache_blocks=num_kvcache_blocks, block_size=cfg.block_size,
-                           max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                           max_model_len=max_model_len, enable_chunked_prefill=cfg.enable_chunked_prefill,
-                           enable_prefix_caching=cfg.enable_prefix_caching, num_cpu_blocks=num_cpu_blocks)
+    return SchedulerConfig.from_settings(cfg, num_kvcache_blocks=num_kvcache_blocks, num_cpu_blocks=num_cpu_blocks,
+                                         max_model_len=max_model_len)
 
 
 class EngineReplayer:
@@ -125,7 +114,7 @@ class EngineReplayer:
         from engine.llm import LLM  # torch is imported only when the engine backend is chosen
 
         self.config = config
-        self.llm = LLM(config.model_path, **config.engine_options())
+        self.llm = LLM(config)
         self.runner = self.llm.runner
         self.vocab_size = self.llm.vocab_size
         self.max_model_len = self.runner.max_model_len
@@ -169,22 +158,25 @@ class EngineReplayer:
         return time.perf_counter() - t0
 
     def replay(self, requests: Iterable, policy="vllm", *, num_kvcache_blocks: int | None = None,
-               num_cpu_blocks: int | None = None, eviction: str | None = None, recorder: Recorder | None = None,
+               num_cpu_blocks: int | None = None, eviction=None, recorder: Recorder | None = None,
                max_wall_s: float | None = None, enable_chunked_prefill: bool | None = None) -> RunResult:
         """Replays `requests` (RequestSpecs or Sequences) in real time; see the module docstring.
 
-        policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state);
+        policy: a registered name or a SchedulingPolicy object (fresh: it keeps per-run state); eviction
+        likewise (None: the block manager's default, LRU);
         enable_chunked_prefill overrides the engine config's setting for this replay."""
         seqs = self.sequences(requests)
         sched_cfg = self.scheduler_config(num_kvcache_blocks, num_cpu_blocks)
         if enable_chunked_prefill is not None:
             sched_cfg = replace(sched_cfg, enable_chunked_prefill=bool(enable_chunked_prefill))
         pol = _make_policy(policy) if isinstance(policy, str) else policy
-        sched = Scheduler(sched_cfg, policy=pol, eviction=None if eviction is None else _make_eviction(eviction))
+        evict = _make_eviction(eviction) if isinstance(eviction, str) else eviction
+        sched = Scheduler(sched_cfg, policy=pol, eviction=evict)
         rec = recorder or Recorder()
         info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
                         max_wall_s=max_wall_s)
-        info.update(policy=policy if isinstance(policy, str) else pol.name, scheduler=asdict(sched_cfg),
+        info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
+                    eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
                     engine=asdict(self.config),
                     runner_num_kvcache_blocks=self.num_kvcache_blocks, device=str(self.runner.device),
                     dtype=str(self.runner.dtype), attention_backend=self.runner.attn_backend.name,
@@ -235,6 +227,11 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
         if last_end is not None:
             host_gap_s += start - last_end
         batch = sched.schedule(start)
+        for seq in batch.rejected:          # given up by the policy (e.g. a target it can no longer meet)
+            num_rejected += 1
+            rec.on_finish(seq)
+        if batch.is_empty and not sched.has_unfinished():
+            continue                        # the policy rejected all that was left
         if batch.is_empty:
             # Work is queued but the policy runs nothing now: only an arrival can change that.
             if not pending:
@@ -280,25 +277,6 @@ def check_model_matches(cfg) -> None:
         raise ValueError(f"model={spec.name} does not match the checkpoint {path} ({'; '.join(diff)}); {fix}")
 
 
-def engine_run_config(cfg) -> EngineRunConfig:
-    """The engine a composed servelab config describes (backend.* and the top-level sizing keys)."""
-    from hydra.utils import to_absolute_path
-
-    b = cfg.backend
-    given_len, given_budget = cfg.get("max_model_len"), cfg.get("max_num_batched_tokens")
-    return EngineRunConfig(
-        model_path=to_absolute_path(str(b.model_path)), device=str(b.device), dtype=str(b.dtype),
-        attention_backend=str(b.attention_backend), block_size=int(cfg.block_size),
-        num_kvcache_blocks=cfg.num_kvcache_blocks, gpu_memory_utilization=float(cfg.gpu_memory_utilization),
-        num_cpu_blocks=cfg.num_cpu_blocks, swap_space_gib=float(cfg.swap_space_gib),
-        max_num_seqs=int(cfg.max_num_seqs),
-        max_num_batched_tokens=None if given_budget is None else int(given_budget),
-        max_model_len=None if given_len is None else int(given_len),
-        enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
-        enable_prefix_caching=bool(cfg.enable_prefix_caching), enforce_eager=bool(b.enforce_eager),
-        temperature=float(b.get("temperature", 0.6)), seed=int(cfg.seed))
-
-
 def run_engine(cfg, desc: str = "engine"):
     """The Hydra entry point's engine backend (experiments/run.py): cfg is the composed servelab config.
 
@@ -316,7 +294,7 @@ def run_engine(cfg, desc: str = "engine"):
         raise ValueError(f"the engine backend runs one replica without tensor parallelism; got num_replicas="
                          f"{cfg.num_replicas}, tensor_parallel_size={cfg.tensor_parallel_size}")
     given_len = cfg.get("max_model_len")
-    rcfg = engine_run_config(cfg)
+    rcfg = EngineRunConfig.from_config(cfg)
     # The engine settles max_model_len (a given value is checked against the checkpoint), so the workload
     # is clipped to the limit the engine really has.
     rep = EngineReplayer(rcfg)

@@ -6,7 +6,9 @@ The requests are the ones the simulator and the engine backend run (same ids, ar
 ids drawn from the `model=` entry's vocabulary with the root seed), sent by experiments.http_replay. The request table
 has the recorder's columns (engine.core.recorder.REQUEST_COLUMNS) plus HTTP_COLUMNS; what a client cannot see is NaN
 (first_scheduled_time_s, queueing_delay_s) or 0 (num_preemptions, num_swaps: ask the server's /metrics). A failed
-request keeps its row with status "failed" and its `error`. The step table is empty: the server's steps are its own.
+request keeps its row with status "failed" and its `error`; one the server's policy rejected has status "rejected" and
+the server's message as reject_reason. Tenant and SLO targets (tenant, ttft_slo_s, tpot_slo_s) are the workload's and
+the *_slo_met columns are judged on the client's times. The step table is empty: the server's steps are its own.
 """
 from __future__ import annotations
 
@@ -64,10 +66,13 @@ def http_requests(specs, vocab_size: int, seed: int, tokenizer=None) -> list[Htt
     return out
 
 
-def requests_frame(outcome: ReplayOutcome, priorities: dict | None = None) -> pd.DataFrame:
-    """The request table of a replay: REQUEST_COLUMNS (derived as engine.core.recorder does) + HTTP_COLUMNS."""
-    from engine.core.recorder import REQUEST_COLUMNS
+def requests_frame(outcome: ReplayOutcome, specs: dict | None = None) -> pd.DataFrame:
+    """The request table of a replay: REQUEST_COLUMNS (derived as engine.core.recorder does) + HTTP_COLUMNS.
+    specs: request_id -> RequestSpec, the source of priority, tenant and SLO targets (None: the defaults)."""
+    from engine.core.recorder import REQUEST_COLUMNS, slo_met_columns
+    from engine.core.requests import DEFAULT_TENANT
     recs = outcome.records
+    given = [(specs or {}).get(r.request_id) for r in recs]
     nan = float("nan")
     arrival = np.array([r.arrival_time_s for r in recs], dtype=np.float64)
     first = np.array([r.token_times_s[0] if r.token_times_s else nan for r in recs], dtype=np.float64)
@@ -77,16 +82,22 @@ def requests_frame(outcome: ReplayOutcome, priorities: dict | None = None) -> pd
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(nout > 1, (e2e - ttft) / np.maximum(nout - 1, 1), np.nan)
     zeros = np.zeros(len(recs), dtype=np.int64)
+    ttft_slo, tpot_slo = (np.array([nan if g is None or getattr(g, k) is None else float(getattr(g, k)) for g in given],
+                                   dtype=np.float64) for k in ("ttft_slo_s", "tpot_slo_s"))
     cols = {
-        "request_id": [r.request_id for r in recs], "status": ["finished" if r.ok else "failed" for r in recs],
-        "reject_reason": [None] * len(recs),
+        "request_id": [r.request_id for r in recs],
+        "status": ["finished" if r.ok else "rejected" if r.rejected else "failed" for r in recs],
+        "reject_reason": [r.error if r.rejected else None for r in recs],
         "num_prompt_tokens": np.array([r.num_prompt_tokens for r in recs], dtype=np.int64),
         "num_output_tokens": nout, "max_output_tokens": np.array([r.max_tokens for r in recs], dtype=np.int64),
         "arrival_time_s": arrival, "first_scheduled_time_s": np.full(len(recs), nan), "first_token_time_s": first,
         "finish_time_s": finish, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
         "queueing_delay_s": np.full(len(recs), nan), "num_preemptions": zeros, "num_swaps": zeros.copy(),
         "num_cached_tokens": np.array([r.num_cached_tokens for r in recs], dtype=np.int64),
-        "priority": np.array([(priorities or {}).get(r.request_id, 0) for r in recs], dtype=np.int64),
+        "priority": np.array([0 if g is None else int(g.priority) for g in given], dtype=np.int64),
+        "tenant": [DEFAULT_TENANT if g is None else g.tenant for g in given],
+        "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
+        **slo_met_columns(ttft, tpot, ttft_slo, tpot_slo, nout),
         "replica": zeros.copy(),
         "send_time_s": np.array([nan if r.send_time_s is None else r.send_time_s for r in recs], dtype=np.float64),
         "finish_reason": [r.finish_reason for r in recs],
@@ -119,7 +130,7 @@ def replay_meta(outcome: ReplayOutcome, target: HttpTarget) -> dict:
     """Facts about a replay for summary.json meta: failures, outputs shorter than asked, client lateness."""
     recs = outcome.records
     late = [r.send_time_s - r.arrival_time_s for r in recs if r.send_time_s is not None]
-    failed = [r for r in recs if not r.ok]
+    failed = [r for r in recs if not r.ok and not r.rejected]
     short = [r for r in recs if r.ok and r.num_output_tokens != r.max_tokens]
     return {"backend": "http", "url": target.url, "served_model": outcome.model, "prompt_format": target.prompt_format,
             "num_failed": len(failed), "first_errors": [f"request {r.request_id}: {r.error}" for r in failed[:5]],
@@ -182,7 +193,7 @@ def run_http(cfg, desc: str = "http"):
     specs = wl.specs()
     reqs = http_requests(specs, model.vocab_size, int(cfg.seed), tokenizer)
     outcome = replay(reqs, target, max_wall_s=None if b.get("max_wall_s") is None else float(b.max_wall_s))
-    req = requests_frame(outcome, {int(s.request_id): int(s.priority) for s in specs})
+    req = requests_frame(outcome, {int(s.request_id): s for s in specs})
     req = add_input_columns(req, wl)
     meta = {**replay_meta(outcome, target), "model": outcome.model, "prompt_vocabulary_of": model.name,
             "hardware": f"server at {target.url}",
@@ -222,5 +233,5 @@ class HttpReplayer:
         meta = replay_meta(outcome, self.target)
         report_failures(meta)
         meta["policy"] = policy if isinstance(policy, str) else getattr(policy, "name", None)
-        return RunResult(requests_frame(outcome, {int(s.request_id): int(s.priority) for s in specs}),
+        return RunResult(requests_frame(outcome, {int(s.request_id): s for s in specs}),
                          empty_steps_frame(), meta)

@@ -25,7 +25,7 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
-from sim.specs.capacity import kv_heads_per_gpu, num_kv_blocks
+from sim.specs.capacity import block_bytes_per_gpu, num_kv_blocks
 
 
 # -- a length distribution the synthetic workloads use by default ----------------------
@@ -157,49 +157,52 @@ def make_sequences(wl: Workload, vocab_size: int, seed: int, record_token_times:
     return [Sequence(spec.request_id, prompt_token_ids(spec, vocab_size, seed),
                      SamplingParams(max_tokens=spec.num_output_tokens, ignore_eos=True),
                      arrival_time_s=spec.arrival_time_s, priority=spec.priority,
-                     record_token_times=record_token_times)
+                     record_token_times=record_token_times, tenant=spec.tenant, ttft_slo_s=spec.ttft_slo_s,
+                     tpot_slo_s=spec.tpot_slo_s)
             for spec in wl]
 
 
 # -- serving setup ----------------------------------------------------------------------
 def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
-    """(GPU KV blocks, CPU swap blocks) per replica."""
+    """(num_kvcache_blocks, num_cpu_blocks) per replica: as given, else what fits."""
     tp = int(cfg.tensor_parallel_size)
-    gpu = cfg.num_kvcache_blocks
-    if gpu is None:
-        gpu = num_kv_blocks(model, hardware, int(cfg.block_size), float(cfg.gpu_memory_utilization), tp,
+    num_kvcache_blocks = cfg.num_kvcache_blocks
+    if num_kvcache_blocks is None:
+        num_kvcache_blocks = num_kv_blocks(model, hardware, int(cfg.block_size), float(cfg.gpu_memory_utilization), tp,
                             float(cfg.activation_reserve_gib))
-    cpu = cfg.num_cpu_blocks
-    if cpu is None:
-        block_bytes = int(cfg.block_size) * 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim \
-            * model.dtype_bytes
-        cpu = int(float(cfg.swap_space_gib) * 2 ** 30 // block_bytes)
-    return int(gpu), int(cpu)
+    num_cpu_blocks = cfg.num_cpu_blocks
+    if num_cpu_blocks is None:
+        block_bytes = block_bytes_per_gpu(model, int(cfg.block_size), tp)
+        num_cpu_blocks = int(float(cfg.swap_space_gib) * 2 ** 30 // block_bytes)
+    return int(num_kvcache_blocks), int(num_cpu_blocks)
 
 
 def make_cost_model(cfg: DictConfig, model, hardware):
-    factory = instantiate(cfg.backend.cost_model, _convert_="all")
     max_model_len, _ = model_max_model_len(cfg, model)
-    supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": int(cfg.tensor_parallel_size),
-                "max_model_len": int(max_model_len)}
+    return build_cost_model(cfg.backend.cost_model, model, hardware, int(cfg.tensor_parallel_size),
+                            int(max_model_len))
+
+
+def build_cost_model(node, model, hardware, tensor_parallel_size: int, max_model_len: int):
+    """A conf/backend/cost_model node instantiated; a `_partial_` one gets those of model, hardware,
+    tensor_parallel_size and max_model_len its constructor takes (and its YAML does not set)."""
+    factory = instantiate(node, _convert_="all")
+    supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": tensor_parallel_size,
+                "max_model_len": max_model_len}
     if not callable(factory) or not hasattr(factory, "func"):
         return factory          # a fully built cost model (no _partial_)
     params = inspect.signature(factory.func).parameters
     return factory(**{k: v for k, v in supplied.items() if k in params and k not in factory.keywords})
 
 
-def make_scheduler(cfg: DictConfig, num_gpu_blocks: int, num_cpu_blocks: int,
+def make_scheduler(cfg: DictConfig, num_kvcache_blocks: int, num_cpu_blocks: int,
                    max_model_len: int | None = None) -> Scheduler:
     """A fresh Scheduler for one replica; max_model_len None: model_max_model_len(cfg);
     max_num_batched_tokens null: derived by the Scheduler (engine.core.token_budget)."""
     if max_model_len is None:
         max_model_len, _ = model_max_model_len(cfg)
-    budget = cfg.get("max_num_batched_tokens")
-    sched_cfg = SchedulerConfig(
-        num_kvcache_blocks=num_gpu_blocks, block_size=int(cfg.block_size), max_num_seqs=int(cfg.max_num_seqs),
-        max_num_batched_tokens=None if budget is None else int(budget), max_model_len=int(max_model_len),
-        enable_chunked_prefill=bool(cfg.enable_chunked_prefill),
-        enable_prefix_caching=bool(cfg.enable_prefix_caching), num_cpu_blocks=num_cpu_blocks)
+    sched_cfg = SchedulerConfig.from_settings(cfg, num_kvcache_blocks=num_kvcache_blocks,
+                                              num_cpu_blocks=num_cpu_blocks, max_model_len=int(max_model_len))
     policy = instantiate(cfg.scheduler, _convert_="all")
     eviction = instantiate(cfg.eviction, _convert_="all")
     return Scheduler(sched_cfg, policy, eviction)
@@ -232,14 +235,14 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     max_len, max_len_source = model_max_model_len(cfg, model)
     wl = build_workload(cfg, max_len)
     in_meta = check_input(wl, max_len, model.max_model_len)
-    gpu_blocks, cpu_blocks = kv_capacity(cfg, model, hardware)
+    num_kvcache_blocks, num_cpu_blocks = kv_capacity(cfg, model, hardware)
     cost_model = make_cost_model(cfg, model, hardware)
     # Specs become Sequences on arrival (prompt ids from the root seed); token times need prebuilt ones.
     requests = (make_sequences(wl, model.vocab_size, int(cfg.seed), True) if cfg.record_token_times else wl)
 
     bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
     recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
-    replicas = [Replica(make_scheduler(cfg, gpu_blocks, cpu_blocks, max_len), cost_model, rec, index=i)
+    replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len), cost_model, rec, index=i)
                 for i, rec in enumerate(recorders)]
     router = instantiate(cfg.router, _convert_="all")
     sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
@@ -263,8 +266,8 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
         token_times = pd.concat([r.token_times_frame() for r in recorders], ignore_index=True)
     meta = {
         "backend": "sim", "model": model.name, "hardware": hardware.name, "cost_model": repr(cost_model),
-        "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": gpu_blocks,
-        "num_cpu_blocks": cpu_blocks, "request_rate_rps": offered_rate_rps(cfg, wl),
+        "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": num_kvcache_blocks,
+        "num_cpu_blocks": num_cpu_blocks, "request_rate_rps": offered_rate_rps(cfg, wl),
         "measured_rate_rps": float(wl.mean_rate_rps) if np.isfinite(wl.mean_rate_rps) else None,
         "sim_end_time_s": float(end_s),
         "sim_wall_time_s": wall_s, "num_steps": num_steps, "num_fast_steps": num_fast_steps,

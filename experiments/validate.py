@@ -7,7 +7,12 @@
 For each policy: the engine replays the workload in real time
 (experiments.runner_engine), then the simulator runs the same requests (same
 ids, prompts, lengths, arrival times) with the same SchedulerConfig under each
-cost model (`roofline`, and `calibrated` when --profile is given). Per-request
+cost model (`roofline`, and `calibrated` when --profile is given). Both sides
+build the policy, its victim and the eviction policy from the config groups of
+conf/, composed as `servelab scheduler=NAME OVERRIDES` would compose them
+(experiments.policy_conf; `--override victim=most_blocks --override eviction=lfu`), and
+`--cost-model NAME` adds a cost model of conf/backend/cost_model/ as `servelab` builds it
+(`--override backend.cost_model.KEY=VALUE` sets its parameters). Per-request
 rows are joined on request_id; the report (validation_<name>.json, written
 atomically) gives per policy and cost model: throughput error, median / p90 of
 |sim - real| / real for TTFT, TPOT and E2E (and the signed error of their p50 /
@@ -41,8 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.compose import compose_config
 from experiments.metrics import summary
-from experiments.policy_conf import make_policy, parse_label, policy_names, swaps
+from experiments.policy_conf import make_eviction, make_policy, parse_label, policy_names, swaps
 from experiments.profile import set_threads
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
@@ -61,9 +67,10 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 
 # -- the simulator side -------------------------------------------------------------------
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
-             rng_seed: int = 0, record_decisions: bool = False) -> RunResult:
+             rng_seed: int = 0, record_decisions: bool = False, overrides=()) -> RunResult:
     """The same requests under the same SchedulerConfig and policy (a label of experiments.policy_conf, whose
-    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`."""
+    +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`; the policy and the
+    eviction policy composed with the Hydra `overrides` (--override), as the real side builds them."""
     from engine.core.recorder import Recorder
     from engine.core.scheduler import Scheduler
     from sim.replica import Replica
@@ -71,12 +78,14 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
 
     seqs = make_sequences(requests, vocab_size, temperature=temperature, rng_seed=rng_seed)
     rec = Recorder(record_decisions=record_decisions)
-    sim = Simulator(Replica(Scheduler(sched_cfg, policy=make_policy(policy)), cost_model, rec),
+    sched = Scheduler(sched_cfg, policy=make_policy(policy, overrides), eviction=make_eviction(overrides))
+    sim = Simulator(Replica(sched, cost_model, rec),
                     vocab_size=vocab_size, prompt_seed=rng_seed)
     res = sim.run(seqs)
     return RunResult(rec.requests_frame(), rec.steps_frame(),
                      dict(sim_end_s=float(res.end_time_s), sim_wall_s=float(res.wall_s), num_steps=int(res.num_steps),
-                          num_fast_steps=int(res.num_fast_steps)),
+                          num_fast_steps=int(res.num_fast_steps), victim=sched.policy.victim.name,
+                          eviction=sched.block_manager.eviction.name),
                      rec.decisions_frame() if record_decisions else None)
 
 
@@ -86,18 +95,35 @@ def policy_scheduler_config(sched_cfg, label: str):
     return sched_cfg if chunked is None else replace(sched_cfg, enable_chunked_prefill=chunked)
 
 
-def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
+def checkpoint_specs(model_path, hardware: str | None, device: str, max_model_len: int):
+    """(ModelSpec of the checkpoint's config.json, HardwareSpec: --hardware, else H200 on cuda and a
+    nominal CPU otherwise): what the simulated side prices."""
     from engine.hf_config import load_hf_config
-    from sim.cost_model.roofline import RooflineCostModel
-    from sim.specs.hardware import HardwareSpec
+    from sim.specs.hardware import HardwareSpec, get_hardware_spec
     from sim.specs.models import ModelSpec
 
     spec = ModelSpec.from_hf_config(load_hf_config(model_path), name=Path(model_path).name,
                                     max_model_len=max_model_len)
     if hardware is None:
         hardware = "H200" if device.startswith("cuda") else "cpu-nominal"
-    hw = HardwareSpec(**CPU_NOMINAL) if hardware.lower() == "cpu-nominal" else hardware
+    return spec, HardwareSpec(**CPU_NOMINAL) if hardware.lower() == "cpu-nominal" else get_hardware_spec(hardware)
+
+
+def roofline_model(model_path, hardware: str | None, device: str, max_model_len: int, latency_floors: bool = False):
+    from sim.cost_model.roofline import RooflineCostModel
+
+    spec, hw = checkpoint_specs(model_path, hardware, device, max_model_len)
     return RooflineCostModel(spec, hw, max_model_len=max_model_len, latency_floors=latency_floors)
+
+
+def conf_cost_model(name: str, overrides, model_path, hardware: str | None, device: str, max_model_len: int):
+    """The cost model of conf/backend/cost_model/<name>.yaml (with the `backend.cost_model.*` overrides), for
+    the checkpoint and hardware of checkpoint_specs, as `servelab backend/cost_model=<name>` builds it."""
+    from experiments.runner_sim import build_cost_model
+
+    node = compose_config([f"backend/cost_model={name}", *overrides]).backend.cost_model
+    spec, hw = checkpoint_specs(model_path, hardware, device, max_model_len)
+    return build_cost_model(node, spec, hw, 1, max_model_len)
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -129,9 +155,17 @@ SUMMARY_KEYS = ("num_requests", "num_finished", "num_rejected", "makespan_s", "r
                 "kv_usage_mean", "kv_usage_max", "busy_time_s")
 
 
+# ... and for runs with several tenants or latency targets (experiments.tenant_metrics)
+TENANT_KEYS = ("num_tenants", "num_rejected_by_policy", "slo_attainment_targets", "goodput_targets_rps", "jain_index",
+               "service_diff_rate_max", "service_diff_rate_mean")
+
+
 def run_summary(run: RunResult) -> dict:
     s = summary(run.requests, run.steps)
-    return {k: s.get(k) for k in SUMMARY_KEYS}
+    out = {k: s.get(k) for k in SUMMARY_KEYS}
+    if s.get("num_tenants", 1) > 1 or "num_with_slo" in s:
+        out.update({k: s[k] for k in TENANT_KEYS if k in s})
+    return out
 
 
 def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
@@ -201,6 +235,30 @@ def priority_classes(text: str):
                          f"0:0.3,1:0.7), got {text!r} ({exc})") from None
 
 
+def conf_workload(args, max_model_len: int | None):
+    """--workload NAME: conf/workload/NAME.yaml as `servelab workload=NAME` composes it, with the
+    --workload-set overrides (KEY=VALUE under workload.), --seed and --max-requests."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.run import CONF_DIR
+    from experiments.runner_sim import build_workload as build_conf_workload
+    if args.trace:
+        raise ValueError("give --workload or --trace, not both")
+    overrides = [f"workload={args.workload}", f"seed={args.seed}"]
+    # KEY=VALUE sets workload.KEY; a group choice (workload/prompt_len=uniform) passes as it is
+    overrides += [kv if kv.startswith("workload/") else f"workload.{kv.removeprefix('workload.')}"
+                  for kv in args.workload_set]
+    if args.max_requests is not None:
+        overrides.append(f"workload.max_requests={args.max_requests}")
+    if GlobalHydra.instance().is_initialized():
+        cfg = compose("config", overrides=overrides)
+    else:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+    return build_conf_workload(cfg, max_model_len)
+
+
 def build_workload(args, max_model_len: int | None = None):
     """The workload the flags describe, clipped to max_model_len (None: --max-model-len)."""
     from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, read_trace, synthetic_workload
@@ -212,6 +270,8 @@ def build_workload(args, max_model_len: int | None = None):
         opts["time_scale"] = args.time_scale
     if args.priority_classes:
         opts["priorities"] = priority_classes(args.priority_classes)
+    if args.workload:
+        return conf_workload(args, opts["max_model_len"])
     if args.trace:
         return read_trace(args.trace, format=args.trace_format, **opts)
     arrivals = {"poisson": lambda: Poisson(args.rate_rps), "gamma": lambda: Gamma(args.rate_rps, args.cv),
@@ -229,6 +289,20 @@ def build_workload(args, max_model_len: int | None = None):
                               **opts)
 
 
+def engine_run_config(args, num_cpu_blocks: int) -> EngineRunConfig:
+    """The engine of the real side: each EngineRunConfig field from the flag of the same name (given or
+    its default, which is the field's), the checkpoint from --model, prefix caching off by --no-prefix-caching."""
+    return EngineRunConfig.from_attributes(args, model_path=str(args.model), num_cpu_blocks=num_cpu_blocks,
+                                           enable_prefix_caching=not args.no_prefix_caching)
+
+
+def split_overrides(args) -> tuple[list[str], list[str]]:
+    """--override values as (those of the policy groups, the backend.cost_model.* ones for --cost-model)."""
+    given = list(args.override or [])
+    cost_model = [o for o in given if o.lstrip("+~").startswith("backend")]
+    return [o for o in given if o not in cost_model], cost_model
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="checkpoint directory (required unless --from-real)")
@@ -237,6 +311,11 @@ def parse_args(argv=None):
     w = ap.add_argument_group("workload: a trace (--trace) or synthetic (default)")
     w.add_argument("--trace", default=None, help="trace file (Azure / Vidur CSV, Mooncake JSONL)")
     w.add_argument("--trace-format", default="auto")
+    w.add_argument("--workload", default=None, help="a conf/workload config instead (e.g. tenants, slo_classes: "
+                   "requests with tenants and SLO targets), as `servelab workload=NAME` builds it")
+    w.add_argument("--workload-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --workload: override one of its keys (repeatable), e.g. rate_scale=0.5, or pick "
+                   "a length group, e.g. workload/prompt_len=uniform")
     w.add_argument("--num-requests", type=int, default=32, help="synthetic: number of requests")
     w.add_argument("--arrival", default="poisson", help="synthetic: poisson | gamma | constant | all_at_once")
     w.add_argument("--rate-rps", type=float, default=None, help="synthetic: arrival rate")
@@ -248,32 +327,38 @@ def parse_args(argv=None):
     w.add_argument("--max-requests", type=int, default=None)
     w.add_argument("--skip-requests", type=int, default=0, help="drop the first N requests (after sorting by "
                    "arrival), e.g. a calibration replay on requests 300-599: --skip-requests 300 --max-requests 300")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--seed", type=int, default=EngineRunConfig.seed)
     w.add_argument("--priority-classes", default=None, help="random priority per request, VALUE:PROB,... "
                    "(lower value = more important), e.g. 0:0.3,1:0.7 (for the priority policy)")
     e = ap.add_argument_group("engine and scheduler (the same for both backends)")
     e.add_argument("--policies", default="vllm", help="comma-separated conf/scheduler names (fcfs, vllm, vllm_swap, "
                    "sjf, srpt, priority, mlfq, sarathi, ...), each optionally +chunked / +nochunk to force chunked "
                    "prefill for that policy alone (e.g. vllm,vllm+chunked)")
-    e.add_argument("--device", default="auto")
+    e.add_argument("--override", action="append", metavar="KEY=VALUE", help="a servelab override of the policy "
+                   "groups both backends build the policies from (conf/), e.g. victim=most_blocks, eviction=lfu, "
+                   "scheduler.prompt_token_weight=0; repeatable")
+    e.add_argument("--device", default=EngineRunConfig.device)
     e.add_argument("--num-kvcache-blocks", type=int, default=None, help="KV blocks (small values force preemption)")
     e.add_argument("--num-cpu-blocks", type=int, default=None, help="swap blocks (default: num_kvcache_blocks "
                    "when vllm_swap runs, else 0)")
     e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
-    e.add_argument("--max-num-seqs", type=int, default=256)
+    e.add_argument("--max-num-seqs", type=int, default=EngineRunConfig.max_num_seqs)
     e.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: derived from max_model_len "
                    "(engine/core/token_budget.py)")
     e.add_argument("--enable-chunked-prefill", action="store_true")
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--enforce-eager", action="store_true")
-    e.add_argument("--attention-backend", default="auto")
-    e.add_argument("--temperature", type=float, default=0.6)
+    e.add_argument("--attention-backend", default=EngineRunConfig.attention_backend)
+    e.add_argument("--temperature", type=float, default=EngineRunConfig.temperature)
     e.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on cpu)")
     e.add_argument("--max-wall-s", type=float, default=None, help="abort a replay that runs longer (seconds)")
     c = ap.add_argument_group("simulator cost models")
     c.add_argument("--profile", default=None, help="calibrated cost model JSON (experiments.calibrate)")
     c.add_argument("--hardware", default=None, help="roofline hardware (default H200 on cuda, cpu-nominal on cpu)")
     c.add_argument("--no-roofline", action="store_true")
+    c.add_argument("--cost-model", action="append", metavar="NAME", help="also price with conf/backend/cost_model/"
+                   "NAME.yaml as servelab builds it (its parameters by --override backend.cost_model.KEY=VALUE); "
+                   "repeatable")
     ap.add_argument("--no-plot", action="store_true", help="skip validation_<name>.png (seconds per policy)")
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
     ap.add_argument("--real-dir", default=None, help="keep the real runs (parquet tables + engine facts) in this "
@@ -302,7 +387,8 @@ def main(argv=None) -> int:
         raise ValueError(f"--policies must be a comma-separated list of {policy_names()}, got {args.policies!r}")
     if args.repeats < 1 or (args.repeats > 1 and not args.real_dir):
         raise ValueError(f"--repeats must be >= 1 and needs --real-dir when > 1, got {args.repeats}")
-    swapping = {p: swaps(p) for p in policies}
+    overrides, cost_model_overrides = split_overrides(args)
+    swapping = {p: swaps(p, overrides) for p in policies}
     set_threads(args.threads, args.device)
     out_dir = Path(args.out_dir)
     cpu_blocks = args.num_cpu_blocks
@@ -317,12 +403,7 @@ def main(argv=None) -> int:
         cfg, device, model_dir = rep.config, rep.device, rep.model_dir
         load_s, warm_s, runner_device = rep.meta["engine_load_s"], rep.meta["warmup_s"], rep.meta["runner_device"]
     else:
-        cfg = EngineRunConfig(model_path=str(args.model), device=args.device, attention_backend=args.attention_backend,
-                              num_kvcache_blocks=args.num_kvcache_blocks, num_cpu_blocks=cpu_blocks,
-                              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                              max_model_len=args.max_model_len, enable_chunked_prefill=args.enable_chunked_prefill,
-                              enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
-                              temperature=args.temperature, seed=args.seed)
+        cfg = engine_run_config(args, cpu_blocks)
         t0 = time.perf_counter()
         rep = EngineReplayer(cfg)
         load_s = time.perf_counter() - t0
@@ -342,6 +423,12 @@ def main(argv=None) -> int:
                                                             rep.max_model_len, latency_floors=True)
     if args.profile:
         cost_models["calibrated"] = CalibratedCostModel.load(args.profile)
+    for name in args.cost_model or []:
+        if name in cost_models:
+            raise ValueError(f"--cost-model {name}: the name is taken by the built-in {name}; drop it (--no-roofline "
+                             f"drops the built-in roofline)")
+        cost_models[name] = conf_cost_model(name, cost_model_overrides, model_dir, args.hardware, runner_device,
+                                            rep.max_model_len)
 
     report = {
         "format": FORMAT, "name": args.name,
@@ -366,7 +453,8 @@ def main(argv=None) -> int:
         if args.from_real or args.real_url:
             return rep.replay(specs, policy, **kw)
         from engine.core.recorder import Recorder
-        run = rep.replay(specs, make_policy(policy), enable_chunked_prefill=parse_label(policy).chunked,
+        run = rep.replay(specs, make_policy(policy, overrides), eviction=make_eviction(overrides),
+                         enable_chunked_prefill=parse_label(policy).chunked,
                          recorder=Recorder(record_decisions=args.record_decisions), **kw)
         run.info["policy"] = policy
         return run
@@ -396,7 +484,7 @@ def main(argv=None) -> int:
         for name, cm in cost_models.items():
             try:
                 sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
-                               rng_seed=cfg.seed, record_decisions=args.record_decisions)
+                               rng_seed=cfg.seed, record_decisions=args.record_decisions, overrides=overrides)
             except Exception as exc:
                 entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
@@ -455,12 +543,7 @@ def http_replayer(args, policies: list[str], cpu_blocks: int):
         raise ValueError(f"--real-url: the server runs one policy; give it alone as --policies, got {policies}")
     if args.repeats > 1:
         raise ValueError("--real-url replays once (--repeats 1)")
-    cfg = EngineRunConfig(model_path=str(args.model), num_kvcache_blocks=args.num_kvcache_blocks,
-                          num_cpu_blocks=cpu_blocks, max_num_seqs=args.max_num_seqs,
-                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-                          enable_chunked_prefill=args.enable_chunked_prefill,
-                          enable_prefix_caching=not args.no_prefix_caching, temperature=args.temperature,
-                          seed=args.seed)
+    cfg = engine_run_config(args, cpu_blocks)
     target = target_of({"url": args.real_url, "model": args.served_model, "temperature": args.temperature})
     return HttpReplayer(target, cfg, load_hf_config(args.model)["vocab_size"], args.max_model_len,
                         args.num_kvcache_blocks, cpu_blocks)

@@ -106,7 +106,8 @@ class Arrivals:
         else:
             prompt = [0] * n
         seq = Sequence(item.request_id, prompt, SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True),
-                       arrival_time_s=item.arrival_time_s, priority=item.priority)
+                       arrival_time_s=item.arrival_time_s, priority=item.priority, tenant=item.tenant,
+                       ttft_slo_s=item.ttft_slo_s, tpot_slo_s=item.tpot_slo_s)
         if prompts == "private":
             hashes = item.prefix_hash_ids
             seq.private_from = 0

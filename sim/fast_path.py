@@ -1,7 +1,7 @@
 """The simulator's exact decode fast path: many pure-decode steps of one replica in one call.
 
-Before scheduling, the replica asks the scheduler for
-`k = decode_horizon(limit)`: the number of upcoming steps that are certain to be
+Before scheduling, the replica asks its scheduler's fast path (sim.fast_forward.DecodeFastForward,
+`Replica.fast`) for `k = decode_horizon(limit)`: the number of upcoming steps that are certain to be
 pure decode steps of exactly the current running set if no request arrives
 (sequences may finish in the last of them; advance_decodes finishes them).
 Their durations come from `cost_model.decode_step_times_s` (the same numbers
@@ -19,7 +19,7 @@ The k steps are then applied at once (`advance_decodes`), recorded in bulk
 (`Recorder.on_decode_steps`) and waited for with a single event. A call does not
 stop where sequences finish if the scheduler grants more steps before the next
 arrival: with nothing waiting, policies that serve in admission order take the
-steps of the shrinking running set as one engine.core.fast_forward.DecodeChain
+steps of the shrinking running set as one sim.fast_forward.DecodeChain
 (`Recorder.on_decode_runs`; with a prefix cache while the running sequences'
 private blocks are unpublished, and only when the chain reaches at least as far as
 the exact horizon); the others take one exact horizon after another.
@@ -30,7 +30,7 @@ import math
 from bisect import bisect_left
 from itertools import accumulate
 
-from engine.core.fast_forward import DecodeChain, chain_ok
+from sim.fast_forward import DecodeChain
 from sim.replica import Replica
 
 INF = math.inf
@@ -47,13 +47,13 @@ class FastPathMixin:
         room admits a waiting request (decode_horizon then says 0). With nothing waiting, a
         DecodeChain takes the steps past finishes in one call. Returns the end time of the last
         call, or None if none was taken."""
-        sched = r.scheduler
+        sched, fast = r.scheduler, r.fast
         t_end = None
         while t_next - t > r.last_decode_s:
-            k = sched.decode_horizon(self.max_fast_steps)
+            k = fast.decode_horizon(self.max_fast_steps)
             if not k:
                 break
-            chain = DecodeChain(sched, self.max_fast_steps) if chain_ok(sched) else None
+            chain = DecodeChain(fast, self.max_fast_steps) if fast.chain_ok() else None
             if chain is not None and chain.num_steps >= k:
                 end = self._fast_chain(r, t, chain, t_next)
             else:   # (a chain never evicts: with cached blocks to evict it can be shorter than k)
@@ -99,25 +99,25 @@ class FastPathMixin:
         """Apply up to k pure-decode steps starting at t (sequences may finish in the last one);
         returns the end time, or None if the next arrival leaves none to take. Sets
         r.segment_whole: all k steps were taken."""
-        sched = r.scheduler
+        sched, fast = r.scheduler, r.fast
         bm = sched.block_manager
         n = len(sched.running)
-        s0 = sched.horizon_context_sum                            # decode_context_sum of the first step
+        s0 = fast.horizon_context_sum                            # decode_context_sum of the first step
         durs, clock = self._price(r, n, s0, k, t, t_next)
         if not durs:
             return None
         # A horizon cut short by free blocks, taken whole: the next step needs a block that is not free.
         r.segment_whole = len(durs) == k
-        r.horizon_spent = r.segment_whole and sched.horizon_blocked
+        r.horizon_spent = r.segment_whole and fast.horizon_blocked
         k = len(durs)
         ends = clock[1:]
         used0 = bm.num_used_blocks
         if bm.enable_prefix_caching:
             free0, cached0 = len(bm.free_ids) - bm.num_dead_free, bm.num_cached_free_blocks   # plain free
         else:                                 # no cached-free blocks ever: nothing to evict
-            free0, cached0 = bm.num_blocks, 0
+            free0, cached0 = bm.num_kvcache_blocks, 0
         done = []
-        used = sched.advance_decodes(k, ends, self._token_fn(), done, t)   # [k] blocks in use after allocation
+        used = fast.advance_decodes(k, ends, self._token_fn(), done, t)   # [k] blocks in use after allocation
         rec = r.recorder
         if rec is not None:
             if used[-1] - used0 > free0:      # allocation takes plain free blocks first, then evicts cached-free
@@ -125,7 +125,7 @@ class FastPathMixin:
             else:
                 cached = cached0
             del clock[-1]
-            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_blocks, cached, sched.horizon_context_max)
+            rec.on_decode_steps(clock, durs, n, s0, used, bm.num_kvcache_blocks, cached, fast.horizon_context_max)
         if self._track_load:
             r.outstanding_tokens -= k * n
         self._count_fast(r, durs, done)
@@ -151,7 +151,7 @@ class FastPathMixin:
         if not k:
             return None
         r.segment_whole = k == chain.num_steps
-        r.horizon_spent = r.segment_whole and r.scheduler.horizon_blocked     # as in _fast_segment
+        r.horizon_spent = r.segment_whole and r.fast.horizon_blocked          # as in _fast_segment
         done = []
         ends = clock[1:]
         used = chain.apply(k, ends, self._token_fn(), done)
@@ -160,7 +160,7 @@ class FastPathMixin:
             used, cached = used
         if r.recorder is not None:
             del clock[-1]
-            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_blocks, cached)
+            r.recorder.on_decode_runs(clock, durs, runs, used, r.scheduler.block_manager.num_kvcache_blocks, cached)
         if self._track_load:
             r.outstanding_tokens -= sum(j * n for j, n, _, _ in runs)
         self._count_fast(r, durs, done)

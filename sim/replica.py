@@ -5,11 +5,13 @@ from collections import deque
 
 from engine.core.scheduler import Scheduler
 from sim.cost_model.base import CostModel
+from sim.fast_forward import DecodeFastForward
 
 
 class Replica:
     """A scheduler (with its KV cache), the cost model that prices its steps, and an optional
-    engine.core.recorder.Recorder (the Simulator creates one when record=True and none is given)."""
+    engine.core.recorder.Recorder (the Simulator creates one when record=True and none is given);
+    `fast` drives the scheduler's decode fast path (sim.fast_forward)."""
 
     def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0):
         cm_len = getattr(cost_model, "max_model_len", None)
@@ -18,6 +20,7 @@ class Replica:
                              f"model's max_model_len ({cm_len}); lower the scheduler's or raise the cost model's, so "
                              "that a request too long for the model is rejected at arrival")
         self.scheduler = scheduler
+        self.fast = DecodeFastForward(scheduler)
         self.cost_model = cost_model
         self.recorder = recorder
         self.index = index

@@ -61,7 +61,8 @@ class SimResult:
         if done.empty:
             return None
         pairs = np.stack([done["num_prompt_tokens"].to_numpy(), done["num_output_tokens"].to_numpy()], axis=1)
-        kv = sum(r.scheduler.block_manager.num_blocks * r.scheduler.block_manager.block_size for r in self.replicas)
+        bms = [r.scheduler.block_manager for r in self.replicas]
+        kv = sum(bm.num_kvcache_blocks * bm.block_size for bm in bms)
         return workload_lower_bound(pairs, model, hardware, tensor_parallel_size=tp, kv_capacity_tokens=kv)
 
     @property

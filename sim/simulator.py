@@ -259,8 +259,12 @@ class Simulator(FastPathMixin):
                         continue
 
             batch = sched.schedule(t)
+            for seq in batch.rejected:      # given up by the policy (e.g. a target it can no longer meet)
+                self._reject(r, seq)
             seqs = batch.seqs
             if not seqs and not batch.swap_in and not batch.swap_out:
+                if batch.rejected and not sched.has_unfinished():
+                    continue        # the policy rejected all that was left: wait for arrivals as usual
                 # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
                 ev = self._wait_for_arrival(r)

@@ -35,6 +35,7 @@ class Batch:
     preempted: list[Sequence] = field(default_factory=list)         # preempted (recompute) during this schedule
     swapped_out: list[Sequence] = field(default_factory=list)
     swapped_in: list[Sequence] = field(default_factory=list)
+    rejected: list[Sequence] = field(default_factory=list)          # rejected by the policy (REJECTED, not run)
     # Context length (tokens attended to) per entry, frozen at schedule time:
     context_lens: list[int] = field(default_factory=list)
 

@@ -1,6 +1,6 @@
 """Paged KV-cache allocator with prefix caching and a CPU swap space (torch-free).
 
-The KV cache is `num_blocks` fixed-size blocks of `block_size` token slots. Each
+The KV cache is `num_kvcache_blocks` fixed-size blocks of `block_size` token slots. Each
 sequence owns a block table (list of block ids). A GPU block is in exactly one of
 three states:
 
@@ -10,7 +10,7 @@ three states:
                                                 in the order the eviction policy picks
     in use        ref_count >= 1             -> held by one or more sequences
 
-so free + cached-free + in-use == num_blocks at all times.
+so free + cached-free + in-use == num_kvcache_blocks at all times.
 
 Prefix caching: every *full* block of a sequence gets a chained hash
 h_i = xxh64(h_{i-1} || token ids of block i). A later sequence whose prompt
@@ -44,6 +44,7 @@ from collections import deque
 
 from engine.core.block_keys import extend_block_keys, first_private_block, hash_block, private_key_base
 from engine.core.free_blocks import FreeBlockQueue
+from engine.core.kv_layout import check_block_size
 from engine.core.sequence import Sequence, SequenceStatus
 from policies.eviction.base import EvictionPolicy
 from policies.eviction.lru import LRUEviction
@@ -53,25 +54,24 @@ _DEAD = -2                  # block_hash of a dead private block inside the evic
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
+    def __init__(self, num_kvcache_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
                  eviction: EvictionPolicy | None = None, num_cpu_blocks: int = 0):
-        if block_size < 1 or block_size & (block_size - 1):
-            raise ValueError(f"block_size must be a power of two >= 1 (e.g. 16), got {block_size}")
-        if num_blocks < 1:
-            raise ValueError(f"num_kvcache_blocks must be >= 1, got {num_blocks}")
+        check_block_size(block_size)
+        if num_kvcache_blocks < 1:
+            raise ValueError(f"num_kvcache_blocks must be >= 1, got {num_kvcache_blocks}")
         if num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
-        self.num_blocks = num_blocks
+        self.num_kvcache_blocks = num_kvcache_blocks
         self.block_size = block_size
         self.eviction = eviction if eviction is not None else LRUEviction()
         self.enable_prefix_caching = enable_prefix_caching and self.eviction.enables_prefix_caching
         self.hash_fn = hash_block   # replaceable in tests to force collisions
 
-        self.ref_counts = [0] * num_blocks
-        self.block_hash = [-1] * num_blocks              # -1: not registered in the prefix cache
-        self.block_tokens: list[tuple | None] = [None] * num_blocks   # token ids of a hashed block (hit check)
+        self.ref_counts = [0] * num_kvcache_blocks
+        self.block_hash = [-1] * num_kvcache_blocks              # -1: not registered in the prefix cache
+        self.block_tokens: list[tuple | None] = [None] * num_kvcache_blocks   # token ids of a hashed block (hit check)
         self.hash_to_block: dict[int, int] = {}
-        self.free_ids = FreeBlockQueue(range(num_blocks))
+        self.free_ids = FreeBlockQueue(range(num_kvcache_blocks))
         self.num_used_blocks = 0
         self.num_dead_free = 0      # blocks of free_ids that count as cached-free (dead private blocks)
         self._num_keyed = 0         # sequences whose private blocks got keys
@@ -426,18 +426,18 @@ class BlockManager:
         free = set(self.free_ids)
         assert len(free) == len(self.free_ids), "a block is twice in the free list"
         assert 0 <= self.num_dead_free <= len(free), "more dead cached-free blocks than free ones"
-        cached = {b for b in range(self.num_blocks) if self.ref_counts[b] == 0 and self.block_hash[b] != -1}
-        used = {b for b in range(self.num_blocks) if self.ref_counts[b] > 0}
+        cached = {b for b in range(self.num_kvcache_blocks) if self.ref_counts[b] == 0 and self.block_hash[b] != -1}
+        used = {b for b in range(self.num_kvcache_blocks) if self.ref_counts[b] > 0}
         assert not (free & cached) and not (free & used), "a free block is also cached or in use"
         assert len(cached) == len(self.eviction), "eviction policy disagrees on the cached-free set"
         assert len(used) == self.num_used_blocks, "used-block counter drifted"
-        assert len(free) + len(cached) + len(used) == self.num_blocks, "free + cached + used != total"
+        assert len(free) + len(cached) + len(used) == self.num_kvcache_blocks, "free + cached + used != total"
         assert all(rc >= 0 for rc in self.ref_counts), "negative ref count"
         for b in free:
             assert self.block_hash[b] == -1, "a plain free block still has a hash"
         for h, b in self.hash_to_block.items():
             assert self.block_hash[b] == h, "hash table points at a block with another hash"
-        refs = [0] * self.num_blocks
+        refs = [0] * self.num_kvcache_blocks
         for seq in live_seqs:
             assert len(set(seq.block_table)) == len(seq.block_table), f"{seq.request_id!r} holds a block twice"
             for b in seq.block_table:

@@ -37,7 +37,8 @@ from engine.core.sequence import Sequence, SequenceStatus
 REQUEST_COLUMNS = (
     "request_id", "status", "reject_reason", "num_prompt_tokens", "num_output_tokens", "max_output_tokens",
     "arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s", "ttft_s", "tpot_s", "e2e_s",
-    "queueing_delay_s", "num_preemptions", "num_swaps", "num_cached_tokens", "priority", "replica",
+    "queueing_delay_s", "num_preemptions", "num_swaps", "num_cached_tokens", "priority", "tenant", "ttft_slo_s",
+    "tpot_slo_s", "ttft_slo_met", "tpot_slo_met", "slo_met", "replica",
 )
 STEP_COLUMNS = (
     "step", "replica", "start_time_s", "duration_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
@@ -53,12 +54,13 @@ RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
 DECISION_COLUMNS = ("step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids", "swapped_in_ids")
 # int64 ('q') columns of each run of steps (see the module docstring):
-_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "kv_blocks_total")
+_RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_tokens", "num_kvcache_blocks")
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
                 "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks",
                 "max_prefill_context_tokens")
-_REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s")
+_REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s", "ttft_slo_s",
+              "tpot_slo_s")
 _REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_preemptions", "num_swaps",
             "num_cached_tokens", "priority")
 _NAN = float("nan")
@@ -107,6 +109,7 @@ class Recorder:
         self._req_ids: list = []
         self._req_status: list[str] = []
         self._req_reason: list = []
+        self._req_tenant: list[str] = []
         self._req_float = array("d")             # len(_REQ_FLOAT) values per request
         self._req_int = array("q")               # len(_REQ_INT) values per request
         self._token_times: list[tuple[object, list[float]]] = []   # only sequences that recorded them
@@ -201,20 +204,21 @@ class Recorder:
             self._note_cached(self._num_steps - 1, cached)
 
     def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
-                        kv_blocks_used: list, num_blocks: int, kv_blocks_cached, first_context_max: int) -> None:
+                        kv_blocks_used: list, num_kvcache_blocks: int, kv_blocks_cached,
+                        first_context_max: int) -> None:
         """on_steps_bulk for the simulator's fast path (no argument checks): k = len(start_s)
         pure-decode steps of num_seqs sequences; step i attends first_context_sum + i * num_seqs
-        keys, its longest context first_context_max + i; kv_blocks_free = num_blocks -
+        keys, its longest context first_context_max + i; kv_blocks_free = num_kvcache_blocks -
         kv_blocks_used; kv_blocks_cached an int or a [k] list."""
         self.on_decode_runs(start_s, duration_s, ((len(start_s), num_seqs, first_context_sum, first_context_max),),
-                            kv_blocks_used, num_blocks, kv_blocks_cached)
+                            kv_blocks_used, num_kvcache_blocks, kv_blocks_cached)
 
-    def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_blocks: int,
+    def on_decode_runs(self, start_s: list, duration_s: list, runs, kv_blocks_used: list, num_kvcache_blocks: int,
                        kv_blocks_cached) -> None:
         """Pure-decode steps in runs of equal batch size (the simulator's decode chains; no argument
         checks): runs = (num_steps, num_seqs, first_context_sum, first_context_max) per run, covering
         the len(start_s) steps in order (step i of a run: sum + i * num_seqs keys, longest context
-        max + i); kv_blocks_free = num_blocks - kv_blocks_used; kv_blocks_cached an int or a
+        max + i); kv_blocks_free = num_kvcache_blocks - kv_blocks_used; kv_blocks_cached an int or a
         list of one value per step."""
         first = self._num_steps
         self._num_steps += len(start_s)
@@ -224,7 +228,7 @@ class Recorder:
         self._step_dur.extend(duration_s)
         self._step_used.extend(kv_blocks_used)
         for k, n, s0, m0 in runs:
-            self._add_run(k, n, s0, m0, num_blocks)
+            self._add_run(k, n, s0, m0, num_kvcache_blocks)
         if type(kv_blocks_cached) is int:
             self._note_cached(first, kv_blocks_cached)
         else:
@@ -253,10 +257,13 @@ class Recorder:
         self._req_ids.append(seq.request_id)
         self._req_status.append(status.value)
         self._req_reason.append(seq.reject_reason)
+        self._req_tenant.append(seq.tenant)
         first_sched, first_tok, finish = seq.first_scheduled_time_s, seq.first_token_time_s, seq.finish_time_s
+        ttft_slo, tpot_slo = seq.ttft_slo_s, seq.tpot_slo_s
         self._req_float.extend((seq.arrival_time_s, _NAN if first_sched is None else first_sched,
                                 _NAN if first_tok is None else first_tok,
-                                _NAN if finish is None or status is SequenceStatus.REJECTED else finish))
+                                _NAN if finish is None or status is SequenceStatus.REJECTED else finish,
+                                _NAN if ttft_slo is None else ttft_slo, _NAN if tpot_slo is None else tpot_slo))
         self._req_int.extend((seq.num_prompt_tokens, len(seq.token_ids) - seq.num_prompt_tokens, seq.max_output_tokens,
                               seq.num_preemptions, seq.num_swaps, seq.num_cached_tokens, seq.priority))
         if seq.token_times_s:
@@ -282,6 +289,8 @@ class Recorder:
         cols.update(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, queueing_delay_s=flts["first_scheduled_time_s"] - arrival)
         for c in ("num_preemptions", "num_swaps", "num_cached_tokens", "priority"):
             cols[c] = ints[c]
+        cols["tenant"] = self._req_tenant
+        cols.update(slo_met_columns(ttft, tpot, flts["ttft_slo_s"], flts["tpot_slo_s"], nout))
         cols["replica"] = np.full(n, self.replica, dtype=np.int64)
         return pd.DataFrame(cols, columns=list(REQUEST_COLUMNS))
 
@@ -300,7 +309,7 @@ class Recorder:
         d = {"num_decode_seqs": ndec,
              "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
              "max_decode_context_tokens": np.repeat(run["max_decode_context_tokens"], lens) + offset * (ndec > 0),
-             "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["kv_blocks_total"], lens) - used,
+             "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["num_kvcache_blocks"], lens) - used,
              "kv_blocks_cached": _forward_fill(self._cached, n)}
         rows, *sparse = _columns(self._sparse, 1 + len(_STEP_SPARSE), np.int64)
         sp = {}
@@ -335,6 +344,28 @@ class Recorder:
             times.extend(ts)
         return pd.DataFrame({"request_id": ids, "token_index": np.asarray(idx, dtype=np.int64),
                              "time_s": np.asarray(times, dtype=np.float64)})
+
+
+def slo_met_columns(ttft_s, tpot_s, ttft_slo_s, tpot_slo_s, num_output_tokens) -> dict:
+    """ttft_slo_met / tpot_slo_met / slo_met per request (pandas nullable booleans): NA where the request
+    has no such target, False for a request that never produced its first token (rejected), TPOT of a
+    1-token output counted as 0 (vLLM's goodput rule). slo_met: every target it has was met (NA: none)."""
+    import pandas as pd
+    out = {}
+    has = {}
+    for name, value, slo in (("ttft", ttft_s, ttft_slo_s), ("tpot", tpot_s, tpot_slo_s)):
+        value = np.where(np.isnan(value) & (num_output_tokens == 1) & (name == "tpot") & ~np.isnan(ttft_s),
+                         0.0, value)
+        has[name] = ~np.isnan(slo)
+        with np.errstate(invalid="ignore"):
+            met = ~np.isnan(value) & (value <= slo)
+        out[f"{name}_slo_met"] = pd.array(np.where(has[name], met, False), dtype="boolean")
+        out[f"{name}_slo_met"][~has[name]] = pd.NA
+    any_target = has["ttft"] | has["tpot"]
+    all_met = (out["ttft_slo_met"].fillna(True) & out["tpot_slo_met"].fillna(True)).to_numpy(dtype=bool)
+    out["slo_met"] = pd.array(all_met, dtype="boolean")
+    out["slo_met"][~any_target] = pd.NA
+    return out
 
 
 def _forward_fill(changes: array, n: int) -> np.ndarray:

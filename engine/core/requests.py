@@ -13,6 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
+from engine.core.sequence import DEFAULT_TENANT
+
 MOONCAKE_BLOCK_TOKENS = 512     # tokens per Mooncake prefix-hash block
 # Workload.input_change bits: what the reader changed in a request (0 = run as recorded).
 REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT = 1, 2, 4
@@ -38,6 +40,21 @@ class RequestSpec:
     priority: int = 0                           # lower value = more important (as in Sequence)
     prefix_hash_ids: tuple | None = None        # one id per prefix block (Mooncake); None = no shared prefixes
     prefix_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    tenant: str = DEFAULT_TENANT                # the client the request comes from (fair scheduling, per-tenant tables)
+    ttft_slo_s: float | None = None             # time-to-first-token target, seconds; None = no target
+    tpot_slo_s: float | None = None             # time-per-output-token target, seconds; None = no target
+
+
+def check_slo_column(name: str, values: np.ndarray) -> np.ndarray:
+    """values as float64 seconds, NaN = no target; ValueError naming `name` when a target is not > 0 or not
+    finite. Callers map "no target" to NaN before (a NaN written by a user is caught where it is read)."""
+    x = np.asarray(values, dtype=np.float64)
+    bad = ~np.isnan(x) & ~(np.isfinite(x) & (x > 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"Workload.{name}[{i}] is {float(x[i])!r}; an SLO target must be a finite number of "
+                         "seconds > 0 (or no target)")
+    return x
 
 
 @dataclass
@@ -90,15 +107,29 @@ class Workload:
     trace_num_prompt_tokens: np.ndarray | None = None   # [n] int64
     trace_num_output_tokens: np.ndarray | None = None   # [n] int64
     input_change: np.ndarray | None = None              # [n] int8 bit mask
+    # Service classes (None: every request is DEFAULT_TENANT's, without targets):
+    tenant: np.ndarray | None = None                    # [n] object (str), the client of each request
+    ttft_slo_s: np.ndarray | None = None                # [n] float64 seconds, NaN = no target
+    tpot_slo_s: np.ndarray | None = None                # [n] float64 seconds, NaN = no target
 
     def __post_init__(self):
         n = len(self.arrival_time_s)
         for name in ("num_prompt_tokens", "num_output_tokens", "priority"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
-        for name in ("source_line", "trace_num_prompt_tokens", "trace_num_output_tokens", "input_change"):
+        for name in ("source_line", "trace_num_prompt_tokens", "trace_num_output_tokens", "input_change",
+                     "tenant", "ttft_slo_s", "tpot_slo_s"):
             if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
+        for name in ("ttft_slo_s", "tpot_slo_s"):
+            if getattr(self, name) is not None:
+                setattr(self, name, check_slo_column(name, getattr(self, name)))
+        if self.tenant is not None:
+            self.tenant = np.asarray(self.tenant, dtype=object)
+            bad = [i for i, t in enumerate(self.tenant.tolist()) if not isinstance(t, str) or not t]
+            if bad:
+                raise ValueError(f"Workload.tenant[{bad[0]}] is {self.tenant[bad[0]]!r}; a tenant is a non-empty "
+                                 "string")
         if self.prefix_hash_ids is not None and len(self.prefix_hash_ids) != n:
             raise ValueError(f"Workload.prefix_hash_ids has {len(self.prefix_hash_ids)} rows, expected {n}")
 
@@ -111,7 +142,9 @@ class Workload:
             num_prompt_tokens=int(self.num_prompt_tokens[i]), num_output_tokens=int(self.num_output_tokens[i]),
             priority=int(self.priority[i]),
             prefix_hash_ids=None if self.prefix_hash_ids is None else self.prefix_hash_ids[i],
-            prefix_block_tokens=self.prefix_block_tokens)
+            prefix_block_tokens=self.prefix_block_tokens,
+            tenant=DEFAULT_TENANT if self.tenant is None else self.tenant[i],
+            ttft_slo_s=_target(self.ttft_slo_s, i), tpot_slo_s=_target(self.tpot_slo_s, i))
 
     def __iter__(self) -> Iterator[RequestSpec]:
         # tolist() once: converting numpy scalars one by one is the slow part.
@@ -119,8 +152,21 @@ class Workload:
                          self.num_output_tokens.tolist(), self.priority.tolist())
         hashes = self.prefix_hash_ids
         bt = self.prefix_block_tokens
-        for i in range(len(arr)):
-            yield RequestSpec(i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt)
+        if self.tenant is None and self.ttft_slo_s is None and self.tpot_slo_s is None:
+            for i in range(len(arr)):
+                yield RequestSpec(i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt)
+            return
+        n = len(arr)
+        tenant = [DEFAULT_TENANT] * n if self.tenant is None else self.tenant.tolist()
+        ttft, tpot = (_targets(c, n) for c in (self.ttft_slo_s, self.tpot_slo_s))
+        for i in range(n):
+            yield RequestSpec(i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt,
+                              tenant[i], ttft[i], tpot[i])
+
+    @property
+    def tenants(self) -> np.ndarray:
+        """[n] object: each request's tenant (DEFAULT_TENANT where the workload names none)."""
+        return np.full(len(self), DEFAULT_TENANT, dtype=object) if self.tenant is None else self.tenant
 
     def specs(self) -> list[RequestSpec]:
         return list(self)
@@ -138,10 +184,13 @@ class Workload:
 
     def to_frame(self):
         import pandas as pd
+        nan = np.full(len(self), np.nan)
         return pd.DataFrame({
             "request_id": np.arange(len(self), dtype=np.int64), "arrival_time_s": self.arrival_time_s,
             "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,
-            "priority": self.priority})
+            "priority": self.priority, "tenant": self.tenants,
+            "ttft_slo_s": nan if self.ttft_slo_s is None else self.ttft_slo_s,
+            "tpot_slo_s": nan if self.tpot_slo_s is None else self.tpot_slo_s})
 
     def input_columns(self) -> dict[str, np.ndarray]:
         """Per request (index = request_id): source_line (1-based file line; 0 when the request has no
@@ -161,6 +210,18 @@ class Workload:
             "trace_num_output_tokens": (self.num_output_tokens if self.trace_num_output_tokens is None
                                         else self.trace_num_output_tokens).astype(np.int64),
         }
+
+
+def _target(column: np.ndarray | None, i: int) -> float | None:
+    if column is None or np.isnan(column[i]):
+        return None
+    return float(column[i])
+
+
+def _targets(column: np.ndarray | None, n: int) -> list:
+    if column is None:
+        return [None] * n
+    return [None if v != v else v for v in column.tolist()]     # v != v: NaN, no target
 
 
 # -- prompt token ids ------------------------------------------------------------

@@ -23,11 +23,11 @@ make room for a better-ranked waiting one (phase 0).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
-from engine.core.fast_forward import DecodeFastPath
+from engine.core.kv_layout import check_block_size
 from engine.core.scheduler_view import SchedulerView
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.token_budget import resolve_max_num_batched_tokens
@@ -39,6 +39,8 @@ RUNNING = SequenceStatus.RUNNING
 
 @dataclass
 class SchedulerConfig:
+    """The scheduler's settings. The backends build it with `from_settings`, from the layer above
+    (the composed Hydra config, engine.config.EngineConfig), whose fields carry the same names."""
     num_kvcache_blocks: int
     block_size: int = 16
     max_num_seqs: int = 256
@@ -49,8 +51,7 @@ class SchedulerConfig:
     num_cpu_blocks: int = 0
 
     def __post_init__(self):
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., default 16), got {self.block_size}")
+        check_block_size(self.block_size)
         if self.num_kvcache_blocks < 1:
             raise ValueError(f"num_kvcache_blocks must be >= 1, got {self.num_kvcache_blocks}")
         if self.max_num_seqs < 1:
@@ -63,10 +64,27 @@ class SchedulerConfig:
         if self.num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
 
+    @classmethod
+    def from_settings(cls, settings, **given) -> "SchedulerConfig":
+        """Every field from `given` (what the backend settled: the KV blocks it has, the swap blocks,
+        max_model_len), else the attribute of the same name of `settings` (an object or a mapping)."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise TypeError(f"SchedulerConfig has no field(s) {unknown}; fields: {names}")
+        mapping = hasattr(settings, "keys")      # a dict or the composed config; else an object's attributes
+        missing = [k for k in names if k not in given and not (k in settings if mapping else hasattr(settings, k))]
+        if missing:
+            raise TypeError(f"{type(settings).__name__} has no setting(s) {missing} for SchedulerConfig; give "
+                            f"them the scheduler's names")
+        get = settings.get if mapping else lambda k: getattr(settings, k)
+        return cls(**{k: given[k] if k in given else get(k) for k in names})
 
-class Scheduler(DecodeFastPath):
-    """The step-by-step scheduler; the simulator's exact multi-step decode fast path
-    (decode_horizon, advance_decodes) comes from engine.core.fast_forward.DecodeFastPath."""
+
+class Scheduler:
+    """The step-by-step scheduler. The simulator's exact multi-step decode fast path
+    (sim.fast_forward.DecodeFastForward) drives it through its public state and the methods
+    head_admissible, order_running, finish, remove_finished and add_steps."""
 
     def __init__(self, config: SchedulerConfig, policy: SchedulingPolicy | None = None,
                  eviction: EvictionPolicy | None = None):
@@ -111,8 +129,9 @@ class Scheduler(DecodeFastPath):
         self.view = SchedulerView(self)
         self._num_admitted = 0
         self.num_steps = 0
-        self._horizon_memo = None    # engine.core.fast_forward: facts of the running set for the next fast call
-        self._decode_carry = None    # engine.core.fast_forward: the same facts, carried over from the last chain
+        # Steps that served, swapped in or preempted running sequences: facts about the running set kept
+        # outside the scheduler (the simulator's fast path) are stale once it moves.
+        self.num_running_changes = 0
 
     # -- arrivals -------------------------------------------------------------------
     def add(self, seq: Sequence) -> bool:
@@ -138,18 +157,19 @@ class Scheduler(DecodeFastPath):
             if seq not in self.waiting:
                 return False
             self.waiting.remove(seq)        # a waiting or preempted sequence holds no blocks
+            seq.set_status(SequenceStatus.ABORTED)
         elif status is RUNNING:
-            self.running.remove(seq)
-            self.block_manager.free(seq)
+            self.block_manager.free(seq)    # as a live sequence: its blocks stay cached for others
+            seq.set_status(SequenceStatus.ABORTED)
+            self.remove_finished()
+            self.num_running_changes += 1   # facts about the running set kept outside are stale
         elif status is SequenceStatus.SWAPPED:
             self.swapped.remove(seq)
             self.block_manager.drop_swapped(seq)
+            seq.set_status(SequenceStatus.ABORTED)
         else:
             return False
-        seq.set_status(SequenceStatus.ABORTED)
         seq.finish_reason = "abort"
-        self._decode_carry = None       # the running set changed under the fast path's memos
-        self._horizon_memo = None
         self.policy.on_finish(seq)
         return True
 
@@ -157,6 +177,22 @@ class Scheduler(DecodeFastPath):
         seq.set_status(SequenceStatus.REJECTED)
         seq.reject_reason = reason
         return False
+
+    def _reject_waiting(self, batch: Batch) -> None:
+        """Reject the waiting sequences the policy gives up on (policy.reject_reason); they leave in
+        batch.rejected, for the backend to record, and the policy forgets them (on_finish)."""
+        policy, view = self.policy, self.view
+        gone = []
+        for seq in self.waiting:
+            reason = policy.reject_reason(seq, view)
+            if reason is not None:
+                self._reject(seq, f"policy {policy.name}: {reason}")
+                gone.append(seq)
+        if gone:
+            self.waiting = deque(s for s in self.waiting if s.status is not SequenceStatus.REJECTED)
+            for seq in gone:
+                policy.on_finish(seq)
+            batch.rejected.extend(gone)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -172,6 +208,8 @@ class Scheduler(DecodeFastPath):
         prefills: list[tuple[Sequence, int]] = []
         decodes: list[tuple[Sequence, int]] = []
         budget = self.token_budget
+        if self.policy.may_reject and self.waiting:
+            self._reject_waiting(batch)
         if self.policy.preemptive and (self.waiting or self.swapped):
             self._preempt_for_better(batch)
 
@@ -205,7 +243,7 @@ class Scheduler(DecodeFastPath):
 
     def _serve_running(self, decodes, prefills, budget, batch):
         """Give each running sequence its next tokens (decodes first), preempting on memory shortage."""
-        self._decode_carry = None
+        self.num_running_changes += 1
         bm = self.block_manager
         bs = bm.block_size
         order = self.policy.order_running(self.running, self.view)
@@ -301,7 +339,7 @@ class Scheduler(DecodeFastPath):
         return budget
 
     def _swap_in(self, decodes, prefills, budget, batch) -> int:
-        self._decode_carry = None
+        self.num_running_changes += 1
         bm = self.block_manager
         order = sorted(self.swapped, key=lambda s: self.policy.key(s, self.view))
         back = []
@@ -331,7 +369,7 @@ class Scheduler(DecodeFastPath):
         return budget
 
     def _preempt(self, seq: Sequence, batch: Batch) -> None:
-        self._decode_carry = None
+        self.num_running_changes += 1
         bm = self.block_manager
         seq.num_preemptions += 1
         if self.policy.preemption_mode == "swap" and bm.can_swap_out(seq):
@@ -411,12 +449,52 @@ class Scheduler(DecodeFastPath):
                 seq.finish_reason = "eos"
             else:
                 continue
-            seq.set_status(SequenceStatus.FINISHED)
-            seq.finish_time_s = now_s
-            bm.free(seq)
-            self.policy.on_finish(seq)
+            self._finish(seq, now_s)
             finished.append(seq)
         if finished:
-            self.running = [s for s in self.running if s.status is RUNNING]
+            self.remove_finished()
         self.policy.on_step(batch, self.view)
         return finished
+
+    def _finish(self, seq: Sequence, now_s: float) -> None:
+        seq.set_status(SequenceStatus.FINISHED)
+        seq.finish_time_s = now_s
+        self.block_manager.free(seq)
+        self.policy.on_finish(seq)
+
+    # -- steps applied outside schedule() / postprocess() (the simulator's decode fast path) ----------
+    def head_admissible(self) -> bool:
+        """Whether the first waiting sequence could be admitted right now (non-chunked rules)."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        bm = self.block_manager
+        seq = next(iter(self.policy.order_waiting(self.waiting, self.view)))
+        hits = bm.find_cached_prefix(seq)
+        n = len(seq.token_ids) - len(hits) * bm.block_size
+        if n > self.token_budget:
+            return False
+        fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
+        revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
+        return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
+
+    def order_running(self, now_s: float | None = None) -> list[Sequence]:
+        """The order a step at now_s serves the running sequences in (the policy's); now_s None: the
+        view's clock as it is."""
+        if now_s is not None:
+            self.view.now_s = now_s
+        return self.policy.order_running(self.running, self.view)
+
+    def finish(self, seq: Sequence, reason: str, now_s: float) -> None:
+        """Finish a running sequence that emitted its last token at now_s ("length" or "eos"), as
+        postprocess does: status, finish time, blocks freed, policy.on_finish. remove_finished() then
+        takes it out of the running list."""
+        seq.finish_reason = reason
+        self._finish(seq, now_s)
+
+    def remove_finished(self) -> None:
+        """Drop the finished sequences from the running list (a new list; the order of the rest kept)."""
+        self.running = [s for s in self.running if s.status is RUNNING]
+
+    def add_steps(self, k: int) -> None:
+        """Count k steps applied outside schedule()."""
+        self.num_steps += k

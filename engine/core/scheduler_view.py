@@ -30,8 +30,8 @@ class SchedulerView:
         return self._sched.block_manager.num_free_blocks
 
     @property
-    def num_total_blocks(self) -> int:
-        return self._sched.block_manager.num_blocks
+    def num_kvcache_blocks(self) -> int:
+        return self._sched.block_manager.num_kvcache_blocks
 
     @property
     def block_size(self) -> int:

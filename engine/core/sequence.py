@@ -23,6 +23,8 @@ import math
 import numbers
 from enum import Enum
 
+DEFAULT_TENANT = "default"      # the tenant of a request whose workload names none
+
 
 class SequenceStatus(Enum):
     WAITING = "waiting"
@@ -121,12 +123,14 @@ class Sequence:
         "block_table", "first_scheduled_time_s", "first_token_time_s",
         "finish_time_s", "num_preemptions", "num_swaps", "finish_reason",
         "last_token_time_s", "token_times_s", "admit_order", "extra", "block_hashes",
-        "num_registered_blocks", "private_from", "private_key", "prefix_chain",
+        "num_registered_blocks", "private_from", "private_key", "prefix_chain", "tenant", "ttft_slo_s",
+        "tpot_slo_s",
     )
 
     def __init__(self, request_id, prompt_token_ids, sampling_params: SamplingParams | None = None,
                  arrival_time_s: float = 0.0, priority: int = 0, eos_token_id: int | None = None,
-                 record_token_times: bool = False):
+                 record_token_times: bool = False, tenant: str = DEFAULT_TENANT, ttft_slo_s: float | None = None,
+                 tpot_slo_s: float | None = None):
         if len(prompt_token_ids) == 0:
             raise ValueError(f"request {request_id!r}: prompt_token_ids is empty; a request needs at least one "
                              "prompt token")
@@ -139,6 +143,11 @@ class Sequence:
         self.sampling_params = sampling_params or SamplingParams()
         self.max_output_tokens = self.sampling_params.max_tokens
         self.priority = priority            # lower value = more important
+        # Service class (engine.core.requests.RequestSpec): the client, and latency targets in seconds
+        # (None = no target), read by SLO-aware and fair policies and written to the request table.
+        self.tenant = tenant
+        self.ttft_slo_s = ttft_slo_s
+        self.tpot_slo_s = tpot_slo_s
         self.eos_token_id = eos_token_id
         self.status = SequenceStatus.WAITING
         self.reject_reason: str | None = None

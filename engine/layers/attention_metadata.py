@@ -16,6 +16,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from engine.core.kv_layout import check_block_size
+
 
 @dataclass
 class AttentionMetadata:
@@ -58,8 +60,7 @@ class AttentionMetadata:
                              f"{n}, {len(context_lens)}, {len(block_tables)}")
         if not 0 <= num_prefill_seqs <= n:
             raise ValueError(f"num_prefill_seqs must be in [0, {n}], got {num_prefill_seqs}")
-        if block_size <= 0 or block_size & (block_size - 1):
-            raise ValueError(f"block_size must be a power of two, got {block_size}")
+        check_block_size(block_size)
         for i, (q, c, t) in enumerate(zip(num_new_tokens, context_lens, block_tables)):
             if q < 1 or c < q:
                 raise ValueError(f"entry {i}: need 1 <= num_new_tokens <= context_len, got {q} and {c}")

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine import collectives
+from engine.core.kv_layout import first_kv_head, kv_heads_per_rank
 
 
 def divide(n: int, tp_size: int, what: str) -> int:
@@ -30,15 +31,8 @@ def divide(n: int, tp_size: int, what: str) -> int:
 
 
 def kv_heads_of_rank(num_kv_heads: int, tp_rank: int, tp_size: int) -> tuple[int, int]:
-    """(KV heads rank tp_rank holds, index of its first one). With tp_size > num_kv_heads each rank
-    holds a replica of the one head its query heads attend to (tp_size must be a multiple)."""
-    if tp_size <= num_kv_heads:
-        per = divide(num_kv_heads, tp_size, "num_key_value_heads")
-        return per, tp_rank * per
-    if tp_size % num_kv_heads:
-        raise ValueError(f"tensor_parallel_size={tp_size} exceeds num_key_value_heads={num_kv_heads} and is not a "
-                         f"multiple of it; choose a tensor_parallel_size that divides or is a multiple of it")
-    return 1, tp_rank // (tp_size // num_kv_heads)
+    """(KV heads rank tp_rank holds, index of its first one): engine.core.kv_layout's split."""
+    return kv_heads_per_rank(num_kv_heads, tp_size), first_kv_head(num_kv_heads, tp_rank, tp_size)
 
 
 class ColumnParallelLinear(nn.Module):

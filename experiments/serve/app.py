@@ -11,7 +11,9 @@ prompts tokenized here (strings through the checkpoint's tokenizer, chat message
 template; token-id prompts as given), one Sequence per choice (prompts x n) stamped with its arrival
 time, then queued on the engine thread (experiments/serve/engine_loop.py) unless more than
 serve.max_waiting_requests are waiting (429 with Retry-After). Tokens come back per step and are
-turned into text (experiments/serve/text_stream.py). A client that disconnects, streaming or not,
+turned into text (experiments/serve/text_stream.py). A request the scheduling policy rejects while
+it waits (a policy with may_reject, e.g. scheduler=edf_reject) is answered 503 with code
+"policy_rejected" and the policy's reason (an error event when it streams). A client that disconnects, streaming or not,
 has its sequences aborted: the engine drops them and frees their KV blocks.
 """
 from __future__ import annotations
@@ -132,7 +134,7 @@ class _Server:
 
     def model_card(self) -> dict:
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "servelab",
-                "root": str(self.llm.config.model), "max_model_len": self.max_model_len}
+                "root": str(self.llm.config.model_path), "max_model_len": self.max_model_len}
 
     # -- request bodies -------------------------------------------------------------------------
     async def _parse(self, request: Request, schema):
@@ -339,6 +341,9 @@ class _Server:
                     continue            # tokens a stopped choice's sequence made before its abort arrived
                 if reason == "error":
                     raise APIError(500, f"the engine failed: {error}")
+                if reason == "rejected":    # the other choices of the request are aborted below
+                    raise APIError(503, f"the scheduling policy rejected the request while it waited ({error})",
+                                   code="policy_rejected")
                 ts = streams[index]
                 kept = len(ts.token_ids)
                 text = ts.push(ids, eos=reason == "eos")

@@ -26,8 +26,6 @@ from omegaconf import DictConfig, OmegaConf
 import experiments.serve.config  # noqa: F401  (registers serve_schema before Hydra composes)
 from experiments.user_errors import TRACEBACK_ENV, MissingExtraError, fail, is_user_error, one_line
 
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
-
 USAGE = """usage: servelab-serve backend.model_path=DIR [key=value ...] [--cfg] [--help]
 
 Serves the checkpoint in DIR (config.json, *.safetensors, tokenizer files) over the OpenAI API:
@@ -48,11 +46,12 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from experiments.compose import CONF_DIR
     from experiments.config_check import check_config
     from experiments.run import quote_tilde
 
     GlobalHydra.instance().clear()      # an earlier composition in this process (tests) would refuse a new one
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="servelab-serve"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="servelab-serve"):
         cfg = hydra_compose(config_name="serve", overrides=[quote_tilde(a) for a in overrides])
     check_config(cfg)
     if cfg.backend.get("model_path") is None:
@@ -90,14 +89,11 @@ def build_llm(cfg: DictConfig):
                                 "pip install -e '.[engine,serve]' (install the torch build for your machine "
                                 "first)") from e
     from engine.llm import LLM
-    from experiments.runner_engine import engine_run_config
+    from experiments.runner_engine import EngineRunConfig
 
-    rcfg = engine_run_config(cfg)
     policy = instantiate(cfg.scheduler, _convert_="all")
     eviction = instantiate(cfg.eviction, _convert_="all")
-    options = rcfg.engine_options()
-    options["tensor_parallel_size"] = int(cfg.tensor_parallel_size)
-    return LLM(rcfg.model_path, policy=policy, eviction=eviction, **options)
+    return LLM(EngineRunConfig.from_config(cfg), policy=policy, eviction=eviction)
 
 
 def serve_options(cfg: DictConfig):

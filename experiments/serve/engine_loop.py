@@ -14,8 +14,9 @@ The thread does nothing per sequence beyond the step itself: after each step one
 per-token work (metrics, text, the response) while the next step runs; the GIL is free while the
 engine waits for the device. Items a queue receives, per sequence that got tokens: (its index in
 the HTTP request, the new token ids, the finish reason or None, None). finish_reason: "length" |
-"eos" (from the engine), "abort" (stopped by the server) or "error" (the engine failed; the
-fourth item says why).
+"eos" (from the engine), "abort" (stopped by the server), "rejected" (the scheduling policy gave up
+on the waiting sequence, e.g. edf_reject once its deadline cannot be met; the fourth item is the
+reject reason) or "error" (the engine failed; the fourth item says why).
 """
 from __future__ import annotations
 
@@ -142,13 +143,15 @@ class AsyncEngine:
         if num_preempted:
             m.preemptions.inc(num_preempted)
 
-    def _on_end(self, reason: str, error: str | None, failed) -> None:
-        """Ends every request left (shutdown or engine failure); `failed`: (request_id, error) of requests
-        the engine refused."""
+    def _on_end(self, reason: str, error: str | None, failed, failed_as: str = "error") -> None:
+        """Ends every request left (shutdown or engine failure); `failed`: (request_id, why) of requests
+        the engine refused (failed_as "error") or the scheduling policy rejected ("rejected")."""
         for rid, msg in failed:
             choice = self._choices.pop(rid, None)
             if choice is not None:
-                choice.queue.put_nowait((choice.index, [], "error", msg))
+                if failed_as == "rejected":
+                    self.metrics.policy_rejected.inc()
+                choice.queue.put_nowait((choice.index, [], failed_as, msg))
         if reason is None:
             return
         for choice in self._choices.values():
@@ -170,7 +173,12 @@ class AsyncEngine:
                 if not llm.has_unfinished():
                     self._wake.wait()
                     continue
-                batch, finished = llm.step_batch()
+                batch, finished, rejected = llm.step_batch()
+                if rejected:            # the policy gave up on them: their clients get an error response
+                    for seq in rejected:
+                        self._live.discard(seq.request_id)
+                    self._post(self._on_end, None, None,
+                               [(seq.request_id, seq.reject_reason) for seq in rejected], "rejected")
                 if batch is None:       # the policy holds everything back: only an arrival or abort helps
                     self._wake.wait(0.005)
                     continue

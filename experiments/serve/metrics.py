@@ -89,7 +89,7 @@ class ServerMetrics:
                   lambda: len(s.swapped))
             bm = s.block_manager
             gauge("servelab_kv_cache_usage_perc", "Fraction of GPU KV blocks in use (0-1)",
-                  lambda: bm.num_used_blocks / bm.num_blocks)
+                  lambda: bm.num_used_blocks / bm.num_kvcache_blocks)
         gauge("servelab_prefix_cache_hit_rate", "Prompt tokens served by the prefix cache / prompt tokens "
                                                 "admitted, since start (0-1)",
               lambda: self._hits / self._queries if self._queries else 0.0)
@@ -101,6 +101,8 @@ class ServerMetrics:
         self.generation_tokens = counter("servelab_generation_tokens", "Tokens generated")
         self.aborted = counter("servelab_request_aborted", "Requests aborted (client gone, or shutdown)")
         self.rejected = counter("servelab_request_rejected", "Requests refused with 429 (waiting limit)")
+        self.policy_rejected = counter("servelab_request_policy_rejected",
+                                       "Requests the scheduling policy rejected while they waited (503)")
         self._success = Counter("servelab_request_success", "Requests finished, by finish reason",
                                 [*labels, "finished_reason"], registry=r)
         label = ("model_name", model_name)

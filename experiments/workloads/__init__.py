@@ -14,6 +14,11 @@ from engine.core.requests import (
                                         WorkloadStats,
                                         prompt_token_ids,
 )
+from experiments.workloads.formats import detect_format, read_trace
+from experiments.workloads.formats.azure import read_azure_trace
+from experiments.workloads.formats.mooncake import read_mooncake_trace
+from experiments.workloads.formats.sharegpt import read_length_file, sharegpt_workload
+from experiments.workloads.formats.vidur import read_vidur_trace
 from experiments.workloads.options import PriorityClasses, TraceOptions, spawn_streams
 from experiments.workloads.synthetic import (
                                         AllAtOnce,
@@ -23,21 +28,13 @@ from experiments.workloads.synthetic import (
                                         Gamma,
                                         Poisson,
                                         Uniform,
-                                        sharegpt_workload,
                                         synthetic_workload,
 )
-from experiments.workloads.traces import (
-                                        detect_format,
-                                        read_azure_trace,
-                                        read_length_file,
-                                        read_mooncake_trace,
-                                        read_trace,
-                                        read_vidur_trace,
-)
+from experiments.workloads.tenants import TenantStream, tenant_mix_workload
 
 __all__ = [
     "AllAtOnce", "Constant", "Fixed", "FromFile", "Gamma", "MOONCAKE_BLOCK_TOKENS", "Poisson", "PriorityClasses",
-    "RequestSpec", "TraceOptions", "Uniform", "Workload", "WorkloadFormatError", "WorkloadStats", "detect_format",
-    "prompt_token_ids", "read_azure_trace", "read_length_file", "read_mooncake_trace", "read_trace",
-    "read_vidur_trace", "sharegpt_workload", "spawn_streams", "synthetic_workload",
+    "RequestSpec", "TenantStream", "TraceOptions", "Uniform", "Workload", "WorkloadFormatError", "WorkloadStats",
+    "detect_format", "prompt_token_ids", "read_azure_trace", "read_length_file", "read_mooncake_trace", "read_trace",
+    "read_vidur_trace", "sharegpt_workload", "spawn_streams", "synthetic_workload", "tenant_mix_workload",
 ]

@@ -23,6 +23,8 @@ KINDS = {
     "count": "an integer >= 1",
     "time": "a finite number >= 0",
     "timestamp": "a timestamp like 2023-11-16 18:15:46.6805900",
+    "text": "a non-empty text (e.g. a tenant id)",
+    "slo": "a finite number of seconds > 0, or empty for no target",
 }
 # Timestamps numpy's datetime64 parser reads exactly as pandas' ISO8601 parser does (no zone, <= ns).
 _PLAIN_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d{1,9})?")
@@ -37,6 +39,15 @@ def _convert(values, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Returns (converted values, bad mask). values: a numeric or datetime64 array (converted
     with numpy), or strings (converted with pandas)."""
     typed = isinstance(values, np.ndarray) and values.dtype.kind in "iufM"
+    if kind == "text":
+        text = np.asarray([str(v).strip() for v in values], dtype=object)
+        return text, np.asarray([not t for t in text.tolist()], dtype=bool)
+    if kind == "slo":
+        empty = np.asarray([v is None or (isinstance(v, str) and not v.strip()) for v in values], dtype=bool)
+        x = pd_numeric(["0" if e else v for v, e in zip(values, empty)])
+        with np.errstate(invalid="ignore"):
+            bad = ~empty & ~(np.isfinite(x) & (x > 0))
+        return np.where(empty | bad, np.nan, x), bad
     if kind == "timestamp":
         if typed:
             t = values.astype("datetime64[ns]")
@@ -66,6 +77,12 @@ def _convert(values, kind: str) -> tuple[np.ndarray, np.ndarray]:
             bad = ~np.isfinite(x) | (x < 0)
             return np.where(bad, 0.0, x), bad
     raise ValueError(f"unknown column kind {kind!r}; allowed: {sorted(KINDS)}")
+
+
+def pd_numeric(values) -> np.ndarray:
+    """values (numbers or numeric text) as float64, NaN where a value is not a number."""
+    import pandas as pd
+    return pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").to_numpy(dtype=np.float64)
 
 
 def _resolve(columns: dict[str, str], raw: dict[str, list], lines: np.ndarray, row_errors: list,
@@ -111,6 +128,8 @@ def _read_csv_fast(path, header: list[str], columns) -> dict | None:
                 if not all(map(_PLAIN_TIMESTAMP.fullmatch, col)):
                     return None
                 out[c] = np.array(col, dtype="datetime64[ns]")
+            elif kind in ("text", "slo"):
+                out[c] = col        # converted (and checked) by _convert
             else:
                 out[c] = np.array(col, dtype=str).astype(np.float64)
         except ValueError:
@@ -206,9 +225,14 @@ def read_jsonl_columns(path, columns: dict[str, str], list_column: str | None = 
                     row_errors.append((lineno, list_column, f"expected a list of integers >= 0, got {str(h)[:80]}"))
                     continue
                 lists.append(tuple(h))
-            for c in columns:
+            for c, kind in columns.items():
                 v = obj[c]
-                raw[c].append(v if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v))
+                if kind == "text" and isinstance(v, (str, int)) and not isinstance(v, bool):
+                    raw[c].append(str(v))
+                elif kind == "slo" and v is None:
+                    raw[c].append(None)          # JSON null: no target
+                else:
+                    raw[c].append(v if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v))
             lines.append(lineno)
     lines_arr = np.asarray(lines, dtype=np.int64)
     out, kept = _resolve(columns, raw, lines_arr, row_errors, path, on_error, stats)

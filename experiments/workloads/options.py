@@ -72,6 +72,11 @@ class TraceOptions:
     too_long: str = "clip"
     priorities: PriorityClasses | None = None
     seed: int = 0
+    # Trace columns holding each request's tenant and latency targets (seconds; an empty cell = no
+    # target); None: the trace has none (every request is the default tenant's, without targets).
+    tenant_column: str | None = None
+    ttft_slo_column: str | None = None
+    tpot_slo_column: str | None = None
 
     def __post_init__(self):
         if self.time_scale is not None and self.target_rate_rps is not None:
@@ -90,6 +95,10 @@ class TraceOptions:
             raise ValueError(f"max_model_len must be >= 2 (one prompt and one output token), got {self.max_model_len}")
         if self.too_long not in TOO_LONG_MODES:
             raise ValueError(f"too_long must be one of {TOO_LONG_MODES}, got {self.too_long!r}")
+        for name in ("tenant_column", "ttft_slo_column", "tpot_slo_column"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v):
+                raise ValueError(f"{name} must be the name of a trace column (or null), got {v!r}")
         if isinstance(self.priorities, Mapping):   # from a config file: {values: [...], probs: [...]}
             object.__setattr__(self, "priorities", PriorityClasses(tuple(self.priorities["values"]),
                                                                    tuple(self.priorities["probs"])))
@@ -107,11 +116,31 @@ def make_options(options: TraceOptions | None, kwargs: dict) -> TraceOptions:
     return TraceOptions(**kwargs)
 
 
+CLASS_COLUMNS = ("tenant", "ttft_slo_s", "tpot_slo_s")       # Workload fields of a request's service class
+
+
+def class_columns(opts: TraceOptions) -> dict[str, str]:
+    """The trace columns `opts` names for tenants and SLO targets: column name -> reader kind (_io.KINDS)."""
+    named = ((opts.tenant_column, "text"), (opts.ttft_slo_column, "slo"), (opts.tpot_slo_column, "slo"))
+    return {c: kind for c, kind in named if c is not None}
+
+
+def classes_from(cols: dict, opts: TraceOptions) -> dict[str, np.ndarray]:
+    """The service-class columns (CLASS_COLUMNS) of a trace's columns, for finalize."""
+    out = {}
+    for field_name, column in zip(CLASS_COLUMNS, (opts.tenant_column, opts.ttft_slo_column, opts.tpot_slo_column)):
+        if column is not None:
+            out[field_name] = cols[column]
+    return out
+
+
 def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts: TraceOptions,
              stats: WorkloadStats, hashes: list | None = None, source_line: np.ndarray | None = None,
-             block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Workload:
+             block_tokens: int = MOONCAKE_BLOCK_TOKENS, classes: dict | None = None) -> Workload:
     """Apply `opts` to raw columns (one row per request) and build the Workload.
 
+    classes: per-request service-class columns (CLASS_COLUMNS: tenant, ttft_slo_s, tpot_slo_s), kept
+    with their rows through sorting, slicing and dropping.
     Every change to a request is kept with it: the Workload's input_change bits
     (REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT) and the trace's own lengths; the
     stats count them and list the lines of dropped rows.
@@ -120,6 +149,10 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
             "output": np.asarray(output, dtype=np.int64)}
     if source_line is not None:
         rows["line"] = np.asarray(source_line, dtype=np.int64)
+    for name, values in (classes or {}).items():
+        if name not in CLASS_COLUMNS:
+            raise ValueError(f"finalize: unknown class column {name!r}; allowed: {CLASS_COLUMNS}")
+        rows[name] = np.asarray(values, dtype=object if name == "tenant" else np.float64)
 
     def keep(index) -> None:        # index: a slice, a boolean mask or a permutation of the rows
         nonlocal hashes
@@ -196,4 +229,5 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
     return Workload(arrival_time_s=rows["arrival"], num_prompt_tokens=prompt, num_output_tokens=rows["output"],
                     priority=priority, prefix_hash_ids=hashes, prefix_block_tokens=block_tokens, stats=stats,
                     source_line=rows.get("line"), trace_num_prompt_tokens=rows["trace_prompt"],
-                    trace_num_output_tokens=rows["trace_output"], input_change=rows["change"])
+                    trace_num_output_tokens=rows["trace_output"], input_change=rows["change"],
+                    **{k: rows[k] for k in CLASS_COLUMNS if k in rows})

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.requests import Workload, WorkloadStats
+from experiments.workloads.formats.sharegpt import read_length_file
 from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
-from experiments.workloads.traces import read_length_file, read_length_rows
 
 
 # -- arrival processes: sample(n, rng) -> [n] float64 seconds, first request at 0 --
@@ -152,34 +152,3 @@ def synthetic_workload(num_requests: int, arrival, prompt_len, output_len, *,
     output = output_len.sample(num_requests, rng["output_lengths"])
     stats = WorkloadStats(source=f"synthetic({type(arrival).__name__})", num_rows_read=num_requests)
     return finalize(arrival_s, prompt, output, opts, stats)
-
-
-def sharegpt_workload(path, arrival, num_requests: int | None = None, *, sample: bool = False,
-                      on_error: str = "raise", options: TraceOptions | None = None, **kwargs) -> Workload:
-    """(prompt, output) pairs from a ShareGPT-style length CSV, arriving by `arrival`.
-
-    Pairs stay together (the file's prompt/output correlation is kept). With
-    sample=False the first num_requests rows (all rows if None) are used in file
-    order; with sample=True num_requests rows are drawn with replacement using
-    the prompt-lengths stream.
-    """
-    opts = make_options(options, kwargs)
-    prompt, output, lines, stats = read_length_rows(path, on_error=on_error)
-    n_file = len(prompt)
-    if num_requests is None:
-        if sample:
-            raise ValueError("sample=True needs num_requests")
-        num_requests = n_file
-    if num_requests < 1:
-        raise ValueError(f"num_requests must be >= 1, got {num_requests}")
-    rng = spawn_streams(opts.seed)
-    if sample:
-        rows = rng["prompt_lengths"].integers(0, n_file, size=num_requests)
-    else:
-        if num_requests > n_file:
-            raise ValueError(f"{path} has {n_file} usable rows, num_requests={num_requests}; "
-                             "pass sample=True to draw with replacement")
-        stats.num_truncated = n_file - num_requests
-        rows = np.arange(num_requests)
-    arrival_s = arrival.sample(num_requests, rng["arrivals"])
-    return finalize(arrival_s, prompt[rows], output[rows], opts, stats, source_line=lines[rows])

@@ -5,7 +5,7 @@ valid content hash, so a later request with the same prefix can reuse it. When
 the block manager needs a fresh block and has no plain free one, it asks the
 policy for a victim among the evictable blocks.
 
-Calls the block manager makes (block ids are ints in [0, num_blocks)):
+Calls the block manager makes (block ids are ints in [0, num_kvcache_blocks)):
     add(block_id)    -- the block just became evictable (its last holder freed it);
                         blocks of one sequence are added tail-first, so among blocks
                         added together the tail of a prefix goes first

@@ -33,6 +33,13 @@ def check_positive(policy: str, field: str, value, *, integer: bool = False):
     return int(value) if integer else float(value)
 
 
+def check_preemption_mode(policy: str, value, note: str) -> str:
+    """value if it is "recompute" or "swap"; note says what the policy's source does (e.g. "FastServe swaps")."""
+    if value not in ("recompute", "swap"):
+        raise ValueError(f"{policy}: preemption_mode must be 'recompute' or 'swap' ({note}), got {value!r}")
+    return value
+
+
 def default_predictor(predictor):
     if predictor is None:
         from policies.predictors.oracle import OraclePredictor

@@ -24,6 +24,12 @@ What a policy returns, per call:
   admits(seq, view) -> bool: an extra admission gate (fcfs reserves the whole
       footprint; most policies return True).
   on_step(batch, view) -> None: bookkeeping after each scheduled batch.
+  on_finish(seq) -> None: the sequence left (finished, or rejected by the policy):
+      drop its per-request state.
+  reject_reason(seq, view) -> str | None: read only when `may_reject`; called at
+      the start of each step for every waiting sequence. A reason rejects it (status
+      REJECTED, reject_reason "policy <name>: <reason>"); the batch lists it in
+      `rejected` so that the backend records it.
 
 Attributes the scheduler reads:
   preemptive: a waiting (or swapped) sequence may preempt running sequences of a
@@ -35,10 +41,11 @@ Attributes the scheduler reads:
       True/False to force the step shape (sarathi forces True).
   token_budget: None, or a per-step token cap applied on top of
       SchedulerConfig.max_num_batched_tokens (the smaller wins).
+  may_reject: True if the policy may reject waiting sequences (reject_reason).
   fast_forward_ok: True if, while the waiting queue is empty (or, without
       chunked prefill, its head stays blocked), the policy's decisions cannot
       change during pure decode steps and on_step keeps no state. The simulator
-      then advances several decode steps at once (Scheduler.decode_horizon).
+      then advances several decode steps at once (sim.fast_forward.DecodeFastForward).
   victim: a VictimPolicy choosing which running sequence is preempted, among
       the candidates the scheduler offers (those it may legally preempt).
 
@@ -60,6 +67,7 @@ class SchedulingPolicy:
     chunked_prefill: bool | None = None
     token_budget: int | None = None
     fast_forward_ok = False
+    may_reject = False
     ranked = False          # True: waiting and running are served in key order (the default orders below)
 
     def __init__(self, victim: VictimPolicy | None = None):
@@ -82,6 +90,9 @@ class SchedulingPolicy:
 
     def on_finish(self, seq) -> None:
         pass
+
+    def reject_reason(self, seq, view) -> str | None:
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(victim={self.victim.name})"

@@ -30,7 +30,13 @@ re-prefill, and under memory pressure the policy can thrash.
 """
 from __future__ import annotations
 
-from policies.scheduling._common import DEFAULT_PROMPT_TOKEN_WEIGHT, arrival_rank, check_positive, check_weight
+from policies.scheduling._common import (
+    DEFAULT_PROMPT_TOKEN_WEIGHT,
+    arrival_rank,
+    check_positive,
+    check_preemption_mode,
+    check_weight,
+)
 from policies.scheduling.base import SchedulingPolicy
 from policies.victim.base import VictimPolicy
 
@@ -46,10 +52,7 @@ class MLFQPolicy(SchedulingPolicy):
                  prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT, starvation_s: float | None = 10.0,
                  preemption_mode: str = "recompute"):
         super().__init__(victim)
-        if preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"mlfq: preemption_mode must be 'recompute' or 'swap' (FastServe swaps), "
-                             f"got {preemption_mode!r}")
-        self.preemption_mode = preemption_mode
+        self.preemption_mode = check_preemption_mode(self.name, preemption_mode, "FastServe swaps")
         self.base_quantum = check_positive(self.name, "base_quantum", base_quantum)
         self.num_levels = check_positive(self.name, "num_levels", num_levels, integer=True)
         self.prompt_token_weight = check_weight(self.name, "prompt_token_weight", prompt_token_weight)

@@ -41,6 +41,13 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              schedule()'s work per admitted request, the first token's bookkeeping). Without
                              it the per-token term took this fixed cost too: fitted on ~1k-token prompts it
                              priced a 16k-token step of 30 prompts 16% slow
+    mixed_decode_tail_keys   per key by which the longest decode context of a step with prefill entries exceeds
+                             its longest prefill context. Such a step runs the varlen prefill kernel (eagerly or
+                             from a padded graph), where a decode entry's one query row gets one program per KV
+                             head that reads its whole context serially: beside a short chunk, a few long decodes
+                             set the step's attention time, which the sums of keys do not show. On the H200 the
+                             chunked-prefill (sarathi) steps of 512 new tokens beside 1-4 decodes of 3k-7k keys
+                             ran 1.2x as long as the fit without it priced them (0.89 of the real step sum)
 
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
@@ -59,7 +66,8 @@ Evaluating a step is a handful of multiply-adds; `decode_step_times_s` is the
 vectorized form for runs of pure-decode steps (the simulator's fast path).
 
 Files: format v3 (these terms, and `envelope`: the largest step the fit saw,
-sim/cost_model/envelope.py). A v2 file (no prefill_context_tokens, no envelope)
+sim/cost_model/envelope.py; a v3 file made before mixed_decode_tail_keys loads with
+it at 0). A v2 file (no prefill_context_tokens, no envelope)
 loads with that coefficient 0; a v1 file (one `swap_blocks` term, `prefill_step`
 for `eager_step`, no loop terms) loads with swap_blocks as both directions.
 """
@@ -74,7 +82,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel
+from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel, StepShape
 from sim.cost_model.calibrated_fit import FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients, nnls
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
@@ -138,7 +146,7 @@ class CalibratedCostModel(FittedCostModel):
         self.max_model_len = max_model_len
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
-         self._loop_ptok, self._pctx, self._loop_pstep) = (c[f] for f in FEATURES)
+         self._loop_ptok, self._pctx, self._loop_pstep, self._dtail) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -174,7 +182,7 @@ class CalibratedCostModel(FittedCostModel):
         return self._swap_step + per_block * (block_size / self.block_size)
 
     def _price(self, prefill_new_tokens, prefill_context_lens, num_decode_seqs: int, decode_context_sum: int,
-               num_prefill_samples: int | None, swap_s: float) -> float:
+               num_prefill_samples: int | None, swap_s: float, max_decode_context_len: int | None = None) -> float:
         n_pre = len(prefill_new_tokens)
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
@@ -189,25 +197,43 @@ class CalibratedCostModel(FittedCostModel):
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
             if pre_tokens + num_decode_seqs > self._knee:
                 t += self._knee_slope * (pre_tokens + num_decode_seqs - self._knee)
+            if num_decode_seqs and self._dtail:
+                # without the longest decode context, the mean is the bound the sum gives
+                longest = max_decode_context_len if max_decode_context_len is not None \
+                    else decode_context_sum / num_decode_seqs
+                t += self._dtail * max(longest - max(prefill_context_lens), 0)
         return t + swap_s
 
     def step_time_from_shape(self, prefill_new_tokens: Sequence[int], prefill_context_lens: Sequence[int],
                              num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,
-                             num_prefill_samples: int | None = None, block_size: int = 16) -> float:
+                             num_prefill_samples: int | None = None, block_size: int = 16,
+                             max_decode_context_len: int | None = None) -> float:
+        """max_decode_context_len: the longest decode context (mixed_decode_tail_keys); None: the mean."""
         self.check_shape(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
                          num_swap_blocks, num_prefill_samples)
         half = 0.5 * num_swap_blocks          # direction unknown here: the mean of the two per-block costs
         return self._price(prefill_new_tokens, prefill_context_lens, num_decode_seqs, decode_context_sum,
-                           num_prefill_samples, self._swap_s(half, half, block_size))
+                           num_prefill_samples, self._swap_s(half, half, block_size), max_decode_context_len)
 
     def step_time_s(self, batch) -> float:
         """Seconds for an engine.core.batch.Batch, each swap direction at its own per-block cost."""
         n_out, n_in = len(batch.swap_out), len(batch.swap_in)
+        t = 0.0
+        if batch.seqs:
+            t = self._forward_s(_WithoutSwaps(batch) if (n_out or n_in) else batch)
         if not (n_out or n_in):
-            return super().step_time_s(batch)
-        batch_no_swap = _WithoutSwaps(batch)
-        t = super().step_time_s(batch_no_swap) if batch.seqs else 0.0
+            return t
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
+
+    def _forward_s(self, batch) -> float:
+        """CostModel.step_time_s plus the longest decode context, which only this model prices."""
+        p = batch.num_prefill_seqs
+        if not p or len(batch.context_lens) == p or not self._dtail:
+            return super().step_time_s(batch)
+        shape = StepShape.from_batch(batch)
+        if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:
+            return super().step_time_s(batch)         # raises the base class's CostModelError
+        return self.step_time_from_shape(*shape, max_decode_context_len=max(batch.context_lens[p:]))
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int) -> np.ndarray:
         k = int(k)

@@ -31,7 +31,7 @@ from sim.cost_model.base import STEP_TABLE_COLUMNS
 
 FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
-            "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step")
+            "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys")
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -112,6 +112,16 @@ def serving_loop_flags(steps) -> np.ndarray:
     return flags
 
 
+def mixed_decode_tail_keys(steps) -> np.ndarray:
+    """Per row: keys by which a step's longest decode context exceeds its longest prefill context, in steps with
+    prefill entries (0 otherwise, and 0 for a table without the recorder's max_*_context_tokens columns)."""
+    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    if "max_decode_context_tokens" not in steps or "max_prefill_context_tokens" not in steps:
+        return np.zeros_like(p_seqs)
+    tail = _col(steps, "max_decode_context_tokens") - _col(steps, "max_prefill_context_tokens")
+    return np.where((p_seqs > 0) & (d_seqs > 0), np.maximum(np.nan_to_num(tail), 0.0), 0.0)
+
+
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
@@ -138,7 +148,8 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None)
     return np.column_stack([forward, eager, seqs, p_tok, _col(steps, "prefill_attention_pairs"),
                             _col(steps, "decode_context_sum"), _col(steps, "num_prefill_samples") + d_seqs, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
-                            loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager])
+                            loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
+                            mixed_decode_tail_keys(steps)])
 
 
 def _weighted_nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:

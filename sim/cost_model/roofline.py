@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from sim.cost_model.base import CostModel
-from sim.specs.capacity import kv_heads_per_gpu
+from sim.specs.capacity import block_bytes_per_gpu, kv_heads_per_gpu
 from sim.specs.hardware import HardwareSpec, get_hardware_spec
 from sim.specs.models import ModelSpec, get_model_spec
 
@@ -64,7 +64,7 @@ class RooflineCostModel(CostModel):
             if v < 0:
                 raise ValueError(f"RooflineCostModel.{f} must be >= 0, got {v!r}")
         m, hw, tp = self.model, self.hardware, tensor_parallel_size
-        kv_heads = kv_heads_per_gpu(m, tp)              # validates tp
+        kv_heads_per_gpu(m, tp)                         # validates tp
         self.tensor_parallel_size = tp
         self.max_model_len = max_model_len or m.max_model_len
         self.overhead_s = float(overhead_s)
@@ -77,7 +77,7 @@ class RooflineCostModel(CostModel):
         attn_flops = hw.flops_per_s(use_measured) * attention_efficiency       # FLOP/s
         mem = hw.bytes_per_s(use_measured) * memory_efficiency                 # B/s
         q_heads = m.num_q_heads // tp
-        self.kv_bytes_per_token_gpu = 2 * m.num_layers * kv_heads * m.head_dim * m.dtype_bytes
+        self.kv_bytes_per_token_gpu = block_bytes_per_gpu(m, 1, tp)
 
         # Seconds per unit of work; every per-step formula below is a product with one of these.
         self.s_linear_per_token = 2 * m.num_linear_params / tp / matmul_flops

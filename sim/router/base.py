@@ -50,8 +50,8 @@ class ReplicaView:
         return self._r.scheduler.block_manager.num_free_blocks
 
     @property
-    def num_total_blocks(self) -> int:
-        return self._r.scheduler.block_manager.num_blocks
+    def num_kvcache_blocks(self) -> int:
+        return self._r.scheduler.block_manager.num_kvcache_blocks
 
     @property
     def block_size(self) -> int:

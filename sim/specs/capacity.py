@@ -5,13 +5,14 @@ Per GPU, with tensor parallelism of degree tp:
     block_bytes  = block_size * 2 * num_layers * kv_heads_per_gpu * head_dim * dtype_bytes
     num_blocks   = floor(budget_bytes / block_bytes)
 kv_heads_per_gpu = num_kv_heads / tp, or 1 when tp exceeds the KV heads (each GPU then holds a
-replica of one head, as vLLM does). Every GPU holds the same block ids, so the result is the
-block count of the whole replica. Weights split evenly across GPUs (norms, replicated in
-practice, are a few KB). `activation_reserve_gib` stands for the forward pass's peak
+replica of one head, as vLLM does); both rules are engine.core.kv_layout's. Every GPU holds the
+same block ids, so the result is the block count of the whole replica. Weights split evenly
+across GPUs (norms, replicated in practice, are a few KB). `activation_reserve_gib` stands for the forward pass's peak
 activations and the allocator's slack, which the engine measures at start-up.
 """
 from __future__ import annotations
 
+from engine.core.kv_layout import kv_block_bytes, kv_heads_per_rank
 from sim.specs.hardware import HardwareSpec
 from sim.specs.models import ModelSpec
 
@@ -22,14 +23,13 @@ def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int) -> int:
         raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp!r}")
     if model.num_q_heads % tp:
         raise ValueError(f"tensor_parallel_size={tp} must divide {model.name}'s num_q_heads={model.num_q_heads}")
-    if model.num_kv_heads >= tp:
-        if model.num_kv_heads % tp:
-            raise ValueError(f"tensor_parallel_size={tp} must divide {model.name}'s num_kv_heads={model.num_kv_heads}")
-        return model.num_kv_heads // tp
-    if tp % model.num_kv_heads:
-        raise ValueError(f"tensor_parallel_size={tp} must be a multiple of {model.name}'s "
-                         f"num_kv_heads={model.num_kv_heads} when it exceeds them")
-    return 1
+    return kv_heads_per_rank(model.num_kv_heads, tp, f"{model.name}'s num_kv_heads")
+
+
+def block_bytes_per_gpu(model: ModelSpec, block_size: int, tensor_parallel_size: int) -> int:
+    """Bytes of one KV block on one GPU (K and V of every layer)."""
+    return kv_block_bytes(block_size, model.num_layers, kv_heads_per_gpu(model, tensor_parallel_size),
+                          model.head_dim, model.dtype_bytes)
 
 
 def num_kv_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int = 16,
@@ -41,11 +41,10 @@ def num_kv_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int = 16
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     if activation_reserve_gib < 0:
         raise ValueError(f"activation_reserve_gib must be >= 0, got {activation_reserve_gib!r}")
-    heads = kv_heads_per_gpu(model, tensor_parallel_size)
+    block_bytes = block_bytes_per_gpu(model, block_size, tensor_parallel_size)
     usable = hardware.memory_gib * 2**30 * gpu_memory_utilization
     weights = model.weight_bytes / tensor_parallel_size
     budget = usable - weights - activation_reserve_gib * 2**30
-    block_bytes = block_size * 2 * model.num_layers * heads * model.head_dim * model.dtype_bytes
     blocks = int(budget // block_bytes)
     if blocks < 1:
         raise ValueError(

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from engine.core.kv_layout import kv_block_bytes
+
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "float8_e4m3fn": 1}
 
 
@@ -88,8 +90,8 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token across all layers: 2 * layers * kv_heads * head_dim * dtype_bytes."""
-        return 2 * self.num_layers * self.kv_size * self.dtype_bytes
+        """K and V of one token across all layers, all KV heads (engine.core.kv_layout.kv_block_bytes)."""
+        return kv_block_bytes(1, self.num_layers, self.num_kv_heads, self.head_dim, self.dtype_bytes)
 
     # -- construction from a user's config.json --------------------------------------
     @classmethod

@@ -16,7 +16,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.bm = BlockManager(num_blocks=12, block_size=BLOCK, eviction=LRUEviction(), num_cpu_blocks=6)
+        self.bm = BlockManager(num_kvcache_blocks=12, block_size=BLOCK, eviction=LRUEviction(), num_cpu_blocks=6)
         self.live: list[Sequence] = []       # holding GPU blocks
         self.swapped: list[Sequence] = []
         self.n = 0
@@ -87,7 +87,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
     @invariant()
     def consistent(self):
         self.bm.check_invariants(self.live)
-        assert self.bm.num_free_blocks + self.bm.num_used_blocks == self.bm.num_blocks
+        assert self.bm.num_free_blocks + self.bm.num_used_blocks == self.bm.num_kvcache_blocks
 
     def teardown(self):
         for seq in self.live:
@@ -100,7 +100,7 @@ TestBlockManager.settings = settings(max_examples=60, stateful_step_count=40, de
 
 
 def test_check_invariants_detects_a_double_owner():
-    bm = BlockManager(num_blocks=4, block_size=2)
+    bm = BlockManager(num_kvcache_blocks=4, block_size=2)
     seq = Sequence(0, [1, 2, 3], SamplingParams(max_tokens=1))
     bm.allocate(seq, 3)
     seq.block_table.append(seq.block_table[0])      # corrupt: one block listed twice
@@ -112,7 +112,7 @@ def test_check_invariants_detects_a_double_owner():
 
 
 def test_eviction_reclaims_cached_blocks_only_when_free_runs_out():
-    bm = BlockManager(num_blocks=3, block_size=2)
+    bm = BlockManager(num_kvcache_blocks=3, block_size=2)
     a = Sequence("a", [1, 2, 3, 4], SamplingParams(max_tokens=1))
     bm.allocate(a, 4)
     a.num_computed_tokens = 4

@@ -37,7 +37,7 @@ def run_until(sched, done, t: int = 0) -> int:
 def holds_nothing(sched):
     bm = sched.block_manager
     bm.check_invariants(sched.running)
-    assert bm.num_used_blocks == 0 and bm.num_free_blocks == bm.num_blocks
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks == bm.num_kvcache_blocks
     assert bm.num_cpu_free_blocks == bm.num_cpu_blocks and not bm.cpu_tables
     assert not sched.has_unfinished()
 
@@ -136,3 +136,14 @@ def test_random_aborts_between_steps_leak_nothing(policy, cpu, caching):
     holds_nothing(sched)
     statuses = {s.status for s in seqs}
     assert statuses == {SequenceStatus.FINISHED, SequenceStatus.ABORTED}
+
+
+def test_abort_of_a_running_sequence_counts_as_a_change_of_the_running_set():
+    # the simulator's fast path keeps facts about the running list, valid while num_running_changes holds
+    sched = Scheduler(config(), VLLMPolicy())
+    a, b = make_seq("a", 6, 8), make_seq("b", 5, 8)
+    sched.add(a), sched.add(b)
+    step(sched, 0)
+    before, running = sched.num_running_changes, sched.running
+    assert sched.abort(a)
+    assert sched.num_running_changes == before + 1 and sched.running is not running and sched.running == [b]

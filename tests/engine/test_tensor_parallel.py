@@ -164,7 +164,7 @@ def test_checkpoint_shards_reassemble_exactly(tmp_path, tp, vocab):
 @pytest.mark.parametrize("tp", [0, 9, -1, 2.0, True])
 def test_tensor_parallel_size_range(tp):
     with pytest.raises(ValueError, match=r"tensor_parallel_size must be an int in 1\.\.8"):
-        EngineConfig(model="x", tensor_parallel_size=tp)
+        EngineConfig(model_path="x", tensor_parallel_size=tp)
 
 
 def test_tensor_parallel_size_must_fit_the_model(tiny):
@@ -173,15 +173,15 @@ def test_tensor_parallel_size_must_fit_the_model(tiny):
             LLM(tiny, num_kvcache_blocks=8, tensor_parallel_size=tp)
     hf = dict(num_attention_heads=12, num_key_value_heads=3, intermediate_size=96)
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 must divide num_key_value_heads=3.*\[1, 3, 6\]"):
-        EngineConfig(model="x", tensor_parallel_size=2).check_tensor_parallel(hf)
+        EngineConfig(model_path="x", tensor_parallel_size=2).check_tensor_parallel(hf)
     hf = dict(num_attention_heads=12, num_key_value_heads=2, intermediate_size=96)
     with pytest.raises(ValueError, match=r"exceeds num_key_value_heads=2 and is not a multiple.*\[1, 2, 4, 6\]"):
-        EngineConfig(model="x", tensor_parallel_size=3).check_tensor_parallel(hf)
+        EngineConfig(model_path="x", tensor_parallel_size=3).check_tensor_parallel(hf)
     with pytest.raises(ValueError, match="not a multiple of it"):
         kv_heads_of_rank(2, 0, 3)
     hf = dict(num_attention_heads=4, num_key_value_heads=2, intermediate_size=10)
     with pytest.raises(ValueError, match=r"must divide intermediate_size=10; .*one of \[1, 2\]"):
-        EngineConfig(model="x", tensor_parallel_size=4).check_tensor_parallel(hf)
+        EngineConfig(model_path="x", tensor_parallel_size=4).check_tensor_parallel(hf)
     with pytest.raises(ValueError, match=r"output_sizes\[0\]=10 is not divisible by tensor_parallel_size=4"):
         MergedColumnParallelLinear(4, [10, 10], tp_size=4)
     with pytest.raises(ValueError, match="in_features=10 is not divisible by tensor_parallel_size=4"):
@@ -244,7 +244,7 @@ def _assert_same(path, tp, workload, during=None, **options):
 
 def _refuse_second_group(llm):
     with pytest.raises(RuntimeError, match="already has a torch.distributed process group.*close"):
-        LLM(llm.config.model, num_kvcache_blocks=8, max_model_len=64, tensor_parallel_size=2)
+        LLM(llm.config.model_path, num_kvcache_blocks=8, max_model_len=64, tensor_parallel_size=2)
     llm.close()
     llm.close()                                         # idempotent; the with-block closes a third time
     assert not any(p.is_alive() for p in llm.runner.workers.procs) and not dist.is_initialized()

@@ -169,3 +169,28 @@ def test_two_simulated_clocks_part_ways_and_the_recorder_says_where():
     assert first_divergence(fast.decisions, fast.decisions, {})["diverged"] is False
     with pytest.raises(ValueError, match="record_decisions"):
         Recorder().decisions_frame()
+
+
+def test_overrides_reach_both_sides_of_a_validation(tiny, tmp_path):
+    """--override composes the policy groups as `servelab` would: the victim and the eviction policy
+    given there run in the engine replay and in the simulator alike; --cost-model prices with a
+    conf/backend/cost_model option, its parameters overridden the same way."""
+    from experiments import validate
+    from experiments.policy_conf import make_eviction, make_policy
+    assert make_policy("srpt", ["victim=most_blocks"]).victim.name == "most_blocks"
+    assert make_policy("srpt").victim.name == "newest" and make_eviction().name == "lru"
+    assert make_eviction(["eviction=fifo"]).name == "fifo"
+    wl = ["--num-requests", "6", "--arrival", "poisson", "--rate-rps", "30", "--prompt-len", "8:64",
+          "--output-len", "4:16", "--max-model-len", "256", "--num-kvcache-blocks", "16", "--num-cpu-blocks", "32",
+          "--policies", "srpt,mlfq,sarathi", "--override", "victim=most_blocks", "--override", "eviction=fifo",
+          "--cost-model", "constant", "--override", "backend.cost_model.step_s=0.002"]
+    assert validate.main(["--model", str(tiny), "--device", "cpu", "--out-dir", str(tmp_path), "--name", "ov", *wl,
+                          "--max-wall-s", "60", "--no-plot"]) == 0
+    report = json.loads((tmp_path / "validation_ov.json").read_text())
+    for p in ("srpt", "mlfq", "sarathi"):
+        entry = report["policies"][p]
+        assert entry["real"]["summary"]["num_finished"] == 6, p
+        for info in (entry["real"]["info"], entry["sims"]["roofline"]["info"], entry["sims"]["constant"]["info"]):
+            assert (info["victim"], info["eviction"]) == ("most_blocks", "fifo"), (p, info)
+        steps = entry["sims"]["constant"]["steps"]         # conf/backend/cost_model/constant.yaml, step_s given
+        assert steps["busy_s_sim"] == pytest.approx(0.002 * steps["sim"])

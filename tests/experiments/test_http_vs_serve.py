@@ -71,7 +71,7 @@ def test_guidellm_against_servelab_serve(srv, tmp_path):
     spec = importlib.util.spec_from_file_location("loadgen", ROOT / "benchmarks" / "loadgen.py")
     loadgen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loadgen)
-    rc = loadgen.main(["--url", srv.base, "--tokenizer", str(srv.llm.config.model), "--rate-rps", "10",
+    rc = loadgen.main(["--url", srv.base, "--tokenizer", str(srv.llm.config.model_path), "--rate-rps", "10",
                        "--num-requests", "8", "--prompt-tokens", "32", "--output-tokens", "6", "--max-seconds", "40",
                        "--workers", "1", "--out", str(tmp_path)])
     summary = json.loads((tmp_path / "loadgen.json").read_text())
@@ -83,7 +83,7 @@ def test_guidellm_against_servelab_serve(srv, tmp_path):
 def test_a_server_with_an_api_key(srv, tmp_path):
     from experiments.http_replay import HttpBackendError, HttpRequest
     from experiments.serve.config import ServeOptions
-    with running_server(srv.llm.config.model, serve_options=ServeOptions(api_key="sesame"), num_kvcache_blocks=64,
+    with running_server(srv.llm.config.model_path, serve_options=ServeOptions(api_key="sesame"), num_kvcache_blocks=64,
                         max_model_len=128) as keyed:
         reqs = [HttpRequest(0, 0.0, [1, 2, 3], 2)]
         with pytest.raises(HttpBackendError, match=r"refused the request \(HTTP 401: .*\); give its key as "

@@ -23,7 +23,9 @@ def requests_table():
         "finish_time_s": arrival + e2e, "ttft_s": ttft,
         "tpot_s": [0.75, 0.5, nan, 0.25, nan], "e2e_s": e2e, "queueing_delay_s": [0.25, 0.5, 0.0, 1.0, nan],
         "num_preemptions": [0, 2, 0, 1, 0], "num_swaps": [0, 0, 1, 0, 0], "num_cached_tokens": [0, 10, 0, 20, 0],
-        "priority": 0, "replica": 0})
+        "priority": 0, "replica": 0, "tenant": "default", "ttft_slo_s": nan, "tpot_slo_s": nan})
+    for c in ("ttft_slo_met", "tpot_slo_met", "slo_met"):      # no targets: NA
+        df[c] = pd.array([pd.NA] * len(df), dtype="boolean")
     return df[list(REQUEST_COLUMNS)]
 
 

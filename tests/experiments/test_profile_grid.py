@@ -31,13 +31,17 @@ def test_full_grid_reaches_max_model_len_within_the_limits(max_model_len):
     tails = [s for s in shapes if s.kind == "decode" and len(s.decode_ctx) >= 32
              and max(s.decode_ctx) >= 8 * np.median(s.decode_ctx)]
     assert len(tails) >= 3 and any(max(s.decode_ctx) >= min(max_model_len, 16384) for s in tails)
+    # a short chunk beside a few long decodes, and decode batches either side of the split-K threshold
+    assert any(s.kind == "mixed" and len(s.decode_ctx) <= 4 and min(s.decode_ctx) >= 4096
+               and s.prefills[0][1] <= 1024 for s in shapes)
+    assert {12, 24, 40} <= {len(s.decode_ctx) for s in shapes if s.kind == "decode"}
 
 
 def test_short_limits_and_the_small_grid():
-    """At max_model_len 4,096 the long end adds the long-tail decodes and chunked mixed steps that fit (148
+    """At max_model_len 4,096 the long end adds the long-tail decodes and chunked mixed steps that fit (163
     shapes, 132 before); the small grid (CPU tests) has no long end (46 shapes, as before)."""
     full = grid_shapes("full", 4096, 16384, 256)
-    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 148
+    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 163
     small = grid_shapes("small", 512, 512, 32)
     assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 46
 

@@ -85,7 +85,7 @@ def test_mooncake_bucket_spreading_is_uniform_and_stays_in_bucket():
     assert np.all(spread.arrival_time_s >= raw.arrival_time_s)
     assert all(s < nxt[r] for s, r in zip(spread.arrival_time_s, raw.arrival_time_s) if r in nxt)
     # the 4 requests of a bucket starting at 0 with next bucket 3 s later sit at 0, 0.75, 1.5, 2.25
-    from experiments.workloads.traces import spread_buckets
+    from experiments.workloads.formats.mooncake import spread_buckets
     np.testing.assert_allclose(spread_buckets(np.array([0, 0, 0, 0, 3.0])), [0, 0.75, 1.5, 2.25, 3.0])
 
 

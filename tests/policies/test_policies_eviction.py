@@ -36,7 +36,7 @@ def _reuse(bm, rid, tok):
 
 def _victim(eviction):
     # block_size 1, 3 blocks: X, Z, Y cached in that order (FIFO order X < Z < Y).
-    bm = BlockManager(num_blocks=3, block_size=1, eviction=eviction)
+    bm = BlockManager(num_kvcache_blocks=3, block_size=1, eviction=eviction)
     blocks = {"X": _cache(bm, "x", 10), "Z": _cache(bm, "z", 30), "Y": _cache(bm, "y", 20)}
     _reuse(bm, "z1", 30)    # Z: 2 hits, freed again (recency order now X < Y < Z)
     _reuse(bm, "z2", 30)
@@ -58,7 +58,7 @@ def test_lru_fifo_lfu_evict_three_different_blocks():
 
 
 def test_none_turns_prefix_caching_off():
-    bm = BlockManager(num_blocks=2, block_size=1, eviction=NoEviction())
+    bm = BlockManager(num_kvcache_blocks=2, block_size=1, eviction=NoEviction())
     assert not bm.enable_prefix_caching
     seq = Sequence("a", [5])
     bm.allocate(seq, 1)

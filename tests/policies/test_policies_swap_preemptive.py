@@ -7,10 +7,9 @@ swapped: it is admitted ahead of swapped sequences it outranks.
 """
 from __future__ import annotations
 
-from policy_driver import Req, drive
-
 from policies.scheduling.mlfq import MLFQPolicy
 from policies.scheduling.priority import PriorityPolicy
+from tests.helpers import Req, drive
 
 
 class SwapPriority(PriorityPolicy):
@@ -29,7 +28,7 @@ def _thrash_steps(run):
 def test_priority_swap_admits_high_priority_request():
     # 4 blocks: L (priority 5) holds 3, H (priority 0) needs 2 at t1.
     reqs = [Req("L", 12, 4, arrival=0, priority=5), Req("H", 8, 2, arrival=1, priority=0)]
-    run = drive(SwapPriority(), reqs, num_blocks=4, num_cpu_blocks=8)
+    run = drive(SwapPriority(), reqs, num_kvcache_blocks=4, num_cpu_blocks=8)
     # Wanted: t1 L swapped out, H prefills; t2 H decodes and finishes; t3.. L swapped in, decodes.
     # Today: L is swapped out and in at t1..t3 and H runs only after L finishes (t4, t5).
     assert not _thrash_steps(run)
@@ -41,6 +40,6 @@ def test_mlfq_swap_lets_new_short_request_in():
     # Same as the recompute MLFQ timeline test, with swap: B (level 0) should displace A (level 1).
     reqs = [Req("A", 4, 8, arrival=0), Req("B", 4, 2, arrival=2)]
     mlfq = SwapMLFQ(base_quantum=2, num_levels=4, prompt_token_weight=0.0, starvation_s=None)
-    run = drive(mlfq, reqs, num_blocks=16, max_num_seqs=1, num_cpu_blocks=8)
+    run = drive(mlfq, reqs, num_kvcache_blocks=16, max_num_seqs=1, num_cpu_blocks=8)
     assert not _thrash_steps(run)
     assert run.finish_step("B") == 3

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from policy_driver import Req, make_seq
 
 from policies.predictors.noisy import NoisyPredictor
 from policies.predictors.oracle import OraclePredictor
@@ -11,10 +10,11 @@ from policies.victim.longest_remaining import LongestRemainingVictim
 from policies.victim.lowest_priority import LowestPriorityVictim
 from policies.victim.most_blocks import MostBlocksVictim
 from policies.victim.newest import NewestVictim
+from tests.helpers import Req, seq_of
 
 
 def _seq(rid, arrival, priority=0, blocks=0, out_len=8, produced=0, admit_order=0):
-    s = make_seq(Req(rid, 4, out_len, arrival=arrival, priority=priority), admit_order)
+    s = seq_of(Req(rid, 4, out_len, arrival=arrival, priority=priority), admit_order)
     s.block_table = list(range(blocks))
     s.token_ids.extend([0] * produced)
     s.admit_order = admit_order
@@ -34,11 +34,11 @@ def test_victim_rules_and_ties():
 
 
 def test_oracle_is_the_workload_length():
-    assert OraclePredictor().predict(make_seq(Req("r", 3, 17), 0)) == 17
+    assert OraclePredictor().predict(seq_of(Req("r", 3, 17), 0)) == 17
 
 
 def test_noisy_is_deterministic_per_request_and_order_independent():
-    seqs = [make_seq(Req(f"r{i}", 2, 100), i) for i in range(50)]
+    seqs = [seq_of(Req(f"r{i}", 2, 100), i) for i in range(50)]
     p1, p2 = NoisyPredictor(sigma=0.8, seed=7), NoisyPredictor(sigma=0.8, seed=7)
     first = [p1.predict(s) for s in seqs]
     assert [p2.predict(s) for s in reversed(seqs)][::-1] == first     # call order does not matter
@@ -50,7 +50,7 @@ def test_noisy_is_deterministic_per_request_and_order_independent():
 
 
 def test_noisy_sigma_zero_is_oracle_and_errors_are_lognormal():
-    seqs = [make_seq(Req(i, 2, 1000), 0) for i in range(2000)]   # int request ids work too
+    seqs = [seq_of(Req(i, 2, 1000), 0) for i in range(2000)]   # int request ids work too
     assert [NoisyPredictor(sigma=0.0).predict(s) for s in seqs[:20]] == [1000] * 20
     p = NoisyPredictor(sigma=0.5, seed=3)
     log_err = np.log([p.error_factor(s.request_id) for s in seqs])
@@ -60,7 +60,7 @@ def test_noisy_sigma_zero_is_oracle_and_errors_are_lognormal():
 def test_noisy_accepts_a_generator_and_rejects_bad_input():
     a = NoisyPredictor(sigma=0.5, seed=np.random.default_rng(11))
     b = NoisyPredictor(sigma=0.5, seed=np.random.default_rng(11))
-    s = make_seq(Req("r", 2, 64), 0)
+    s = seq_of(Req("r", 2, 64), 0)
     assert a.seed == b.seed and a.predict(s) == b.predict(s)
     with pytest.raises(ValueError, match="sigma must be a finite float >= 0"):
         NoisyPredictor(sigma=-0.1)

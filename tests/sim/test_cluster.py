@@ -167,7 +167,7 @@ def test_prefix_affinity_needs_one_block_size():
 def test_replica_view_is_read_only():
     r = cluster(1)[0]
     v = ReplicaView(r)
-    assert (v.index, v.num_running, v.num_waiting, v.num_total_blocks, v.block_size) == (0, 0, 0, 256, 16)
+    assert (v.index, v.num_running, v.num_waiting, v.num_kvcache_blocks, v.block_size) == (0, 0, 0, 256, 16)
     with pytest.raises(AttributeError):
         v.outstanding_tokens = 5
     with pytest.raises(AttributeError):

@@ -3,13 +3,13 @@ scheduler step per event (fast_path=False), across workloads, policies, memory p
 import pandas as pd
 import pytest
 
-from engine.core.fast_forward import DecodeChain
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from experiments.workloads import AllAtOnce, Constant, Gamma, Poisson, Uniform, synthetic_workload
 from policies.registry import SCHEDULING_POLICIES
 from policies.scheduling.base import SchedulingPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from sim.cost_model import ConstantCostModel, RooflineCostModel
+from sim.fast_forward import DecodeChain
 from sim.replica import Replica
 from sim.simulator import Simulator
 

@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 
 from engine.core.block_manager import BlockManager
-from engine.core.fast_forward import DecodeChain
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence, SequenceStatus
 from experiments.workloads import Poisson, Uniform, Workload, synthetic_workload
@@ -16,6 +15,7 @@ from policies.eviction.lfu import LFUEviction
 from policies.eviction.lru import LRUEviction
 from policies.registry import SCHEDULING_POLICIES
 from sim.cost_model import RooflineCostModel
+from sim.fast_forward import DecodeChain
 from sim.replica import Replica
 from sim.simulator import Simulator
 

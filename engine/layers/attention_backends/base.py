@@ -21,6 +21,7 @@ from typing import Protocol
 
 from torch import Tensor
 
+from engine.core.kv_layout import check_block_size
 from engine.layers.attention_metadata import AttentionMetadata
 
 
@@ -51,8 +52,7 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tens
         raise ValueError(f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
     if num_q_heads % num_kv_heads:
         raise ValueError(f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
-    if block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two, got {block_size}")
+    check_block_size(block_size)
     if meta.slot_mapping.shape[0] != num_tokens:
         raise ValueError(f"meta.slot_mapping has {meta.slot_mapping.shape[0]} slots for {num_tokens} tokens")
     if meta.num_prefill_tokens + meta.num_decode_seqs > num_tokens:

@@ -23,7 +23,7 @@ def nothing_held(srv) -> None:
     llm = srv.llm
     bm = llm.scheduler.block_manager
     bm.check_invariants([])             # no live sequence: every ref count must be 0
-    assert bm.num_used_blocks == 0 and bm.num_free_blocks == bm.num_blocks
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks == bm.num_kvcache_blocks
     assert bm.num_cpu_free_blocks == bm.num_cpu_blocks and not bm.cpu_tables
     assert not llm._live and not llm.runner.generators and not srv.engine._live and not srv.engine._choices
 

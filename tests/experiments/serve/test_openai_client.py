@@ -32,7 +32,7 @@ def test_completion_greedy_matches_the_engine_in_process(srv, client):
     resp = client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0,
                                      extra_body={"return_token_ids": True, "ignore_eos": True})
     choice = resp.choices[0]
-    ref = make_llm(srv.llm.config.model).generate([prompt], SamplingParams(temperature=0, max_tokens=6,
+    ref = make_llm(srv.llm.config.model_path).generate([prompt], SamplingParams(temperature=0, max_tokens=6,
                                                                            ignore_eos=True), use_tqdm=False)[0]
     assert choice.model_extra["token_ids"] == ref.token_ids
     # decoded after the prompt (a leading space), special tokens (<unk>, <eos>) left out

@@ -1,9 +1,10 @@
-"""The simulator's exact decode fast path (torch-free): many pure-decode steps in one call.
+"""The simulator's exact decode fast path, scheduler side: many pure-decode steps in one call.
 
-`DecodeFastPath` (a mixin of engine.core.scheduler.Scheduler) answers how many upcoming
-steps are certain to be pure decode steps of exactly the current running set
-(`decode_horizon`) and applies them at once (`advance_decodes`), leaving every
-sequence and the block manager as step-by-step scheduling would.
+`DecodeFastForward(scheduler)` drives one engine.core.scheduler.Scheduler through its public
+interface: it answers how many upcoming steps are certain to be pure decode steps of exactly the
+current running set (`decode_horizon`) and applies them at once (`advance_decodes`), leaving every
+sequence and the block manager as step-by-step scheduling would. Its time side (which steps the
+next arrival leaves, their durations, the recorder) is sim/fast_path.py.
 
 decode_horizon stops at the first step in which a sequence finishes, because the
 step after it may differ (the freed room may admit a waiting request). With
@@ -25,10 +26,11 @@ next decode_horizon call sees them). With a prefix cache it replays the counts
 step by step (`_cached_per_step`): which of the blocks taken were plain and which
 dead cached-free ones, and what each finish returned where.
 
-A chain leaves the facts of the surviving sequences behind (`_decode_carry`); the
-next decode_horizon reads them instead of every sequence as long as nothing but
-admissions (appended at the end of the running list, prefill-only steps) happened
-since. Serving, preempting or swapping in running sequences drops the carry.
+A chain leaves the facts of the surviving sequences behind (the carry); the next
+decode_horizon reads them instead of every sequence as long as nothing but admissions
+(appended at the end of the running list, prefill-only steps) happened since: serving,
+preempting or swapping in running sequences advances the scheduler's
+`num_running_changes`, which drops the carry.
 """
 from __future__ import annotations
 
@@ -40,9 +42,28 @@ from policies.scheduling.base import SchedulingPolicy
 RUNNING = SequenceStatus.RUNNING
 
 
-class DecodeFastPath:
-    """Scheduler methods of the fast path (uses the Scheduler's running, waiting, swapped,
-    policy, block_manager, view, config, token_budget, num_steps)."""
+def orders_running(policy) -> bool:
+    """Whether the policy serves running sequences in an order other than admission order."""
+    return policy.ranked or type(policy).order_running is not SchedulingPolicy.order_running
+
+
+class DecodeFastForward:
+    """The fast path of one scheduler. It reads the scheduler's public state (running, waiting,
+    swapped, policy, block_manager, config, token_budget, chunked, num_steps, num_running_changes)
+    and changes it only through the block manager and the scheduler's public methods
+    (head_admissible, order_running, finish, remove_finished, add_steps).
+
+    After decode_horizon: `horizon_blocked` (the free blocks set the horizon), and when it
+    returned k > 0, `horizon_context_sum` / `horizon_context_max` (the first step's decode
+    context sum and longest decode context)."""
+
+    def __init__(self, scheduler):
+        self.sched = scheduler
+        self.horizon_blocked = False
+        self.horizon_context_sum = 0
+        self.horizon_context_max = 0
+        self.memo = None            # facts of the running set for the next fast call (see decode_horizon)
+        self._carry = None          # the same facts, carried over from the last chain
 
     def decode_horizon(self, max_steps: int) -> int:
         """How many upcoming steps (<= max_steps) are certain to be pure decode steps of
@@ -59,18 +80,19 @@ class DecodeFastPath:
         is > 0, `horizon_context_sum` is the first step's decode context sum (tokens of
         the running set) and `horizon_context_max` its longest decode context.
         """
+        sched = self.sched
         self.horizon_blocked = False
-        running = self.running
-        if (max_steps < 1 or not running or self.swapped or not self.policy.fast_forward_ok
-                or len(running) > self.token_budget):
+        running = sched.running
+        if (max_steps < 1 or not running or sched.swapped or not sched.policy.fast_forward_ok
+                or len(running) > sched.token_budget):
             return 0
-        if self.waiting and (self.chunked or self.policy.preemptive or self._head_admissible()):
+        if sched.waiting and (sched.chunked or sched.policy.preemptive or sched.head_admissible()):
             return 0
-        bs = self.block_manager.block_size
-        carry = self._decode_carry
-        if carry is not None and carry[0] is running:
+        bs = sched.block_manager.block_size
+        carry = self._carry
+        if carry is not None and carry[0] is running and carry[1] == sched.num_running_changes:
             # the first m sequences are as the last chain left them (only appends since)
-            _, m, slack, lefts, lens = carry
+            _, _, m, slack, lefts, lens = carry
             del slack[m:], lefts[m:], lens[m:]
         else:
             m = 0
@@ -93,11 +115,11 @@ class DecodeFastPath:
             return 0
         self.horizon_context_sum = sum(lens)
         self.horizon_context_max = max(lens)
-        # for advance_decodes and engine.core.fast_forward.DecodeChain, while nothing has changed (same running
-        # list and length, step count, blocks)
-        self._horizon_memo = (running, len(running), self.num_steps, self.block_manager.num_used_blocks,
-                              slack, lefts, lens)
-        free = self.block_manager.num_free_blocks
+        # for advance_decodes and DecodeChain, while nothing has changed (same running list and length,
+        # step count, blocks)
+        self.memo = (running, len(running), sched.num_steps, sched.block_manager.num_used_blocks,
+                     slack, lefts, lens)
+        free = sched.block_manager.num_free_blocks
         if self._blocks_for_decodes(horizon, slack) <= free:
             return horizon
         self.horizon_blocked = True
@@ -112,23 +134,9 @@ class DecodeFastPath:
 
     def _blocks_for_decodes(self, k: int, slack: list[int]) -> int:
         """New blocks the running set needs for k more decode steps (step j writes slot slack_i + j)."""
-        bs1 = self.block_manager.block_size - 1
+        bs1 = self.sched.block_manager.block_size - 1
         bs = bs1 + 1
         return sum([(k - s + bs1) // bs for s in slack if s < k])
-
-    def _head_admissible(self) -> bool:
-        """Whether the first waiting sequence could be admitted right now (non-chunked rules)."""
-        if len(self.running) >= self.config.max_num_seqs:
-            return False
-        bm = self.block_manager
-        seq = next(iter(self.policy.order_waiting(self.waiting, self.view)))
-        hits = bm.find_cached_prefix(seq)
-        n = len(seq.token_ids) - len(hits) * bm.block_size
-        if n > self.token_budget:
-            return False
-        fresh = -(-len(seq.token_ids) // bm.block_size) - len(hits)
-        revived = sum(1 for b in hits if bm.ref_counts[b] == 0) if hits else 0
-        return fresh + revived <= bm.num_free_blocks and self.policy.admits(seq, self.view)
 
     def advance_decodes(self, k: int, step_end_times_s, token_of, finished: list | None = None,
                         start_time_s: float | None = None) -> list[int]:
@@ -143,13 +151,14 @@ class DecodeFastPath:
         Returns the KV blocks in use after each step's allocation (length k), what
         step-by-step scheduling would have recorded.
         """
-        bm = self.block_manager
+        sched = self.sched
+        bm = sched.block_manager
         bs = bm.block_size
-        running = self.running
-        memo = self._horizon_memo
-        self._horizon_memo = None
-        self._decode_carry = None
-        if (memo is not None and memo[0] is running and memo[1] == len(running) and memo[2] == self.num_steps
+        running = sched.running
+        memo = self.memo
+        self.memo = None
+        self._carry = None
+        if (memo is not None and memo[0] is running and memo[1] == len(running) and memo[2] == sched.num_steps
                 and memo[3] == bm.num_used_blocks):
             slacks, lefts = memo[4], memo[5]
         else:
@@ -165,15 +174,12 @@ class DecodeFastPath:
         inc[0] = bm.num_used_blocks
         used = list(accumulate(inc))
         del used[0]
-        policy = self.policy
-        if done and self._policy_orders_running():
+        if done and orders_running(sched.policy):
             # The finishing step serves (and finishes) in the policy's order, taken on the state
             # after k - 1 steps: apply those first.
             if k > 1:
                 self._advance_all(running, k - 1, step_end_times_s[:k - 1], token_of)
-            self.view.now_s = (step_end_times_s[k - 2] if k > 1 else
-                               start_time_s if start_time_s is not None else self.view.now_s)
-            order = policy.order_running(running, self.view)
+            order = sched.order_running(step_end_times_s[k - 2] if k > 1 else start_time_s)
             self._advance_all(running, 1, step_end_times_s[k - 1:], token_of)
             done_ids = set(map(id, done))
             done = [s for s in order if id(s) in done_ids]
@@ -182,25 +188,16 @@ class DecodeFastPath:
         if done:
             last = float(step_end_times_s[-1])
             for seq in done:
-                seq.finish_reason = "length"
-                seq.set_status(SequenceStatus.FINISHED)
-                seq.finish_time_s = last
-                bm.free(seq)
-                policy.on_finish(seq)
-            self.running = [s for s in running if s.status is RUNNING]
+                sched.finish(seq, "length", last)
+            sched.remove_finished()
             if finished is not None:
                 finished.extend(done)
-        self.num_steps += k
+        sched.add_steps(k)
         return used
-
-    def _policy_orders_running(self) -> bool:
-        """Whether the policy serves running sequences in an order other than admission order."""
-        policy = self.policy
-        return policy.ranked or type(policy).order_running is not SchedulingPolicy.order_running
 
     def _advance_all(self, running, k: int, step_end_times_s, token_of) -> None:
         """k decode tokens for every running sequence: tokens, blocks, computed counts, times."""
-        bm = self.block_manager
+        bm = self.sched.block_manager
         bs = bm.block_size
         last = float(step_end_times_s[-1])
         events = []
@@ -209,7 +206,7 @@ class DecodeFastPath:
             # sequence's new block (in serve order; a taken block may evict a cached one, dropping
             # its hash), then every block that step fills is published (in serve order: of two
             # blocks with equal content, the first published keeps the hash).
-            order = self.policy.order_running(running, self.view) if self._policy_orders_running() else running
+            order = self.sched.order_running() if orders_running(self.sched.policy) else running
             need = 0
             for rank, seq in enumerate(order):
                 c0 = seq.num_computed_tokens
@@ -239,20 +236,21 @@ class DecodeFastPath:
                 else:
                     bm.register_computed_blocks(seq, upto)
 
-
-def chain_ok(sched) -> bool:
-    """Whether decode steps past finishes can be planned in one pass for this scheduler now: nothing
-    waits, the policy serves in admission order, and no block of these steps reaches the prefix
-    cache's table (no cache, or every running sequence's private blocks are registered implicitly)."""
-    if sched.waiting or sched.swapped or sched._policy_orders_running():
-        return False
-    bm = sched.block_manager
-    return not bm.enable_prefix_caching or all(map(bm.registers_lazily, sched.running))
+    def chain_ok(self) -> bool:
+        """Whether decode steps past finishes can be planned in one pass now: nothing waits, the
+        policy serves in admission order, and no block of these steps reaches the prefix cache's
+        table (no cache, or every running sequence's private blocks are registered implicitly)."""
+        sched = self.sched
+        if sched.waiting or sched.swapped or orders_running(sched.policy):
+            return False
+        bm = sched.block_manager
+        return not bm.enable_prefix_caching or all(map(bm.registers_lazily, sched.running))
 
 
 class DecodeChain:
     """Pure-decode steps of the running set past finishes. Build it right after
-    `decode_horizon(max_steps)` returned k > 0 with `chain_ok(sched)`.
+    `fast.decode_horizon(max_steps)` returned k > 0 with `fast.chain_ok()` (fast: the scheduler's
+    DecodeFastForward).
 
     num_steps: the steps planned (all sequences finish within them, or max_steps, or the
     free blocks end them). segments() yields (n, first_context_sum, num_steps) per run of
@@ -260,10 +258,11 @@ class DecodeChain:
     + i * n keys.
     """
 
-    def __init__(self, sched, max_steps: int):
-        _, _, _, _, slack, lefts, lens = sched._horizon_memo
+    def __init__(self, fast: DecodeFastForward, max_steps: int):
+        _, _, _, _, slack, lefts, lens = fast.memo
+        sched = fast.sched
         bm = sched.block_manager
-        self.sched = sched
+        self.fast, self.sched = fast, sched
         self.slack, self.lefts, self.lens = slack, lefts, lens
         bs = bm.block_size
         horizon = min(max_steps, max(lefts))
@@ -291,7 +290,7 @@ class DecodeChain:
         horizon = self.num_steps
         ends = sorted(zip(self.lefts, self.lens))      # (finishing step, context in step 1)
         longest = list(accumulate(reversed([c for _, c in ends]), max))[::-1]   # [i]: max context of ends[i:]
-        n, context = len(ends), self.sched.horizon_context_sum
+        n, context = len(ends), self.fast.horizon_context_sum
         a, i = 1, 0                  # first step of the run (1-based); next sequence to finish
         while a <= horizon:
             b = ends[i][0] if i < len(ends) and ends[i][0] < horizon else horizon
@@ -351,29 +350,25 @@ class DecodeChain:
             bm.hand_out(running, needs, total)
         if done:
             done.sort(key=_first)    # stable: one step finishes its sequences in serve order
-            policy = sched.policy
             for left, seq in done:
-                seq.finish_reason = "length"
-                seq.set_status(SequenceStatus.FINISHED)
-                seq.finish_time_s = step_end_times_s[left - 1]
                 if caching:
                     # blocks shared with other sequences stay in use
                     n, u = len(seq.block_table), bm.num_used_blocks
                     f, d, p = len(bm.free_ids), bm.num_dead_free, len(bm.eviction)
-                    bm.free(seq)
+                    sched.finish(seq, "length", step_end_times_s[left - 1])
                     u -= bm.num_used_blocks
                     inc[left + 1] += n - u
                     o = freed.get(left, (0, 0, 0, 0))
                     freed[left] = (o[0] + u, o[1] + len(bm.free_ids) - f, o[2] + bm.num_dead_free - d,
                                    o[3] + len(bm.eviction) - p)
                 else:
-                    bm.free(seq)
-                policy.on_finish(seq)
+                    sched.finish(seq, "length", step_end_times_s[left - 1])
                 finished.append(seq)
-            sched.running = [s for s in running if s.status is RUNNING]
-        sched.num_steps += k
-        sched._horizon_memo = None
-        sched._decode_carry = (sched.running, len(lens2), slack2, lefts2, lens2)
+            sched.remove_finished()
+        sched.add_steps(k)
+        fast = self.fast
+        fast.memo = None
+        fast._carry = (sched.running, sched.num_running_changes, len(lens2), slack2, lefts2, lens2)
         used = list(accumulate(inc[:k + 1]))
         del used[0]
         if not caching:

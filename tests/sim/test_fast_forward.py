@@ -1,12 +1,12 @@
-"""The scheduler's decode fast path (decode_horizon + advance_decodes) is exact:
+"""The simulator's decode fast path on a scheduler (DecodeFastForward: decode_horizon + advance_decodes) is exact:
 same per-request and per-step facts as stepping one at a time."""
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from engine.core.fast_forward import DecodeChain, chain_ok
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from policies.scheduling.fcfs import FCFSPolicy
 from policies.scheduling.vllm import VLLMPolicy
+from sim.fast_forward import DecodeChain, DecodeFastForward
 from tests.helpers import make_seq
 
 
@@ -16,6 +16,7 @@ def token_of(seq):
 
 def drive(reqs, cfg, policy_cls, fast, chain=False):
     sched = Scheduler(SchedulerConfig(**cfg), policy_cls())
+    ff = DecodeFastForward(sched)
     seqs = [make_seq(i, list(p), m, arrival_time_s=a) for i, (p, m, a) in enumerate(reqs)]
     pending = sorted(seqs, key=lambda s: s.arrival_time_s)
     used_per_step = []
@@ -26,16 +27,16 @@ def drive(reqs, cfg, policy_cls, fast, chain=False):
             sched.add(pending.pop(0))
         if fast:
             limit = int(pending[0].arrival_time_s) - t if pending else 10**9
-            k = sched.decode_horizon(limit)
+            k = ff.decode_horizon(limit)
             if k > 0:
                 ends = [float(t + j) for j in range(1, k + 1)]
-                if chain and chain_ok(sched):
-                    plan = DecodeChain(sched, limit)
+                if chain and ff.chain_ok():
+                    plan = DecodeChain(ff, limit)
                     k = plan.num_steps
                     assert k >= len(ends) and sum(s for _, _, s in plan.segments()) == k
                     used = plan.apply(k, [float(t + j) for j in range(1, k + 1)], token_of, [])
                 else:
-                    used = sched.advance_decodes(k, ends, token_of)
+                    used = ff.advance_decodes(k, ends, token_of)
                 used_per_step.extend(int(u) for u in used)
                 t += k
                 fast_steps += k
@@ -85,3 +86,13 @@ def test_fast_path_is_taken():
     cfg = dict(num_kvcache_blocks=64, block_size=2, max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
     _, _, fast_steps = drive(reqs, cfg, VLLMPolicy, fast=True)
     assert fast_steps >= 20
+
+
+def test_the_fast_path_drives_the_scheduler_through_its_public_interface():
+    """The fast path is the simulator's object, not a part of the shared scheduler, and it reads
+    none of the scheduler's private attributes."""
+    import re
+    from pathlib import Path
+    assert not hasattr(Scheduler, "decode_horizon") and not hasattr(Scheduler, "advance_decodes")
+    src = (Path(__file__).resolve().parents[2] / "sim" / "fast_forward.py").read_text()
+    assert re.findall(r"\bsched\._\w+", src) == []
