@@ -8,6 +8,13 @@ Step API (what an online loop or the experiment runner drives; the clock is inje
     rid = llm.add_request(prompt, sampling_params, request_id=None, arrival_time_s=None)
     finished = llm.step()          # RequestOutputs of the requests that finished in this step
     llm.has_unfinished()
+    llm.abort_request(rid)         # between steps: drop it and free its KV blocks
+
+An online server checks a request where it arrives and queues it where the engine steps:
+    seq = llm.make_sequence(prompt, params, request_id, arrival_time_s)   # ValueError naming the field
+    llm.submit(seq)
+    batch, finished, rejected = llm.step_batch()  # the step's Batch (every sequence that got a token), the
+                                                  # finished, those the policy rejected
 
 With tensor_parallel_size > 1 the LLM holds worker processes: call llm.close() or use
 `with LLM(...) as llm:` (they are also stopped at interpreter exit). Worker processes are started
@@ -91,7 +98,9 @@ class LLM:
         self._next_id = 0
 
     # -- requests -------------------------------------------------------------------
-    def _make_sequence(self, prompt, params: SamplingParams | None, request_id, arrival_time_s) -> Sequence:
+    def make_sequence(self, prompt, params: SamplingParams | None = None, request_id=None,
+                      arrival_time_s: float | None = None) -> Sequence:
+        """A checked, not yet queued Sequence (ValueError naming the limit a request breaks)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(f"prompt is a string but {self.config.model_path!r} has no tokenizer files "
@@ -126,7 +135,8 @@ class LLM:
         arrival = self.clock() if arrival_time_s is None else arrival_time_s
         return Sequence(request_id, token_ids, params, arrival_time_s=arrival, eos_token_id=self.eos_token_id)
 
-    def _submit(self, seq: Sequence) -> None:
+    def submit(self, seq: Sequence) -> None:
+        """Queues a Sequence from make_sequence (ValueError when the scheduler rejects it)."""
         if not self.scheduler.add(seq):
             raise ValueError(f"request {seq.request_id!r} rejected: {seq.reject_reason}")
         self._live[seq.request_id] = seq
@@ -134,9 +144,19 @@ class LLM:
     def add_request(self, prompt, sampling_params: SamplingParams | None = None, request_id=None,
                     arrival_time_s: float | None = None):
         """Queues one request (a string or a list of token ids); returns its request id."""
-        seq = self._make_sequence(prompt, sampling_params, request_id, arrival_time_s)
-        self._submit(seq)
+        seq = self.make_sequence(prompt, sampling_params, request_id, arrival_time_s)
+        self.submit(seq)
         return seq.request_id
+
+    def abort_request(self, request_id) -> bool:
+        """Drops an unfinished request and frees its KV blocks (GPU and swap); call between steps.
+        Returns False when no such request is in flight (finished already, or never added)."""
+        seq = self._live.pop(request_id, None)
+        if seq is None:
+            return False
+        self.scheduler.abort(seq)
+        self.runner.release(request_id)
+        return True
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -154,23 +174,32 @@ class LLM:
     # -- stepping -------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Schedules and runs one step; returns the requests that finished in it."""
+        _, finished, _ = self.step_batch()
+        return [self._output(seq) for seq in finished]
+
+    def step_batch(self):
+        """Schedules and runs one step; returns (its Batch, or None when nothing ran; the Sequences that
+        finished in it, already released; the waiting Sequences the policy rejected at its start, status
+        REJECTED with their reject_reason, no longer in flight). Every sequence of batch.seqs whose
+        output grew got one token in this step."""
         start = self.clock()
         batch = self.scheduler.schedule(start)
+        rejected = list(batch.rejected)
+        for seq in rejected:            # a waiting sequence holds no KV blocks
+            self._live.pop(seq.request_id, None)
         if batch.is_empty:
             self.last_step = None
-            return []
+            return None, [], rejected
         tokens = self.runner.execute(batch)
         end = self.clock()
         finished = self.scheduler.postprocess(batch, tokens, end)
         self.last_step = StepStats(start, end - start, batch.num_seqs, batch.num_prefill_tokens,
                                    batch.num_decode_seqs, len(batch.preempted), len(batch.swapped_out),
                                    len(batch.swapped_in), self.scheduler.block_manager.num_free_blocks)
-        outs = []
         for seq in finished:
             self.runner.release(seq.request_id)
             del self._live[seq.request_id]
-            outs.append(self._output(seq))
-        return outs
+        return batch, finished, rejected
 
     def _output(self, seq: Sequence) -> RequestOutput:
         out_ids = seq.output_token_ids
@@ -191,9 +220,9 @@ class LLM:
             raise ValueError(f"got {len(prompts)} prompts but {len(sampling_params)} sampling_params; "
                              f"pass one SamplingParams or one per prompt")
         # Validate everything before any work, so a bad prompt does not leave half a batch queued.
-        seqs = [self._make_sequence(p, sp, None, None) for p, sp in zip(prompts, sampling_params)]
+        seqs = [self.make_sequence(p, sp) for p, sp in zip(prompts, sampling_params)]
         for seq in seqs:
-            self._submit(seq)
+            self.submit(seq)
         results: dict[object, RequestOutput] = {}
         pbar = None
         if use_tqdm:

@@ -106,9 +106,17 @@ def _check_targets(node, prefix: str) -> None:
 
 def check_keys(cfg: DictConfig) -> None:
     from experiments.config import HardwareConfig, ModelConfig, ServelabConfig
-    _unknown(cfg, _schema_fields(ServelabConfig), "")
+    # a schema extending servelab's (servelab-serve's, experiments/serve/config.py) adds its own fields
+    schema = OmegaConf.get_type(cfg)
+    schema = schema if isinstance(schema, type) and issubclass(schema, ServelabConfig) else ServelabConfig
+    _unknown(cfg, _schema_fields(schema), "")
     _unknown(cfg.model, _schema_fields(ModelConfig), "model.")
     _unknown(cfg.hardware, _schema_fields(HardwareConfig), "hardware.")
+    for f in dataclasses.fields(schema):
+        node = cfg._get_node(f.name) if f.name not in ("model", "hardware") else None
+        typ = OmegaConf.get_type(node) if isinstance(node, DictConfig) and not node._is_none() else None
+        if typ is not None and dataclasses.is_dataclass(typ):
+            _unknown(node, _schema_fields(typ), f"{f.name}.")
     backend = cfg.backend
     allowed = _backend_keys(str(backend.get("name")))
     if allowed is not None:

@@ -70,7 +70,14 @@ def get_runner(backend_name: str):
                                         "first), or use backend=sim") from e
             raise
         return run_engine
-    raise ValueError(f"backend.name must be 'sim' or 'engine', got {backend_name!r}")
+    if backend_name == "http":
+        try:
+            import httpx  # noqa: F401  (the replay imports it only once it sends)
+        except ModuleNotFoundError as e:
+            raise MissingExtraError("backend=http needs httpx: pip install -e '.[http]'") from e
+        from experiments.runner_http import run_http
+        return run_http
+    raise ValueError(f"backend.name must be 'sim', 'engine' or 'http', got {backend_name!r}")
 
 
 def chose_model(overrides: list) -> bool:
@@ -111,6 +118,7 @@ def format_summary(summary: dict) -> str:
                      + (f", +{meta['cpu_cache_num_blocks']} CPU-tier prefix blocks" if meta.get('cpu_cache_num_blocks')
                         else "") + ")"),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
+                                + (f" / {meta['num_failed']} failed" if meta.get("num_failed") else "")
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),
         ("makespan", _fmt(m.get("makespan_s"), " s")),
         ("throughput", f"{_fmt(m.get('request_throughput_rps'), ' req/s')}, "
@@ -291,7 +299,7 @@ def hydra_main(cfg: DictConfig) -> dict:
         raise
 
 
-def _quote_tilde(arg: str) -> str:
+def quote_tilde(arg: str) -> str:
     """`key=~/x` as `key='~/x'`: Hydra's override grammar has no unquoted `~` inside a value (the
     shell leaves it alone after `key.sub=`); the path fields expand it (experiments/config_check.py).
     Hydra's own folders (hydra.run.dir, hydra.sweep.dir) are used before that check: expanded here."""
@@ -304,7 +312,7 @@ def _quote_tilde(arg: str) -> str:
 
 
 def main() -> None:
-    sys.argv[1:] = [_quote_tilde(a) for a in sys.argv[1:]]
+    sys.argv[1:] = [quote_tilde(a) for a in sys.argv[1:]]
     wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[TRACEBACK_ENV] = "1" if wanted else "0"      # read by the jobs, sweep workers too
     os.environ["HYDRA_FULL_ERROR"] = "1"                    # Hydra raises its composition errors to here

@@ -58,7 +58,8 @@ def _schema_keys(head: str) -> list[str]:
     import dataclasses
 
     from experiments.config import HardwareConfig, ModelConfig, ServelabConfig
-    schema = {"": ServelabConfig, "model": ModelConfig, "hardware": HardwareConfig}.get(head)
+    from experiments.serve.config import ServeOptions
+    schema = {"": ServelabConfig, "model": ModelConfig, "hardware": HardwareConfig, "serve": ServeOptions}.get(head)
     return [f.name for f in dataclasses.fields(schema)] if schema else []
 
 

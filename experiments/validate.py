@@ -22,6 +22,17 @@ priced from its shape: a check that does not depend on the two schedules
 staying in step). validation_<name>.png overlays latency CDFs and output
 throughput over time (one row per policy). docs/validation.md explains how to
 read it.
+
+The real side can also be any OpenAI-compatible server (servelab-serve, vLLM, SGLang), replayed over HTTP
+(experiments.runner_http):
+
+    python -m experiments.validate --real-url http://127.0.0.1:8000 --model CKPT --num-kvcache-blocks 1024 \
+        --max-model-len 8192 --policies vllm --hardware H200 --trace AzureLLMInferenceTrace_conv.csv ... --out-dir DIR
+
+The server schedules with its own policy and KV cache: --policies names that one policy, and --num-kvcache-blocks,
+--max-model-len and the other engine flags must be what the server was started with (the simulator is given them);
+--model is a folder holding the served checkpoint's config.json (the roofline's dimensions, the prompt vocabulary).
+The real side then has no step table (the step-time check is left out).
 """
 from __future__ import annotations
 
@@ -362,6 +373,10 @@ def parse_args(argv=None):
     ap.add_argument("--save-tables", action="store_true", help="also write per-request and per-step CSVs")
     ap.add_argument("--real-dir", default=None, help="keep the real runs (parquet tables + engine facts) in this "
                     "directory, for a later --from-real")
+    ap.add_argument("--real-url", default=None, help="the real side is the OpenAI-compatible server at this URL "
+                    "(replayed over HTTP) instead of the engine in this process; see the module docstring")
+    ap.add_argument("--served-model", default=None, help="with --real-url: the model name to request (default: the "
+                    "server's first /v1/models entry)")
     ap.add_argument("--from-real", default=None, help="replay nothing: load the real runs a --real-dir run kept "
                     "there (same workload flags and --name) and simulate against them")
     ap.add_argument("--repeats", type=int, default=1, help="replay every policy this many times (the real-vs-real "
@@ -375,7 +390,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not args.model and not args.from_real:
+    if not args.model and not args.from_real and not args.real_url:
         raise ValueError("--model CHECKPOINT_DIR is required (or --from-real DIR to reuse saved real runs)")
     policies = [parse_label(p).label for p in args.policies.split(",") if p.strip()]
     if not policies:
@@ -389,7 +404,11 @@ def main(argv=None) -> int:
     cpu_blocks = args.num_cpu_blocks
     if cpu_blocks is None:
         cpu_blocks = (args.num_kvcache_blocks or 4096) if any(swapping.values()) else 0
-    if args.from_real:          # the real side as measured before (experiments/saved_runs.py)
+    if args.real_url:           # the real side is a server (experiments/runner_http.py)
+        rep = http_replayer(args, policies, cpu_blocks)
+        cfg, device, model_dir = rep.config, f"server at {args.real_url}", args.model
+        load_s, warm_s, runner_device = 0.0, 0.0, "http"
+    elif args.from_real:        # the real side as measured before (experiments/saved_runs.py)
         rep = SavedReplays(args.from_real, args.name)
         cfg, device, model_dir = rep.config, rep.device, rep.model_dir
         load_s, warm_s, runner_device = rep.meta["engine_load_s"], rep.meta["warmup_s"], rep.meta["runner_device"]
@@ -426,7 +445,9 @@ def main(argv=None) -> int:
         "command": "python -m experiments.validate " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device, "engine": asdict(cfg), "engine_load_s": load_s, "warmup_s": warm_s,
-        "real_side": f"measured earlier, loaded from {args.from_real}" if args.from_real else "measured in this run",
+        "real_side": (f"measured earlier, loaded from {args.from_real}" if args.from_real else
+                      f"the server at {args.real_url}, replayed over HTTP" if args.real_url else
+                      "measured in this run"),
         "workload": {"source": workload.stats.source, "summary": workload.stats.summary(), "num_requests": len(specs),
                      "duration_s": workload.duration_s, "mean_rate_rps": workload.mean_rate_rps,
                      "prompt_tokens_mean": float(np.mean(workload.num_prompt_tokens)),
@@ -439,7 +460,7 @@ def main(argv=None) -> int:
 
     def replay(policy):
         kw = dict(num_cpu_blocks=cpu_blocks if swapping[policy] else 0, max_wall_s=args.max_wall_s)
-        if args.from_real:
+        if args.from_real or args.real_url:
             return rep.replay(specs, policy, **kw)
         from engine.core.recorder import Recorder
         run = rep.replay(specs, make_policy(policy, overrides), eviction=make_eviction(overrides),
@@ -518,6 +539,26 @@ def main(argv=None) -> int:
     path = write_json(out_dir / f"validation_{args.name}.json", report)
     print(f"wrote {path}", flush=True)
     return 0
+
+
+def http_replayer(args, policies: list[str], cpu_blocks: int):
+    """The real side of --real-url: experiments.runner_http.HttpReplayer with the engine flags the server runs."""
+    from engine.hf_config import load_hf_config
+    from experiments.runner_http import HttpReplayer, target_of
+
+    missing = [flag for flag, value in (("--model", args.model), ("--num-kvcache-blocks", args.num_kvcache_blocks),
+                                        ("--max-model-len", args.max_model_len)) if value is None]
+    if missing:
+        raise ValueError(f"--real-url needs {', '.join(missing)}: the simulated side is given what the server runs "
+                         "(--model: a folder with the served checkpoint's config.json)")
+    if len(policies) != 1:
+        raise ValueError(f"--real-url: the server runs one policy; give it alone as --policies, got {policies}")
+    if args.repeats > 1:
+        raise ValueError("--real-url replays once (--repeats 1)")
+    cfg = engine_run_config(args, cpu_blocks)
+    target = target_of({"url": args.real_url, "model": args.served_model, "temperature": args.temperature})
+    return HttpReplayer(target, cfg, load_hf_config(args.model)["vocab_size"], args.max_model_len,
+                        args.num_kvcache_blocks, cpu_blocks)
 
 
 def steps_out_path(path, policy: str, num_policies: int) -> Path:

@@ -31,8 +31,9 @@ import pytest
 from tests.helpers import ROOT, TRACES, TRACES_REL, trace_file
 
 README = ROOT / "README.md"
-SCRIPTS = {"servelab": "experiments.run", "servelab-report": "experiments.report"}
-COMMAND_WORDS = {"servelab", "servelab-report", "python", "python3", "bash", "pip", ".ci/run"}
+SCRIPTS = {"servelab": "experiments.run", "servelab-report": "experiments.report",
+           "servelab-serve": "experiments.serve.cli"}
+COMMAND_WORDS = {"servelab", "servelab-report", "servelab-serve", "python", "python3", "bash", "pip", ".ci/run"}
 TIMEOUT_S = 180
 # Fields each run's summary.json holds, as the README lists them.
 SUMMARY_METRICS = ("request_throughput_rps", "output_throughput_tps", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50",

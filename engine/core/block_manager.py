@@ -516,6 +516,10 @@ class BlockManager:
         self.register_computed_blocks(seq)
         return mapping
 
+    def drop_swapped(self, seq: Sequence) -> None:
+        """Return a swapped-out sequence's CPU blocks to the swap space (it will never be swapped in)."""
+        self.cpu_free_ids.extend(self.cpu_tables.pop(seq.request_id))
+
     # -- invariants (tests and debugging) -------------------------------------------
     def check_invariants(self, live_seqs=()) -> None:
         """Raise AssertionError if the allocator's bookkeeping is inconsistent.

@@ -159,6 +159,31 @@ class Scheduler:
         self.waiting.append(seq)
         return True
 
+    def abort(self, seq: Sequence) -> bool:
+        """Drop a queued, running or swapped sequence (its client gave up) and free its GPU or CPU
+        blocks; call between steps. Returns False, changing nothing, when seq is not in the scheduler
+        (finished, rejected, aborted, or never added)."""
+        status = seq.status
+        if status in (SequenceStatus.WAITING, SequenceStatus.PREEMPTED):
+            if seq not in self.waiting:
+                return False
+            self.waiting.remove(seq)        # a waiting or preempted sequence holds no blocks
+            seq.set_status(SequenceStatus.ABORTED)
+        elif status is RUNNING:
+            self.block_manager.free(seq)    # as a live sequence: its blocks stay cached for others
+            seq.set_status(SequenceStatus.ABORTED)
+            self.remove_finished()
+            self.num_running_changes += 1   # facts about the running set kept outside are stale
+        elif status is SequenceStatus.SWAPPED:
+            self.swapped.remove(seq)
+            self.block_manager.drop_swapped(seq)
+            seq.set_status(SequenceStatus.ABORTED)
+        else:
+            return False
+        seq.finish_reason = "abort"
+        self.policy.on_finish(seq)
+        return True
+
     def _reject(self, seq: Sequence, reason: str) -> bool:
         seq.set_status(SequenceStatus.REJECTED)
         seq.reject_reason = reason

@@ -11,6 +11,7 @@ Status machine::
        |   (recompute)   |  +--swap out--> SWAPPED --swap in--> RUNNING
        +---- PREEMPTED <-+
     WAITING --reject--> REJECTED   (reason in `reject_reason`)
+    WAITING / PREEMPTED / RUNNING / SWAPPED --abort--> ABORTED   (Scheduler.abort: the client gave up)
 
 A PREEMPTED sequence waits again for admission; its KV blocks were freed and it
 re-prefills everything it had computed (prompt plus the outputs so far), which
@@ -32,16 +33,19 @@ class SequenceStatus(Enum):
     SWAPPED = "swapped"
     FINISHED = "finished"
     REJECTED = "rejected"
+    ABORTED = "aborted"
 
 
 # Allowed transitions; anything else is a scheduler bug and raises.
 _TRANSITIONS = {
-    SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
-    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
-    SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED, SequenceStatus.FINISHED},
-    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING},
+    SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED, SequenceStatus.ABORTED},
+    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING, SequenceStatus.REJECTED, SequenceStatus.ABORTED},
+    SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED, SequenceStatus.FINISHED,
+                             SequenceStatus.ABORTED},
+    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING, SequenceStatus.ABORTED},
     SequenceStatus.FINISHED: set(),
     SequenceStatus.REJECTED: set(),
+    SequenceStatus.ABORTED: set(),
 }
 
 
@@ -148,7 +152,7 @@ class Sequence:
         self.eos_token_id = eos_token_id
         self.status = SequenceStatus.WAITING
         self.reject_reason: str | None = None
-        self.finish_reason: str | None = None   # "length" | "eos"
+        self.finish_reason: str | None = None   # "length" | "eos" | "abort"
         self.block_table: list[int] = []
         # Chained content hash of each full block of token_ids (prefix caching); survives
         # preemption so a recompute can find its own blocks again.
@@ -211,7 +215,7 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED)
+        return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED, SequenceStatus.ABORTED)
 
     def set_status(self, new: SequenceStatus) -> None:
         if new not in _TRANSITIONS[self.status]:

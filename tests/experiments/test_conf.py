@@ -36,7 +36,7 @@ def make_cfg(overrides=(), hydra_cfg=False):
 def test_groups_have_the_expected_options():
     assert set(options("model")) >= {"qwen3_0p6b", "qwen3_8b", "llama3_8b"}
     assert options("hardware") == ["a100_80gb", "h100_sxm", "h200", "l40s"]
-    assert options("backend") == ["engine", "sim"]
+    assert options("backend") == ["engine", "http", "sim"]
     assert options("backend/cost_model") == ["calibrated", "constant", "roofline"]
     assert set(options("workload")) >= {"poisson", "gamma", "all_at_once", "azure", "azure_conv", "mooncake",
                                         "sharegpt"}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The HTTP serving benchmark on one GPU: servelab-serve on a random-weight Qwen3-0.6B, driven by a standard load
+# generator (guidellm) and by `servelab backend=http` on the Azure conversation slice (first MAX_REQUESTS=300 requests
+# at RATE_RPS=6), against the in-process replay of the same slice (`servelab backend=engine`), in one run. Prints and
+# writes the ratios: HTTP TTFT p50 over in-process (goal <= 1.05) and HTTP output throughput over in-process (goal
+# within 2%). Or the same stages on CPU with the tiny test model (--smoke).
+#
+#   benchmarks/gpu_serve.sh --trace PATH/AzureLLMInferenceTrace_conv.csv [--out DIR]
+#   benchmarks/gpu_serve.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, 12 requests, ~2 minutes
+#   benchmarks/gpu_serve.sh --download-wheels                         # here: the wheels the GPU machine lacks
+#
+# Stages (each logs, and a failing stage never stops the next):
+#   checkpoint  random-weight Qwen3-0.6B (as gpu_validate.sh), plus a byte-level tokenizer covering its vocabulary
+#               (tests/experiments/byte_tokenizer.py: the server detokenizes what it samples, guidellm makes text)
+#   inproc      servelab backend=engine on the slice (warm-up first; the engine in this process), REPEATS times
+#   serve       servelab-serve (python -m experiments.serve) on the same checkpoint and limits, in the background;
+#               SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
+#   loadgen     benchmarks/loadgen.py: guidellm, LOADGEN_REQUESTS at RATE_RPS, 256-token prompts, 128-token outputs
+#               (also the server's warm-up before the timed replay)
+#   http        servelab backend=http on the slice against the server (token-id prompts, ignore_eos), REPEATS times
+#   compare     the ratios of the first runs, from their summary.json, and each side's spread over its repeats
+#                                                                                 -> serve_compare.json
+# Outputs (--out, default $OUT, else benchmarks/results/serve): gpu_serve.log, serve_compare.json, loadgen.json,
+# guidellm.json, server.log, server_metrics.txt (a /metrics scrape after the replay), runs_serve.tgz (every run's
+# folder: requests.parquet, summary.json, config.yaml).
+# Knobs (environment): REPEATS (default 1; 2 gives each side's run-to-run spread, ~2 more minutes on the H200),
+# MAX_REQUESTS, RATE_RPS, MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a
+# checkpoint directory), SERVER_START_S (seconds to wait for /health).
+#
+# The GPU machine has no fastapi, uvicorn, prometheus_client, pydantic, guidellm and their dependencies (nor simpy, hydra-core): carry
+# them as wheels in .gpuwheels/ (git ignores it), made here by `benchmarks/gpu_serve.sh --download-wheels`
+# (Python 3.12 manylinux wheels, ~10 MB); gpu_lib.sh installs them there.
+set -uo pipefail
+
+if [ "${1:-}" = --download-wheels ]; then
+  cd "$(dirname "$0")/.." || exit 2
+  mkdir -p .gpuwheels
+  PIP=(python3 -m pip download -q --no-deps -d .gpuwheels)
+  "${PIP[@]}" --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    simpy==4.1.2 hydra-core==1.3.8 omegaconf==2.3.0 \
+    fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 httptools==0.9.0 prometheus_client==0.26.0 \
+    pydantic==2.14.4 pydantic_core==2.50.5 \
+    annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 click==8.4.2 \
+    guidellm==0.8.1 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 sanic==25.12.1 sanic-routing==23.12.0 \
+    html5tagger==2.0.0 tracerite==2.6.5 ujson==6.1.0 websockets==17.4 Faker==40.63.0 tzdata==2026.6 ftfy==6.3.1 \
+    wcwidth==0.9.4 culsans==0.10.0 aiologic==0.17.1 loguru==0.7.3 eval_type_backport==0.4.0 \
+    more-itertools==11.2.1 pydantic-settings==2.16.3 python-dotenv==1.2.4 h2==4.4.1 hpack==4.2.0 \
+    hyperframe==6.1.0 opentelemetry-api==1.45.2 || exit 1
+  "${PIP[@]}" antlr4-python3-runtime==4.9.3 || exit 1     # a source archive; it builds offline
+  du -sh .gpuwheels; ls .gpuwheels | wc -l
+  exit 0
+fi
+
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_serve benchmarks/results/serve '2,32p' "$0" "$@"
+
+if [ "$SMOKE" = 1 ]; then
+  TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN="${MAX_MODEL_LEN:-512}"; VOCAB=512
+  MAX_REQUESTS="${MAX_REQUESTS:-12}"; RATE_RPS="${RATE_RPS:-4}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-6}"
+  LOADGEN=(--prompt-tokens 32 --output-tokens 8 --workers 1); SERVER_START_S="${SERVER_START_S:-120}"
+  T_CKPT=120; T_RUN=200; T_LOADGEN=150
+  # one torch thread in every process: on a small shared CPU two threads a process spin against each other and the
+  # in-process replay (one process) would pay for it more than the server (its engine loop) does
+  export OMP_NUM_THREADS=1
+else
+  TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"; VOCAB=151936
+  MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-120}"
+  LOADGEN=(--prompt-tokens 256 --output-tokens 128 --workers 4); SERVER_START_S="${SERVER_START_S:-240}"
+  T_CKPT=90; T_RUN=150; T_LOADGEN=150
+fi
+PORT="${PORT:-8011}"
+REPEATS="${REPEATS:-1}"
+URL="${SERVER_URL:-http://127.0.0.1:$PORT}"
+log "gpu_serve: smoke=$SMOKE device=$DEVICE requests=$MAX_REQUESTS rate=$RATE_RPS max_model_len=$MAX_MODEL_LEN" \
+    "url=$URL out=$OUT_DIR trace=${TRACE:-none}"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
+if [ -z "$TRACE" ] || [ ! -f "$TRACE" ]; then
+  log "!!! no trace file (give --trace PATH/AzureLLMInferenceTrace_conv.csv)"; exit 2
+fi
+TRACE="$(cd "$(dirname "$TRACE")" && pwd)/$(basename "$TRACE")"
+
+CKPT="${CKPT:-$WORK/model}"
+if [ ! -f "$CKPT/config.json" ]; then
+  make_checkpoint "$CKPT" "$T_CKPT"
+  stage tokenizer 60 "$PY" -c "
+import sys; sys.path.insert(0, '.')
+from tests.experiments.byte_tokenizer import make_byte_tokenizer
+make_byte_tokenizer('$CKPT', vocab_size=$VOCAB)
+print('byte-level tokenizer ($VOCAB ids) in $CKPT')"
+fi
+
+# The slice, the same for both replays: the same ids, arrivals, lengths and prompt token ids. Repeat k draws its
+# prompt token ids from root seed k - 1 on both sides: a repeat against the same server would otherwise find the
+# last repeat's prompts in its prefix cache (a fresh in-process engine never does).
+SLICE=(workload=azure "workload.path=$TRACE" "workload.max_requests=$MAX_REQUESTS" "workload.target_rate_rps=$RATE_RPS"
+       "max_model_len=$MAX_MODEL_LEN" plots=false progress=false)
+
+INPROC_DIRS=(); HTTP_DIRS=()
+for k in $(seq 1 "$REPEATS"); do
+  stage "inproc$k" "$T_RUN" "$PY" -m experiments.run backend=engine "backend.model_path=$CKPT" \
+    "backend.device=$DEVICE" "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/inproc$k"
+  INPROC_DIRS+=("$WORK/runs/inproc$k")
+done
+
+SERVER_PID=""
+if [ -z "${SERVER_URL:-}" ]; then
+  log "=== [serve] $(date -u +%H:%M:%S): python -m experiments.serve on $URL (log: server.log)"
+  "$PY" -m experiments.serve "backend.model_path=$CKPT" "backend.device=$DEVICE" "max_model_len=$MAX_MODEL_LEN" \
+    serve.host=127.0.0.1 "serve.port=$PORT" > "$OUT_DIR/server.log" 2>&1 &
+  SERVER_PID=$!
+fi
+ready=0
+for _ in $(seq 1 "$SERVER_START_S"); do
+  if "$PY" -c "import httpx,sys; sys.exit(httpx.get('$URL/health', timeout=2).status_code != 200)" 2>/dev/null; then
+    ready=1; break
+  fi
+  [ -n "$SERVER_PID" ] && ! kill -0 "$SERVER_PID" 2>/dev/null && break
+  sleep 1
+done
+if [ "$ready" = 1 ]; then
+  log "=== [serve] ready after ${SECONDS}s of the script"
+  stage loadgen "$T_LOADGEN" "$PY" benchmarks/loadgen.py --url "$URL" --tokenizer "$CKPT" --rate-rps "$RATE_RPS" \
+    --num-requests "$LOADGEN_REQUESTS" "${LOADGEN[@]}" --max-seconds 120 --out "$WORK/loadgen"
+  cp "$WORK/loadgen/loadgen.json" "$WORK/loadgen/guidellm.json" "$OUT_DIR/" 2>/dev/null
+  tail -n 30 "$WORK/loadgen/guidellm.log" >> "$LOG" 2>/dev/null
+  for k in $(seq 1 "$REPEATS"); do
+    stage "http$k" "$T_RUN" "$PY" -m experiments.run backend=http "backend.url=$URL" "model.vocab_size=$VOCAB" \
+      "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/http$k"
+    HTTP_DIRS+=("$WORK/runs/http$k")
+  done
+  "$PY" -c "import httpx; print(httpx.get('$URL/metrics', timeout=10).text)" > "$OUT_DIR/server_metrics.txt" 2>&1
+else
+  FAILED+=(serve); log "!!! [serve] $URL/health did not answer within ${SERVER_START_S}s; server.log ends:"
+  tail -n 20 "$OUT_DIR/server.log" 2>/dev/null | tee -a "$LOG"
+fi
+if [ -n "$SERVER_PID" ]; then
+  kill -INT "$SERVER_PID" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$SERVER_PID" 2>/dev/null
+fi
+
+stage compare 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" \
+  --http "${HTTP_DIRS[@]:-$WORK/runs/http1}" \
+  --loadgen "$OUT_DIR/loadgen.json" --out "$OUT_DIR/serve_compare.json" --device "$TAG" \
+  --command "benchmarks/gpu_serve.sh $*"
+
+if [ -d "$WORK/runs" ]; then
+  tar czf "$OUT_DIR/runs_serve.tgz" -C "$WORK" runs && log "the runs' folders in $OUT_DIR/runs_serve.tgz"
+fi
+log "gpu_serve finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
+ls -la "$OUT_DIR" | tee -a "$LOG"
+rm -rf "$WORK"
+[ ${#FAILED[@]} -eq 0 ]

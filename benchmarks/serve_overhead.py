@@ -1,0 +1,135 @@
+"""What the HTTP path costs: the same requests in process (LLM.generate) and through servelab-serve.
+
+    python benchmarks/serve_overhead.py                                  # the tiny CPU model, 256 x 64 tokens
+    python benchmarks/serve_overhead.py --model-path ~/models/Qwen3-0.6B --device cuda --requests 256 \
+        --prompt-len 512 --output-len 256
+    python benchmarks/serve_overhead.py --no-stream                       # whole completions instead of SSE
+
+All requests are sent at once (greedy, ignore_eos, token-id prompts), first to an in-process LLM,
+then, after the in-process engine is gone, to a server started as `python -m experiments.serve`
+with the same engine options, from asyncio clients in this process (one connection each). It prints
+both wall times and output tokens/s, and the server's CPU seconds per 1,000 output tokens: the
+engine thread's and the rest of the process's (HTTP, JSON, detokenization; read from /proc, Linux
+only), which is what the HTTP path adds to an engine step's host time when both want the GIL.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")      # utime + stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-path", help="checkpoint directory (default: a tiny random Qwen3 built in a temp dir)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--num-kvcache-blocks", type=int, default=None)
+    ap.add_argument("--no-stream", action="store_true")
+    args = ap.parse_args()
+
+    ckpt = args.model_path
+    if ckpt is None:
+        from tests.engine.tiny_model import make_tiny_qwen3
+        ckpt = tempfile.mkdtemp(prefix="serve_overhead_")
+        make_tiny_qwen3(ckpt)
+    max_len = args.prompt_len + args.output_len + 16
+    blocks = args.num_kvcache_blocks or args.requests * (-(-max_len // 16))
+    opts = dict(device=args.device, max_num_seqs=args.max_num_seqs, num_kvcache_blocks=blocks,
+                max_model_len=max_len)
+    prompts = [[(7 * i + 3 * p) % 500 + 1 for p in range(args.prompt_len)] for i in range(args.requests)]
+    total = args.requests * args.output_len
+
+    from engine.core.sequence import SamplingParams
+    from engine.llm import LLM
+    llm = LLM(ckpt, **opts)
+    sp = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+    llm.generate(prompts[:8], sp, use_tqdm=False)            # warm-up (compilation, graphs)
+    t0 = time.perf_counter()
+    llm.generate(prompts, sp, use_tqdm=False)
+    inproc = time.perf_counter() - t0
+    llm.close()
+    del llm
+
+    overrides = [f"backend.model_path={ckpt}", f"backend.device={args.device}", "serve.port=0",
+                 "serve.log_level=info", f"max_num_seqs={args.max_num_seqs}", f"num_kvcache_blocks={blocks}",
+                 f"max_model_len={max_len}", "swap_space_gib=0"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", *overrides],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = tid = None
+    for line in proc.stdout:
+        found = re.search(r"engine thread running \(native thread id (\d+)\)", line)
+        if found:
+            tid = int(found.group(1))
+        found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
+        if found:
+            base = found.group(1)
+            break
+    if base is None:
+        raise SystemExit("the server did not start")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()     # keep its pipe drained
+
+    import httpx
+
+    stream = not args.no_stream
+
+    async def one(client, prompt) -> int:
+        body = {"prompt": prompt, "max_tokens": args.output_len, "temperature": 0, "ignore_eos": True,
+                "stream": stream, "stream_options": {"include_usage": True}}
+        if not stream:
+            r = await client.post(f"{base}/v1/completions", json=body)
+            return r.json()["usage"]["completion_tokens"]
+        n = 0
+        async with client.stream("POST", f"{base}/v1/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {") and '"usage"' in line:
+                    n = json.loads(line[6:])["usage"]["completion_tokens"]
+        return n
+
+    async def run(ps) -> tuple[float, int]:
+        limits = httpx.Limits(max_connections=len(ps) + 8, max_keepalive_connections=len(ps) + 8)
+        async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+            t = time.perf_counter()
+            done = await asyncio.gather(*[one(client, p) for p in ps])
+            return time.perf_counter() - t, sum(done)
+
+    asyncio.run(run(prompts[:8]))                               # warm-up
+    cpu0, eng0 = cpu_seconds(proc.pid), cpu_seconds(proc.pid, tid) if tid else 0.0
+    wall, got = asyncio.run(run(prompts))
+    cpu1, eng1 = cpu_seconds(proc.pid), cpu_seconds(proc.pid, tid) if tid else 0.0
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert got == total, f"server produced {got} tokens, expected {total}"
+    per_k = 1000 / total
+    print(f"{args.requests} requests x {args.prompt_len} prompt + {args.output_len} output tokens, "
+          f"device {args.device}, {'streaming' if stream else 'whole completions'}")
+    print(f"in process  {inproc:8.3f} s  {total / inproc:10.0f} output tok/s")
+    print(f"over HTTP   {wall:8.3f} s  {total / wall:10.0f} output tok/s  ({wall / inproc:.2f}x the wall time)")
+    print(f"server CPU per 1,000 output tokens: engine thread {(eng1 - eng0) * per_k:.3f} s, rest of the "
+          f"process {((cpu1 - cpu0) - (eng1 - eng0)) * per_k:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

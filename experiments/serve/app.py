@@ -1,0 +1,497 @@
+"""The OpenAI-compatible HTTP API over one LLM (FastAPI; uvicorn serves it, experiments/serve/cli.py).
+
+    app = create_app(llm, served_model_name="qwen3", options=ServeOptions())
+
+Routes: POST /v1/completions, POST /v1/chat/completions (server-sent events with "stream": true),
+GET /v1/models, GET /health (200 while the engine runs, 503 after it failed or while it stops),
+GET /metrics (Prometheus text, experiments/serve/metrics.py).
+
+A request's life: the body is checked (400 naming the field, experiments/serve/protocol.py), its
+prompts tokenized here (strings through the checkpoint's tokenizer, chat messages through its chat
+template; token-id prompts as given), one Sequence per choice (prompts x n) stamped with its arrival
+time, then queued on the engine thread (experiments/serve/engine_loop.py) unless more than
+serve.max_waiting_requests are waiting (429 with Retry-After). Tokens come back per step and are
+turned into text (experiments/serve/text_stream.py). A request the scheduling policy rejects while
+it waits (a policy with may_reject, e.g. scheduler=edf_reject) is answered 503 with code
+"policy_rejected" and the policy's reason (an error event when it streams). A client that disconnects, streaming or not,
+has its sequences aborted: the engine drops them and frees their KV blocks.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from engine.core.sequence import SamplingParams
+from experiments.serve.config import ServeOptions
+from experiments.serve.engine_loop import AsyncEngine
+from experiments.serve.errors import APIError, error_body
+from experiments.serve.metrics import ServerMetrics
+from experiments.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    chat_messages,
+    check_common,
+    completion_prompts,
+    unsupported,
+)
+from experiments.serve.text_stream import TextStream
+
+log = logging.getLogger("servelab.serve")
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16          # OpenAI's default for /v1/completions
+
+
+def create_app(llm, served_model_name: str, options: ServeOptions | None = None) -> FastAPI:
+    server = _Server(llm, served_model_name, options or ServeOptions())
+
+    @asynccontextmanager
+    async def lifespan(app):
+        server.engine.start(asyncio.get_running_loop())
+        log.info("serving %s (max_model_len %d, %d KV blocks of %d tokens, scheduler %s)", served_model_name,
+                 server.max_model_len, server.num_kv_blocks, server.block_size, llm.scheduler.policy.name)
+        yield
+        server.engine.stop()
+
+    app = FastAPI(title="servelab", lifespan=lifespan)
+    app.state.server = server
+
+    @app.exception_handler(APIError)
+    async def api_error(request, exc: APIError):
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request, exc):
+        return Response(status_code=499)        # left before its body arrived: nothing was queued
+
+    @app.exception_handler(Exception)
+    async def internal_error(request, exc):
+        log.exception("request failed")
+        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}: {exc}"), status_code=500)
+
+    @app.get("/health")
+    async def health():
+        if not server.engine.alive:
+            raise APIError(503, f"the engine is not running ({server.engine.error or 'shutting down'})")
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        server.authorize(request)
+        return {"object": "list", "data": [server.model_card()]}
+
+    @app.get("/metrics")
+    async def metrics():
+        body, content_type = server.metrics.scrape()
+        return Response(body, media_type=content_type)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        server.authorize(request)
+        return await server.completions(request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        server.authorize(request)
+        return await server.chat(request)
+
+    return app
+
+
+class _Server:
+    def __init__(self, llm, name: str, options: ServeOptions):
+        self.llm = llm
+        self.name = name
+        self.options = options
+        self.tokenizer = llm.tokenizer
+        self.metrics = ServerMetrics(name, llm.scheduler)
+        self.engine = AsyncEngine(llm, self.metrics)
+        self.max_model_len = llm.runner.max_model_len
+        self.block_size = llm.config.block_size
+        self.num_kv_blocks = llm.scheduler.config.num_kvcache_blocks
+        self.vocab_size = llm.vocab_size
+        self.created = int(time.time())
+        self._warned: set[str] = set()
+
+    def authorize(self, request: Request) -> None:
+        key = self.options.api_key
+        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+            raise APIError(401, "missing or wrong API key: send the header Authorization: Bearer <serve.api_key>",
+                           code="invalid_api_key")
+
+    def model_card(self) -> dict:
+        return {"id": self.name, "object": "model", "created": self.created, "owned_by": "servelab",
+                "root": str(self.llm.config.model_path), "max_model_len": self.max_model_len}
+
+    # -- request bodies -------------------------------------------------------------------------
+    async def _parse(self, request: Request, schema):
+        arrival = time.perf_counter()
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise APIError(400, f"the request body is not valid JSON ({e})") from None
+        if not isinstance(body, dict):
+            raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+        try:
+            req = schema.model_validate(body)
+        except ValidationError as e:
+            raise _validation_error(e) from None
+        extra = sorted(set(req.model_extra or ()) - self._warned)
+        if extra and len(self._warned) < 256:      # each name logged once (and the set kept small)
+            self._warned.update(extra)
+            log.warning("ignoring request field(s) this server does not know: %s", ", ".join(extra))
+        if req.model is not None and req.model != self.name:
+            raise APIError(400, f"model {req.model!r} is not served here; this server serves {self.name!r} "
+                                f"(GET /v1/models)", param="model", code="model_not_found")
+        unsupported(req)
+        return req, arrival
+
+    def _token_ids(self, prompt, field: str) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise APIError(400, f"{field} is text but the checkpoint has no tokenizer; send token ids",
+                               param=field)
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise APIError(400, f"{field} is empty; give at least one token", param=field)
+        bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise APIError(400, f"{field} holds token id {bad}, outside [0, {self.vocab_size}) (vocab_size)",
+                           param=field)
+        return ids
+
+    def _max_tokens(self, given: int | None, field: str, num_prompt: int, prompt_field: str, default: int | None):
+        """The output cap of one choice: `given`, checked, else `default` (None: all the room left), cut to
+        the room the context window and the KV cache leave."""
+        room_len = self.max_model_len - num_prompt
+        room_kv = self.num_kv_blocks * self.block_size - num_prompt
+        if room_len < 1:
+            raise APIError(400, f"{prompt_field} has {num_prompt} tokens, max_model_len is {self.max_model_len}; "
+                                f"shorten it to at most {self.max_model_len - 1} tokens", param=prompt_field)
+        if given is None:
+            room = min(room_len, room_kv)
+            if room < 1:
+                raise APIError(400, f"{prompt_field} has {num_prompt} tokens, more than the KV cache holds "
+                                    f"({self.num_kv_blocks} blocks of {self.block_size})", param=prompt_field)
+            return room if default is None else min(default, room)
+        if given < 1:
+            raise APIError(400, f"{field} must be >= 1, got {given}", param=field)
+        if given > room_len:
+            raise APIError(400, f"{prompt_field} ({num_prompt} tokens) + {field} ({given}) exceeds max_model_len "
+                                f"({self.max_model_len}); lower {field} to at most {room_len}", param=field)
+        if given > room_kv:
+            raise APIError(400, f"{prompt_field} ({num_prompt} tokens) + {field} ({given}) needs more KV blocks "
+                                f"than the cache has ({self.num_kv_blocks} of {self.block_size} tokens); lower "
+                                f"{field} to at most {room_kv}", param=field)
+        return given
+
+    def _sequences(self, rid: str, prompts: list[list[int]], common: dict, n: int, max_tokens_of, arrival: float,
+                   priority: int = 0):
+        """(index, Sequence) per choice (prompt-major) and its TextStream arguments."""
+        entries, texts = [], []
+        for p, ids in enumerate(prompts):
+            max_tokens = max_tokens_of(ids)
+            for j in range(n):
+                seed = common["seed"]
+                params = SamplingParams(temperature=common["temperature"], top_k=common["top_k"],
+                                        top_p=common["top_p"], max_tokens=max_tokens,
+                                        ignore_eos=common["ignore_eos"],
+                                        seed=None if seed is None else seed + j)  # n > 1: seed, seed + 1, ...
+                index = p * n + j
+                try:
+                    seq = self.llm.make_sequence(ids, params, request_id=f"{rid}-{index}", arrival_time_s=arrival)
+                except ValueError as e:
+                    raise APIError(400, str(e)) from None
+                seq.priority = priority
+                entries.append((index, seq))
+                texts.append(ids)
+        return entries, texts
+
+    def _admit_or_429(self, count: int) -> None:
+        limit = self.options.max_waiting_requests
+        if limit is None:
+            return
+        waiting = self.engine.num_waiting()
+        if waiting + count > limit:
+            self.metrics.rejected.inc()
+            retry = self.options.retry_after_s
+            raise APIError(429, f"the server is busy: {waiting} requests are waiting (serve.max_waiting_requests="
+                                f"{limit}); retry after {retry} s", code="too_many_requests",
+                           headers={"Retry-After": str(retry)})
+
+    # -- the two endpoints ------------------------------------------------------------------------
+    async def completions(self, request: Request):
+        req, arrival = await self._parse(request, CompletionRequest)
+        common = check_common(req, self.vocab_size)
+        prompts = [self._token_ids(p, "prompt") for p in completion_prompts(req.prompt)]
+
+        def cap(ids):
+            return self._max_tokens(req.max_tokens, "max_tokens", len(ids), "prompt", COMPLETION_DEFAULT_MAX_TOKENS)
+
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        entries, prompt_ids = self._sequences(rid, prompts, common, req.n, cap, arrival, req.priority)
+        return await self._respond(request, req, rid, "text_completion", entries, prompt_ids, prompts, common)
+
+    async def chat(self, request: Request):
+        req, arrival = await self._parse(request, ChatCompletionRequest)
+        common = check_common(req, self.vocab_size)
+        if req.max_completion_tokens is not None and req.max_tokens is not None \
+                and req.max_completion_tokens != req.max_tokens:
+            raise APIError(400, f"max_tokens ({req.max_tokens}) and max_completion_tokens "
+                                f"({req.max_completion_tokens}) differ; give one of them",
+                           param="max_completion_tokens")
+        field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        given = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        ids = self._chat_token_ids(req)
+
+        def cap(ids):
+            return self._max_tokens(given, field, len(ids), "messages", None)
+
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        entries, prompt_ids = self._sequences(rid, [ids], common, req.n, cap, arrival, req.priority)
+        return await self._respond(request, req, rid, "chat.completion", entries, prompt_ids, [ids], common)
+
+    def _chat_token_ids(self, req: ChatCompletionRequest) -> list[int]:
+        tok = self.tokenizer
+        if tok is None or not getattr(tok, "chat_template", None):
+            raise APIError(400, "this checkpoint has no chat template (tokenizer_config.json chat_template); use "
+                                "/v1/completions", param="messages")
+        messages = chat_messages(req.messages)
+        try:
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=req.add_generation_prompt,
+                                           **(req.chat_template_kwargs or {}))
+        except Exception as e:      # the template's own checks (roles alternating, ...): the user's input
+            raise APIError(400, f"the chat template refused the messages: {type(e).__name__}: {e}",
+                           param="messages") from None
+        return self._token_ids(tok.encode(text, add_special_tokens=False), "messages")
+
+    async def _respond(self, request, req, rid, kind, entries, prompt_ids, prompts, common):
+        self._admit_or_429(len(entries))
+        queue: asyncio.Queue = asyncio.Queue()
+        streams = {i: TextStream(self.tokenizer, ids, common["stop"], common["stop_token_ids"], hold_back=req.stream)
+                   for (i, _), ids in zip(entries, prompt_ids)}
+        choices = self.engine.submit(entries, queue)
+        open_ = {c.index: c for c in choices}       # choices not finished yet
+
+        def abort_open():
+            if open_:
+                self.engine.abort(list(open_.values()))
+                open_.clear()
+
+        events = self._events(open_, streams, queue)
+        usage_prompt = sum(len(p) for p in prompts)
+        head = {"id": rid, "created": int(time.time()), "model": self.name}
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            chunks = _chat_chunks if kind == "chat.completion" else _completion_chunks
+            sse = chunks(events, head, streams, usage_prompt, include_usage, req.return_token_ids,
+                         always=self.tokenizer is None)
+            return _EventStream(sse, abort_open, media_type="text/event-stream",
+                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        try:
+            results = await _unless_disconnected(request, _collect(events))
+        finally:
+            abort_open()
+        if results is None:
+            return Response(status_code=499)        # nobody is listening; the sequences were aborted
+        body = {**head, "object": kind, "choices": []}
+        completion_tokens = 0
+        for index in sorted(results):
+            text, reason = results[index]
+            ts = streams[index]
+            completion_tokens += len(ts.token_ids)
+            if kind == "chat.completion":
+                choice = {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                          "finish_reason": reason}
+            else:
+                choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+            if req.return_token_ids:
+                choice["token_ids"] = list(ts.token_ids)
+            body["choices"].append(choice)
+        if req.return_token_ids:
+            body["prompt_token_ids"] = prompts[0] if len(prompts) == 1 else prompts
+        body["usage"] = _usage(usage_prompt, completion_tokens)
+        return JSONResponse(body)
+
+    async def _events(self, open_: dict, streams, queue):
+        """(index, text, new token ids, finish_reason or None) as the engine produces them, for the choices
+        of open_ (index -> Choice; each leaves it with its last event, which has its finish_reason "stop" |
+        "length" | "abort"). Aborts the choices left when the caller stops early (client gone, cancelled)."""
+        try:
+            while open_:
+                index, ids, reason, error = await queue.get()
+                choice = open_.get(index)
+                if choice is None:
+                    continue            # tokens a stopped choice's sequence made before its abort arrived
+                if reason == "error":
+                    raise APIError(500, f"the engine failed: {error}")
+                if reason == "rejected":    # the other choices of the request are aborted below
+                    raise APIError(503, f"the scheduling policy rejected the request while it waited ({error})",
+                                   code="policy_rejected")
+                ts = streams[index]
+                kept = len(ts.token_ids)
+                text = ts.push(ids, eos=reason == "eos")
+                if ts.stopped and reason is None:   # a stop string or stop token: the engine must drop it
+                    self.engine.abort([choice], count_as_aborted=False)
+                    self.metrics.finished("stop")
+                    self.metrics.e2e.observe([time.perf_counter() - choice.seq.arrival_time_s])
+                fin = None
+                if ts.stopped or reason is not None:
+                    text += ts.flush()
+                    fin = "stop" if ts.stopped or reason == "eos" else reason
+                    del open_[index]
+                yield index, text, ts.token_ids[kept:], fin
+        finally:
+            if open_:
+                self.engine.abort(list(open_.values()))
+                open_.clear()
+
+
+class _EventStream(StreamingResponse):
+    """A StreamingResponse that aborts its unfinished choices however it ends (done, client gone,
+    cancelled by shutdown): Starlette stops iterating the body on a disconnect but need not close it."""
+
+    def __init__(self, content, on_close, **kwargs):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+async def _collect(events) -> dict:
+    texts: dict[int, list[str]] = {}
+    reasons: dict[int, str] = {}
+    async for index, text, _, fin in events:
+        texts.setdefault(index, []).append(text)
+        if fin is not None:
+            reasons[index] = fin
+    return {i: ("".join(texts.get(i, [])), reasons[i]) for i in reasons}
+
+
+async def _unless_disconnected(request: Request, work):
+    """Awaits `work`; None (work cancelled, so its sequences are aborted) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return None
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage, token_ids, always, first=None):
+    """Server-sent events: one chunk per choice and step (empty text skipped unless `always`), then the
+    usage chunk when asked, then [DONE]; an engine failure becomes an error event. make_chunk(index,
+    text, finish_reason, token_ids or None) -> the event's text."""
+    try:
+        if first is not None:
+            for chunk in first:
+                yield _sse(chunk)
+        async for index, text, ids, fin in events:
+            if not (text or fin or always or token_ids):
+                continue
+            yield make_chunk(index, text, fin, ids if token_ids else None)
+        if include_usage:
+            done = sum(len(ts.token_ids) for ts in streams.values())
+            yield _sse({**head, "choices": [], "usage": _usage(usage_prompt, done)})
+    except APIError as e:
+        yield _sse(e.body())
+    yield "data: [DONE]\n\n"
+
+
+# A chunk is written by hand around json.dumps of the text: a streamed token costs one small dumps,
+# not the dumps of a whole dict (the fields and their order are those json.dumps gives the dict).
+def _chunk_prefix(head: dict) -> str:
+    return _sse({**head, "choices": [{"index": 0}]}).split('"choices":[{"index":', 1)[0] + '"choices":[{"index":'
+
+
+def _tail(fin, ids) -> str:
+    fin_json = "null" if fin is None else f'"{fin}"'
+    extra = "" if ids is None else f',"token_ids":{json.dumps(ids, separators=(",", ":"))}'
+    return f',"logprobs":null,"finish_reason":{fin_json}{extra}}}]}}\n\n'
+
+
+def _completion_chunks(events, head, streams, usage_prompt, include_usage, token_ids, always):
+    head = {**head, "object": "text_completion"}
+    prefix = _chunk_prefix(head)
+
+    def chunk(index, text, fin, ids):
+        return f'{prefix}{index},"text":{json.dumps(text)}{_tail(fin, ids)}'
+
+    return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always)
+
+
+def _chat_chunks(events, head, streams, usage_prompt, include_usage, token_ids, always):
+    head = {**head, "object": "chat.completion.chunk"}
+    first = [{**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                   "finish_reason": None}]} for i in sorted(streams)]
+    prefix = _chunk_prefix(head)
+
+    def chunk(index, text, fin, ids):
+        delta = f'{{"content":{json.dumps(text)}}}' if text or fin is None else "{}"
+        return f'{prefix}{index},"delta":{delta}{_tail(fin, ids)}'
+
+    return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always, first)
+
+
+def _validation_error(e: ValidationError) -> APIError:
+    """The first problem pydantic found, as a 400 naming the field (`messages[0].content`)."""
+    err = e.errors()[0]
+    loc = [p for p in err.get("loc", ()) if isinstance(p, int) or p.isidentifier()]
+    # a union's branch names (str, list[int], ...) are not fields: keep the path up to the first one
+    parts = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in ("str", "int", "float", "bool", "list", "dict"):
+            break
+        else:
+            parts.append(("." if parts else "") + p)
+    param = "".join(parts) or None
+    if err.get("type") == "missing":
+        return APIError(400, f"{param} is required", param=param)
+    if param == "prompt":
+        return APIError(400, "prompt must be a string, a list of strings, a list of token ids or a list of "
+                             f"token-id lists, got {str(err.get('input'))[:80]!r}", param=param)
+    return APIError(400, f"{param}: {err.get('msg')}, got {str(err.get('input'))[:80]!r}", param=param)

@@ -1,0 +1,185 @@
+"""The `servelab-serve` command (also `python -m experiments.serve`): the engine behind the OpenAI API.
+
+    servelab-serve backend.model_path=~/models/Qwen3-0.6B
+    servelab-serve backend.model_path=... scheduler=srpt eviction=lfu num_kvcache_blocks=4096 serve.port=8001
+    servelab-serve --cfg backend.model_path=...     # print the composed config and exit
+    servelab-serve --help
+
+The config is servelab's (conf/serve.yaml composes conf/config.yaml with backend=engine), so every
+group and engine key of `servelab` applies, plus `serve.*` (experiments/serve/config.py). A mistake
+(an unknown key or option, a missing checkpoint) prints one `error:` line and exits with status 2.
+SIGINT / SIGTERM stop accepting connections, give in-flight requests serve.shutdown_grace_s to finish,
+abort the rest (their KV blocks freed) and exit with status 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+import experiments.serve.config  # noqa: F401  (registers serve_schema before Hydra composes)
+from experiments.user_errors import TRACEBACK_ENV, MissingExtraError, fail, is_user_error, one_line
+
+USAGE = """usage: servelab-serve backend.model_path=DIR [key=value ...] [--cfg] [--help]
+
+Serves the checkpoint in DIR (config.json, *.safetensors, tokenizer files) over the OpenAI API:
+POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models, /health, /metrics.
+
+Options are servelab's Hydra overrides:
+  scheduler=vllm|srpt|...  eviction=lru|lfu|...  victim=...     policies (conf/ groups)
+  num_kvcache_blocks=N max_num_seqs=N max_model_len=N block_size=N enable_chunked_prefill=true ...
+  backend.device=cuda|cpu backend.dtype=auto|bfloat16|... backend.enforce_eager=true
+  serve.host=127.0.0.1 serve.port=8000 serve.served_model_name=NAME
+  serve.max_waiting_requests=N serve.retry_after_s=1 serve.shutdown_grace_s=10 serve.log_level=info
+--cfg prints the composed config; docs/serving.md has the details."""
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The composed, checked config (ValueError / Hydra errors for the user's mistakes)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.compose import CONF_DIR
+    from experiments.config_check import check_config
+    from experiments.run import quote_tilde
+
+    GlobalHydra.instance().clear()      # an earlier composition in this process (tests) would refuse a new one
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="servelab-serve"):
+        cfg = hydra_compose(config_name="serve", overrides=[quote_tilde(a) for a in overrides])
+    check_config(cfg)
+    if cfg.backend.get("model_path") is None:
+        raise ValueError("backend.model_path is null: give the checkpoint directory to serve, e.g. "
+                         "servelab-serve backend.model_path=~/models/Qwen3-0.6B")
+    path = Path(str(cfg.backend.model_path))
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"backend.model_path={path} has no config.json; give a Hugging Face checkpoint "
+                                "directory (config.json + *.safetensors)")
+    if int(cfg.num_replicas) != 1:
+        raise ValueError(f"servelab-serve runs one replica; got num_replicas={cfg.num_replicas} (start one server "
+                         "per replica)")
+    s = cfg.serve
+    if not 0 <= int(s.port) <= 65535:
+        raise ValueError(f"serve.port must be in [0, 65535], got {s.port}")
+    if s.max_waiting_requests is not None and int(s.max_waiting_requests) < 0:
+        raise ValueError(f"serve.max_waiting_requests must be >= 0 or null (no limit), got {s.max_waiting_requests}")
+    if int(s.retry_after_s) < 0 or float(s.shutdown_grace_s) < 0:
+        raise ValueError(f"serve.retry_after_s and serve.shutdown_grace_s must be >= 0, got {s.retry_after_s} and "
+                         f"{s.shutdown_grace_s}")
+    if str(s.log_level) not in ("critical", "error", "warning", "info", "debug", "trace"):
+        raise ValueError(f"serve.log_level must be critical, error, warning, info, debug or trace, got "
+                         f"{s.log_level!r}")
+    return cfg
+
+
+def build_llm(cfg: DictConfig):
+    """The engine the config describes, with its scheduling and eviction policies (victim inside the scheduler)."""
+    from hydra.utils import instantiate
+
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as e:
+        raise MissingExtraError("servelab-serve needs the engine extra (torch is not installed): "
+                                "pip install -e '.[engine,serve]' (install the torch build for your machine "
+                                "first)") from e
+    from engine.llm import LLM
+    from experiments.runner_engine import EngineRunConfig
+
+    policy = instantiate(cfg.scheduler, _convert_="all")
+    eviction = instantiate(cfg.eviction, _convert_="all")
+    return LLM(EngineRunConfig.from_config(cfg), policy=policy, eviction=eviction)
+
+
+def serve_options(cfg: DictConfig):
+    from experiments.serve.config import ServeOptions
+    return ServeOptions(**OmegaConf.to_container(cfg.serve, resolve=True))
+
+
+def served_name(cfg: DictConfig) -> str:
+    name = cfg.serve.get("served_model_name")
+    return str(name) if name else str(cfg.backend.model_path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        print(USAGE)
+        return
+    show = "--cfg" in args
+    args = [a for a in args if a != "--cfg"]
+    bad = [a for a in args if a.startswith("-")]
+    if bad:
+        fail(f"unknown flag {bad[0]}; options are key=value overrides (servelab-serve --help)")
+    wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ[TRACEBACK_ENV] = "1" if wanted else "0"
+    try:
+        cfg = compose(args)
+        if show:
+            print(OmegaConf.to_yaml(cfg, resolve=True), end="")
+            return
+        options = serve_options(cfg)
+        _logging(options.log_level)
+        llm = build_llm(cfg)
+    except Exception as e:
+        if wanted or not is_user_error(e):
+            raise
+        fail(one_line(e).replace("`servelab --cfg job`", "`servelab-serve --cfg`"))
+    try:
+        run(llm, served_name(cfg), options)
+    finally:
+        llm.close()
+
+
+def run(llm, name: str, options) -> None:
+    """Serves until SIGINT / SIGTERM (uvicorn's handlers), then shuts down as the module docstring says."""
+    try:
+        import uvicorn
+
+        from experiments.serve.app import create_app
+    except ModuleNotFoundError as e:
+        raise SystemExit(f"error: servelab-serve needs the serve extra ({e.name} is not installed): "
+                         "pip install -e '.[serve]'") from None
+    app = create_app(llm, name, options)
+    config = uvicorn.Config(app, host=options.host, port=int(options.port), log_level=options.log_level,
+                            access_log=options.access_log, timeout_graceful_shutdown=options.shutdown_grace_s,
+                            lifespan="on")
+    _signal_server_class()(config).run()
+    logging.getLogger("servelab.serve").info("shut down")
+
+
+def _signal_server_class():
+    import uvicorn
+
+    class QuietExitServer(uvicorn.Server):
+        """uvicorn's server, less the re-raise of SIGINT / SIGTERM after its graceful shutdown (which
+        would end the process by the signal, or with a KeyboardInterrupt traceback, before the engine
+        is closed): a signal is a request to shut down, and the shutdown is clean."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            before = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+
+    return QuietExitServer
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper() if level != "trace" else "DEBUG",
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+if __name__ == "__main__":
+    main()

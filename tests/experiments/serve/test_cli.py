@@ -1,0 +1,59 @@
+"""servelab-serve's command line: help, the composed config, and one `error:` line for each mistake."""
+from __future__ import annotations
+
+import pytest
+
+from experiments.serve import cli
+
+
+def serve(capsys, monkeypatch, *args):
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    code = 0
+    try:
+        cli.main(list(args))
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def fake_ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fake_ckpt")
+    (path / "config.json").write_text("{}")     # composition checks only look for it
+    return str(path)
+
+
+def test_help(capsys, monkeypatch):
+    code, out, _ = serve(capsys, monkeypatch, "--help")
+    assert code == 0 and "backend.model_path=DIR" in out and "serve.port" in out
+
+
+def test_cfg_prints_the_composed_config_with_the_groups(capsys, monkeypatch, fake_ckpt):
+    code, out, err = serve(capsys, monkeypatch, "--cfg", f"backend.model_path={fake_ckpt}", "scheduler=srpt",
+                           "victim=most_blocks", "eviction=lfu", "num_kvcache_blocks=77", "serve.port=9001")
+    assert code == 0, err
+    assert "SRPTPolicy" in out and "MostBlocksVictim" in out and "LFUEviction" in out
+    assert "num_kvcache_blocks: 77" in out and "port: 9001" in out and "name: engine" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), ["backend.model_path is null", "servelab-serve backend.model_path="]),
+    (("backend.model_path=/nonexistent/ckpt",), ["/nonexistent/ckpt", "config.json"]),
+    (("backend.model_path={ckpt}", "serve.prot=1"), ["unknown key serve.prot", "serve.port"]),
+    (("backend.model_path={ckpt}", "+serve.prot=1"), ["serve.prot"]),
+    (("backend.model_path={ckpt}", "scheduler=fastest"), ["scheduler=fastest", "no such option"]),
+    (("backend.model_path={ckpt}", "serve.port=70000"), ["serve.port", "65535"]),
+    (("backend.model_path={ckpt}", "serve.port=http"), ["serve.port"]),
+    (("backend.model_path={ckpt}", "serve.max_waiting_requests=-1"), ["serve.max_waiting_requests"]),
+    (("backend.model_path={ckpt}", "serve.log_level=loud"), ["serve.log_level"]),
+    (("backend.model_path={ckpt}", "num_replicas=2"), ["one replica"]),
+    (("--port", "8000"), ["unknown flag --port", "key=value"]),
+])
+def test_a_mistake_is_one_error_line(capsys, monkeypatch, fake_ckpt, args, words):
+    code, out, err = serve(capsys, monkeypatch, *[a.format(ckpt=fake_ckpt) for a in args])
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for w in words:
+        assert w in lines[0], lines[0]

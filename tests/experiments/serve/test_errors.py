@@ -1,0 +1,141 @@
+"""Bad requests get 400 with an OpenAI-style body naming the field; a full queue gets 429 with Retry-After."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+httpx = pytest.importorskip("httpx")
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+
+from experiments.serve.config import ServeOptions  # noqa: E402
+from tests.experiments.serve.server import running_server  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def srv(ckpt):
+    with running_server(ckpt, max_model_len=128) as s:
+        yield s
+
+
+OK = {"prompt": [1, 2, 3], "max_tokens": 2}
+CHAT = {"messages": [{"role": "user", "content": "w1"}], "max_tokens": 2}
+
+CASES = [
+    # (endpoint, body, param, words the message must hold)
+    ("completions", {**OK, "model": "gpt-4"}, "model", ["gpt-4", "tiny"]),
+    ("completions", {"max_tokens": 2}, "prompt", ["required"]),
+    ("completions", {**OK, "prompt": []}, "prompt", ["empty"]),
+    ("completions", {**OK, "prompt": {"a": 1}}, "prompt", ["string", "token ids"]),
+    ("completions", {**OK, "prompt": [1, 99999]}, "prompt", ["99999", "512"]),
+    ("completions", {**OK, "prompt": list(range(1, 130))}, "prompt", ["129", "max_model_len"]),
+    ("completions", {**OK, "max_tokens": 200}, "max_tokens", ["max_model_len", "125"]),
+    ("completions", {**OK, "max_tokens": 0}, "max_tokens", [">= 1"]),
+    ("completions", {**OK, "max_tokens": "many"}, "max_tokens", ["integer"]),
+    ("completions", {**OK, "temperature": -0.5}, "temperature", [">= 0"]),
+    ("completions", {**OK, "temperature": "hot"}, "temperature", ["number"]),
+    ("completions", {**OK, "top_p": 0}, "top_p", ["(0, 1]"]),
+    ("completions", {**OK, "top_p": 1.5}, "top_p", ["(0, 1]"]),
+    ("completions", {**OK, "top_k": -2}, "top_k", ["-1"]),
+    ("completions", {**OK, "n": 0}, "n", ["[1, 128]"]),
+    ("completions", {**OK, "seed": -1}, "seed", ["2**63"]),
+    ("completions", {**OK, "stop": [""]}, "stop", ["empty"]),
+    ("completions", {**OK, "stop_token_ids": [4096]}, "stop_token_ids", ["4096"]),
+    ("completions", {**OK, "logprobs": 2}, "logprobs", ["not supported"]),
+    ("completions", {**OK, "logprobs": 0}, "logprobs", ["not supported"]),     # 0 is not False: a logprob each
+    ("chat/completions", {**CHAT, "logprobs": True}, "logprobs", ["not supported"]),
+    ("completions", {**OK, "presence_penalty": 0.5}, "presence_penalty", ["not supported"]),
+    ("completions", {**OK, "ignore_eos": "yes"}, "ignore_eos", ["boolean"]),
+    ("chat/completions", {"max_tokens": 2}, "messages", ["required"]),
+    ("chat/completions", {**CHAT, "messages": []}, "messages", ["at least 1"]),
+    ("chat/completions", {**CHAT, "messages": [{"content": "w1"}]}, "messages[0].role", ["role"]),
+    ("chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     "messages[0].content[0]", ["text part"]),
+    ("chat/completions", {**CHAT, "max_completion_tokens": 3}, "max_completion_tokens", ["differ"]),
+    ("chat/completions", {**CHAT, "tools": [{"type": "function"}]}, "tools", ["not supported"]),
+]
+
+
+@pytest.mark.parametrize("endpoint, body, param, words", CASES, ids=[f"{c[0]}-{c[2]}-{i}" for i, c in
+                                                                     enumerate(CASES)])
+def test_bad_request_names_the_field(srv, endpoint, body, param, words):
+    r = httpx.post(f"{srv.url}/{endpoint}", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error"
+    for w in words:
+        assert w in err["message"], err["message"]
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"\xff\xfe", b"[1, 2]", b""])
+def test_a_body_that_is_not_a_json_object_is_refused(srv, raw):
+    r = httpx.post(f"{srv.url}/completions", content=raw, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+    assert "JSON" in r.json()["error"]["message"]
+
+
+def test_the_openai_package_raises_bad_request_with_the_message(srv):
+    client = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.completions.create(model="tiny", prompt="w1", temperature=-1)
+    with pytest.raises(openai.BadRequestError, match="not served"):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "w1"}])
+
+
+def test_unknown_route_and_method_get_an_openai_body(srv):
+    r = httpx.get(f"{srv.url}/nothing", timeout=30)
+    assert r.status_code == 404 and "error" in r.json()
+    r = httpx.get(f"{srv.url}/completions", timeout=30)
+    assert r.status_code == 405 and "error" in r.json()
+
+
+def test_no_op_values_of_unsupported_fields_are_accepted(srv):
+    body = {**OK, "logprobs": None, "presence_penalty": 0, "frequency_penalty": 0.0, "echo": False, "best_of": 1,
+            "user": "someone", "some_new_field": {"x": 1}}
+    assert httpx.post(f"{srv.url}/completions", json=body, timeout=30).status_code == 200
+    chat = {**CHAT, "logprobs": False, "top_logprobs": 0, "response_format": {"type": "text"}, "tools": []}
+    assert httpx.post(f"{srv.url}/chat/completions", json=chat, timeout=30).status_code == 200
+
+
+def test_refused_requests_leave_nothing_queued(srv):
+    for endpoint, body, _, _ in CASES:
+        httpx.post(f"{srv.url}/{endpoint}", json=body, timeout=30)
+    srv.wait_idle()
+    assert srv.llm.scheduler.block_manager.num_used_blocks == 0 and not srv.llm._live
+    r = httpx.post(f"{srv.url}/completions", json=OK, timeout=30)      # and the server still serves
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_over_the_waiting_limit_gets_429_with_retry_after(ckpt):
+    with running_server(ckpt, serve_options=ServeOptions(max_waiting_requests=0, retry_after_s=7)) as s:
+        r = httpx.post(f"{s.url}/completions", json=OK, timeout=30)
+        assert r.status_code == 429 and r.headers["retry-after"] == "7"
+        err = r.json()["error"]
+        assert err["type"] == "rate_limit_error" and "max_waiting_requests=0" in err["message"]
+        client = openai.OpenAI(base_url=s.url, api_key="unused", max_retries=0)
+        with pytest.raises(openai.RateLimitError):
+            client.completions.create(model="tiny", prompt=[1], max_tokens=1)
+        metrics = httpx.get(f"{s.base}/metrics", timeout=30).text
+        assert 'servelab_request_rejected_total{model_name="tiny"} 2.0' in metrics
+
+
+def test_an_api_key_is_required_when_set(ckpt):
+    with running_server(ckpt, serve_options=ServeOptions(api_key="s3cret")) as s:
+        r = httpx.post(f"{s.url}/completions", json=OK, timeout=30)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(f"{s.base}/health", timeout=30).status_code == 200      # health and metrics stay open
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=s.url, api_key="wrong", max_retries=0).models.list()
+        client = openai.OpenAI(base_url=s.url, api_key="s3cret", max_retries=0)
+        assert client.completions.create(model="tiny", prompt=[1], max_tokens=2).usage.completion_tokens == 2
+
+
+def test_priority_reaches_the_scheduler(ckpt, monkeypatch):
+    with running_server(ckpt) as s:
+        seen = []
+        submit = s.llm.submit
+        monkeypatch.setattr(s.llm, "submit", lambda seq: (seen.append(seq.priority), submit(seq)))
+        r = httpx.post(f"{s.url}/completions", json={**OK, "priority": -3}, timeout=30)
+        assert r.status_code == 200 and seen == [-3]
+        r = httpx.post(f"{s.url}/completions", json={**OK, "priority": "high"}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
