@@ -26,10 +26,12 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import experiments.config  # noqa: F401  (registers the schema before Hydra composes)
 from experiments.config_check import check_config, trace_format_hint
+from experiments.job_record import record_failure, record_start
 from experiments.output_dirs import interrupted_message
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
@@ -177,8 +179,9 @@ def _plot(result, label: str, replicas=None):
 
 
 def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: list | None = None,
-            label: str | None = None) -> dict:
-    """Run one composed config into out_dir (or skip it when already complete); returns its summary."""
+            label: str | None = None, record_job: bool = False) -> dict:
+    """Run one composed config into out_dir (or skip it when already complete); returns its summary.
+    record_job: write out_dir/job.json (what runs the job: host, SLURM ids, log) once the job is not skipped."""
     from experiments.metrics import per_replica
     from experiments.metrics import summary as summarize
 
@@ -195,6 +198,8 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
                              "give this run another name=..., or delete that folder to run again")
         print(f"[skip] {out_dir} is complete (resume=true)", flush=True)
         return read_summary(out_dir)
+    if record_job:
+        record_start(out_dir)
     t0 = time.perf_counter()
     runner = get_runner(cfg.backend.name)
     if cfg.backend.name == "engine" and chose_model(overrides or []):
@@ -232,10 +237,14 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
+    sweep_job = hc.mode == RunMode.MULTIRUN
     try:
         return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
-                       label=hc.job.override_dirname or None)
+                       label=hc.job.override_dirname or None, record_job=sweep_job)
     except Exception as e:
+        if sweep_job:       # servelab-report names the failed job and this line (experiments/job_record.py)
+            why = one_line(e) if is_user_error(e) else f"{type(e).__name__}: {one_line(e)}"
+            record_failure(hc.runtime.output_dir, why)
         # Hydra would print "Error executing job ..." and a traceback: a user's mistake gets one line.
         if is_user_error(e) and not tracebacks_wanted():
             fail(one_line(e))
