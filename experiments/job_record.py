@@ -142,18 +142,32 @@ def _started_failures(sweep_dir: Path) -> list[FailedJob]:
     return failed
 
 
-def _submitted(sweep_dir: Path) -> list[tuple[str, tuple[str, ...], Path]]:
-    """(submitit job id, overrides, folder) of each job a submitit launcher submitted into this sweep."""
-    out = []
-    for pkl in sorted(sweep_dir.glob(f"{SUBMITIT_DIR}/*/*_submitted.pkl")):
-        try:
-            with open(pkl, "rb") as f:
-                # submitit's own pickle of the launcher call: (overrides, job_dir_key, job_num, job_id, state)
-                args = pickle.load(f).args
-            out.append((pkl.name[: -len("_submitted.pkl")], tuple(str(o) for o in args[0]), pkl.parent))
-        except Exception:        # a launcher not installed here, a torn file: that job cannot be named
-            out.append((pkl.name[: -len("_submitted.pkl")], (), pkl.parent))
-    return out
+def _submitted_overrides(pkl: Path) -> tuple[str, ...]:
+    """The overrides of a job a submitit launcher submitted (its `<id>_submitted.pkl`; () when unreadable).
+    A pickle runs code as it loads, like submitit's own reading of it: read only sweep folders you trust."""
+    try:
+        with open(pkl, "rb") as f:
+            # submitit's pickle of the launcher call: args = (overrides, job_dir_key, job_num, job_id, state)
+            return tuple(str(o) for o in pickle.load(f).args[0])
+    except Exception:        # the launcher not installed here, a torn file: that job cannot be named
+        return ()
+
+
+def _raised(folder: Path, job_id: str) -> str | bool | None:
+    """From submitit's result file of a job: False when it ended well, the last line of its traceback when it
+    raised before servelab's job began (in the job's own set-up), None when there is no result."""
+    results = sorted(folder.glob(f"{job_id}_*_result.pkl"))
+    if not results:
+        return None
+    try:
+        with open(results[0], "rb") as f:
+            outcome, value = pickle.load(f)[:2]     # ("success", return value) or ("error", traceback text)
+    except Exception:
+        return False
+    if outcome != "error":
+        return False
+    lines = [line.strip() for line in str(value).splitlines() if line.strip()]
+    return lines[-1] if lines else "raised (no traceback in its result file)"
 
 
 def failed_jobs(sweep_dir) -> list[FailedJob]:
@@ -163,13 +177,18 @@ def failed_jobs(sweep_dir) -> list[FailedJob]:
     seen = {tuple(sorted(_overrides(p.parent.parent))) for p in sweep_dir.rglob(".hydra/overrides.yaml")}
     started_ids = {r.get("submitit_job_id") for r in map(read_record, (p.parent for p in sweep_dir.rglob(JOB_RECORD)))
                    if r}
-    for job_id, overrides, folder in _submitted(sweep_dir):
-        if job_id in started_ids or (overrides and tuple(sorted(overrides)) in seen):
-            continue        # it started (listed above if it failed), or a later launch ran the same job
-        if list(folder.glob(f"{job_id}_*_result.pkl")):
-            continue
+    for pkl in sorted(sweep_dir.glob(f"{SUBMITIT_DIR}/*/*_submitted.pkl")):
+        job_id, folder = pkl.name[: -len("_submitted.pkl")], pkl.parent
+        if job_id in started_ids:
+            continue        # it started: listed above if it failed
+        raised = _raised(folder, job_id)
+        if raised is False:
+            continue        # it ended with a result
+        overrides = _submitted_overrides(pkl)
+        if overrides and tuple(sorted(overrides)) in seen:
+            continue        # a later launch ran the same job (listed above if it failed)
         logs = sorted(folder.glob(f"{job_id}_*_log.err"))
         log = str(logs[0]) if logs else None
-        why = (error_line(log) if log else None) or "never started (cancelled or failed before it ran)"
+        why = raised or (error_line(log) if log else None) or "never started (cancelled or failed before it ran)"
         failed.append(FailedJob(None, overrides, job_id, log, why))
     return failed

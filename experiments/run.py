@@ -247,6 +247,11 @@ def hydra_main(cfg: DictConfig) -> dict:
             record_failure(hc.runtime.output_dir, why)
         # Hydra would print "Error executing job ..." and a traceback: a user's mistake gets one line.
         if is_user_error(e) and not tracebacks_wanted():
+            if os.environ.get("SUBMITIT_EXECUTOR"):
+                # A submitit job (SLURM, submitit_local) hands its error back to the submitting `servelab`
+                # through its result file, which an exit would not write (and a cluster without accounting then
+                # waits for the job forever). The line itself travels: a pickled exception loses its __cause__.
+                raise ValueError(one_line(e)) from e
             fail(one_line(e))
         raise
 

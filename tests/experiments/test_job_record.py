@@ -75,16 +75,20 @@ def test_a_job_killed_while_running_is_named_by_its_logs_last_error(half_failed,
     assert error_line(tmp_path / "absent.err") is None
 
 
-def submit(sweep_dir, job_id, overrides):
+def submit(sweep_dir, job_id, overrides, result=None):
     """What a submitit launcher leaves for a job it submitted: .submitit/<id>/<id>_submitted.pkl, whose
-    `args[0]` are the job's overrides (here a stand-in object with the same shape)."""
+    `args[0]` are the job's overrides (here a stand-in object with the same shape), and once the job ended,
+    <id>_0_result.pkl: ("success", value) or ("error", traceback text)."""
     folder = sweep_dir / ".submitit" / job_id
     folder.mkdir(parents=True)
     with open(folder / f"{job_id}_submitted.pkl", "wb") as f:
         pickle.dump(SimpleNamespace(args=(list(overrides), "hydra.sweep.dir", 0, "x", {})), f)
+    if result is not None:
+        with open(folder / f"{job_id}_0_result.pkl", "wb") as f:
+            pickle.dump(result, f)
 
 
-def test_a_submitted_job_that_never_started_is_named_unless_a_later_launch_ran_it(half_failed, tmp_path):
+def test_a_job_that_never_started_or_raised_early_is_named_unless_a_later_launch_ran_it(half_failed, tmp_path):
     sw = tmp_path / "sw"
     shutil.copytree(half_failed, sw)
     shutil.rmtree(sw / BAD)
@@ -92,7 +96,11 @@ def test_a_submitted_job_that_never_started_is_named_unless_a_later_launch_ran_i
     submit(sw, "9_2", never)
     ran = yaml.safe_load((sw / GOOD / ".hydra" / "overrides.yaml").read_text())
     submit(sw, "8_0", reversed(ran))                   # an earlier launch's submission of a job that is done
-    (job,) = failed_jobs(sw)
+    submit(sw, "9_0", ["scheduler=srpt"], result=("success", None))
+    submit(sw, "9_1", ["scheduler=sjf"], result=("error", "Traceback (most recent call last):\n  ...\n"
+                                                           "hydra.errors.ConfigCompositionException: bad\n"))
+    raised, job = failed_jobs(sw)
+    assert raised.job_id == "9_1" and raised.error == "hydra.errors.ConfigCompositionException: bad"
     assert job.run_dir is None and job.overrides == tuple(never) and job.job_id == "9_2"
     assert job.error == "never started (cancelled or failed before it ran)" and job.log is None
     out = report_cli(sw)
