@@ -168,3 +168,20 @@ def test_a_cancelled_job_is_reported_and_a_relaunch_runs_only_it(reports, slurm_
     assert record(sw, missed)["slurm_array_job_id"] != cancelled.split("_")[0]
     rep = report(env, sw)
     assert "FAILED" not in rep and table_of(rep) == table_of(reports["local"])
+
+
+def test_a_job_that_raises_ends_the_sweep_with_its_error_and_is_reported(slurm_cluster, tmp_path):
+    """A bad value in one job: the job's error comes back through submitit's result file (no waiting for a job
+    whose end submitit cannot see), the command ends with it as one line, and the report names the job."""
+    sw, bad = tmp_path / "sw", "scheduler=fcfs,workload.arrival.rate_rps=-1,workload.num_requests=300"
+    cmd = [sys.executable, "-m", "experiments.run", "-m", "experiment=smoke", "workload.num_requests=300",
+           "scheduler=fcfs", "workload.arrival.rate_rps=5,-1", "progress=false", "print_summary=false", "plots=false",
+           *SLURM, f"hydra.sweep.dir={sw}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=slurm_cluster.env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == "error: arrival: Poisson.rate_rps must be > 0, got -1"
+    rec = record(sw, bad)
+    assert rec["launcher"] == "slurm" and rec["error"] == "arrival: Poisson.rate_rps must be > 0, got -1"
+    rep = report(slurm_cluster.env, sw)
+    assert (f"  {bad} (job {rec['submitit_job_id']}, SLURM id {rec['slurm_job_id']}): arrival: Poisson.rate_rps "
+            f"must be > 0, got -1; log: {rec['log']}") in rep
