@@ -6,7 +6,8 @@
 #   bash benchmarks/slurm_sweep_time.sh          # tests/slurm's sweep: fcfs,vllm x 5,50 req/s, 300 requests each
 #   bash benchmarks/slurm_sweep_time.sh experiment=fcfs_vs_preemptive \
 #       workload.path=$PWD/../shared/traces/AzureLLMInferenceTrace_conv.csv          # the 35-job preset
-# Leaves the cluster running if it was running before, else stops it. PYTHON picks the interpreter.
+# Leaves the cluster running if it was running before, else stops it. PYTHON picks the interpreter; KEEP=1 keeps
+# the two sweep folders (a failed run always keeps them, naming them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
@@ -39,4 +40,4 @@ done
 cmp -s "$OUT/joblib.table" "$OUT/slurm.table" && echo "reports: the same table" \
     || { echo "reports differ: $OUT/joblib.table $OUT/slurm.table" >&2; exit 1; }
 [[ $was_up -eq 1 ]] || "$CLUSTER" stop >/dev/null
-echo "folders: $OUT"
+if [[ "${KEEP:-0}" == 1 ]]; then echo "folders: $OUT"; else rm -rf "$OUT"; fi

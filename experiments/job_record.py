@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -189,6 +190,32 @@ def failed_jobs(sweep_dir) -> list[FailedJob]:
             continue        # a later launch ran the same job (listed above if it failed)
         logs = sorted(folder.glob(f"{job_id}_*_log.err"))
         log = str(logs[0]) if logs else None
-        why = raised or (error_line(log) if log else None) or "never started (cancelled or failed before it ran)"
+        why = (raised or (error_line(log) if log else None)
+               or ("ended without results and without an error line in its log (killed?)" if log else
+                   "never started (cancelled or failed before it ran)"))
         failed.append(FailedJob(None, overrides, job_id, log, why))
     return failed
+
+
+def lost_job_line(exc: BaseException) -> str | None:
+    """One line for submitit's error about a sweep job that ended without a result, else None.
+
+    UncompletedJobError: the job left no result file (cancelled, killed, past its time limit, its node lost);
+    FailedJobError: it raised before servelab's job began (in submitit's or Hydra's set-up, in the job)."""
+    name, text = type(exc).__name__, str(exc)
+    if name == "UncompletedJobError":
+        job = re.search(r"Job (\S+) \(task", text)
+        state = re.search(r"\(state: ([^)]*)\)", text)
+        result = re.search(r"with path (\S+)_result\.pkl", text)
+        log = f"{result.group(1)}_log.err" if result else None
+        log = log if log and Path(log).is_file() else None      # a job killed as it started wrote none
+        why = error_line(log) if log else None
+        return (f"sweep job {job.group(1) if job else '?'} ended without results (state: "
+                f"{state.group(1) if state else 'unknown'})" + (f": {why}" if why else "") + f"; log: {log or 'none'}")
+    if name == "FailedJobError":
+        trace = text.split("-" * 22)[1] if text.count("-" * 22) >= 2 else text
+        lines = [line.strip() for line in trace.splitlines() if line.strip()]
+        log = re.search(r"- (\S+_log\.err)", text)
+        return (f"a sweep job failed before it began: {lines[-1] if lines else '?'}; "
+                f"log: {log.group(1) if log else 'none'}")
+    return None

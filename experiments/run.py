@@ -31,8 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import experiments.config  # noqa: F401  (registers the schema before Hydra composes)
 from experiments.config_check import check_config, trace_format_hint
-from experiments.job_record import record_failure, record_start
-from experiments.output_dirs import interrupted_message
+from experiments.job_record import lost_job_line, record_failure, record_start
+from experiments.output_dirs import interrupted_message, sweep_folder
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
     TRACEBACK_ENV,
@@ -279,6 +279,11 @@ def main() -> None:
         print(interrupted_message(), file=sys.stderr)
         sys.exit(130)
     except Exception as e:
+        lost = None if wanted else lost_job_line(e)      # submitit: a job (SLURM, submitit_local) left no result
+        if lost:
+            sweep = sweep_folder() or "the sweep folder"
+            fail(f"{lost}. Jobs still running go on and finished ones are kept: servelab-report {sweep} lists the "
+                 "jobs without results; the same command again runs only those")
         if wanted or not is_user_error(e):
             raise
         fail(one_line(e))

@@ -99,9 +99,14 @@ def test_a_job_that_never_started_or_raised_early_is_named_unless_a_later_launch
     submit(sw, "9_0", ["scheduler=srpt"], result=("success", None))
     submit(sw, "9_1", ["scheduler=sjf"], result=("error", "Traceback (most recent call last):\n  ...\n"
                                                            "hydra.errors.ConfigCompositionException: bad\n"))
-    raised, job = failed_jobs(sw)
+    submit(sw, "9_3", ["scheduler=mlfq"])
+    killed_log = sw / ".submitit" / "9_3" / "9_3_0_log.err"
+    killed_log.write_text("submitit INFO - Starting with JobEnvironment(job_id=9_3, hostname=vm)\n")
+    raised, job, killed = failed_jobs(sw)
     assert raised.job_id == "9_1" and raised.error == "hydra.errors.ConfigCompositionException: bad"
     assert job.run_dir is None and job.overrides == tuple(never) and job.job_id == "9_2"
     assert job.error == "never started (cancelled or failed before it ran)" and job.log is None
+    assert killed.error == "ended without results and without an error line in its log (killed?)"
+    assert killed.log == str(killed_log)
     out = report_cli(sw)
     assert "  experiment=smoke scheduler=vllm workload.arrival.rate_rps=5 (job 9_2): never started" in out
