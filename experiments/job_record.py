@@ -5,16 +5,19 @@ Each sweep job writes `job.json` into its folder when it starts, and again with 
 
     {"started_at": "2026-12-01T11:40:02+00:00", "host": "node17", "pid": 4242,
      "launcher": "slurm" | "local" (submitit's executors) | "process" (joblib, basic),
-     "slurm_job_id": "12", "slurm_array_job_id": "9", "slurm_array_task_id": "3",   (SLURM jobs only)
+     "slurm_job_id": "12", "slurm_array_job_id": "9", "slurm_array_task_id": "3",
+     "slurm_node": "node17",                                                         (SLURM jobs only)
      "submitit_job_id": "9_3",                                                       (submitit jobs only)
      "log": the job's stderr log (submitit) or its servelab.log,
      "error": one line, only when the job raised}
 
-`failed_jobs(sweep_dir)` lists the jobs of a sweep folder that hold no complete summary.json: those that
-started (job.json; the error line from job.json, else the last error-like line of the log, e.g. slurmstepd's
-`*** JOB 12 ON node17 CANCELLED AT ... ***`), and those a submitit launcher submitted that never started
-(its `.submitit/<id>/<id>_submitted.pkl`, read only when that job's arguments name no folder with results).
-A job that is still running looks the same as one that was killed: the report says "no results".
+`failed_jobs(sweep_dir)` lists the jobs of a sweep folder that hold no summary.json: those that started
+(job.json; the error line from job.json, else the last error-like line of the log, e.g. slurmstepd's
+`*** JOB 12 ON node17 CANCELLED AT ... ***`), and those a submitit launcher submitted (its
+`.submitit/<id>/<id>_submitted.pkl`) that never got as far: no result file (never started, or killed as it
+started), or one holding an error raised before servelab's job began. A submission is unpickled only then, and
+left out when a later launch ran the same overrides. A job still running looks the same as one that was killed.
+`lost_job_line(exc)` turns submitit's error about such a job, raised in the submitting command, into one line.
 """
 from __future__ import annotations
 
