@@ -96,23 +96,28 @@ def reports(swept, slurm_cluster):
 def test_every_job_ran_as_a_slurm_job(swept, slurm_cluster):
     sw = swept / "slurm"
     records = [record(sw, job) for job in JOBS]
-    assert all(r["launcher"] == "slurm" and r["slurm_node"] == slurm_cluster.node for r in records)
+    assert [(r["launcher"], r["slurm_node"]) for r in records] == [("slurm", slurm_cluster.node)] * 4, records
     arrays = {r["slurm_array_job_id"] for r in records}
     assert len(arrays) == 1                                             # one job array for the sweep
     assert sorted(int(r["slurm_array_task_id"]) for r in records) == [0, 1, 2, 3]
     ids = [r["slurm_job_id"] for r in records]
     assert len(set(ids)) == 4
-    # slurmctld's own account of them: the completion log (jobcomp/filetxt; no slurmdbd)
-    out = slurm_cluster.slurm("sacct", "--completion", "--parsable2", "--noheader", "-o", "JobID,State,NodeList",
-                              *[a for i in ids for a in ("-j", i)])
-    states = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
-    assert all(states.get(i) == ["COMPLETED", slurm_cluster.node] for i in ids), out
+    # slurmctld's own account of them: the completion log (jobcomp/filetxt; no slurmdbd). A job's line lands
+    # there once slurmctld has seen its end, which can come a moment after its result file (the sweep's end)
+    def completed():
+        out = slurm_cluster.slurm("sacct", "--completion", "--parsable2", "--noheader", "-o",
+                                  "JobID,State,NodeList", *[a for i in ids for a in ("-j", i)])
+        return {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
+
+    wait_for(lambda: set(completed()) >= set(ids), "slurmctld's completion records of the 4 jobs", timeout_s=60)
+    assert all(completed()[i] == ["COMPLETED", slurm_cluster.node] for i in ids), completed()
     # submitit's folder: a successful result per array task, logs named by the array id
     (array,) = arrays
     for task in range(4):
         with open(sw / ".submitit" / f"{array}_{task}" / f"{array}_{task}_0_result.pkl", "rb") as f:
             assert pickle.load(f)[0] == "success"
-    assert all(Path(r["log"]).is_file() and f"{array}_" in r["log"] for r in records)
+    for r in records:
+        assert Path(r["log"]).is_file() and f"/{array}_{r['slurm_array_task_id']}_0_log.err" in r["log"], r
 
 
 def test_results_and_report_equal_the_local_launchers(swept, reports):
