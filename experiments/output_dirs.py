@@ -116,6 +116,11 @@ class OutputGuard(Callback):
         print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
 
 
+def sweep_folder() -> str | None:
+    """The sweep folder this command writes into (None before a sweep started, or for a single run)."""
+    return _last_output.get("sweep")
+
+
 def interrupted_message() -> str:
     """What an interrupted command left on disk, read from the folder it was writing into."""
     if "sweep" in _last_output:

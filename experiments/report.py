@@ -16,16 +16,20 @@ slo_attainment.png (attainment and goodput vs rate), with several tenants
 service_difference.png (service difference and Jain's index over time, one line per policy). The report
 owns that folder: plots an earlier report left there that this one did not
 draw are removed. The command lists the job folders it read (and those it left
-out: complete=false); an unknown --x/--by column fails naming the nearest one.
+out: complete=false), and every job that wrote no results at all (failed, killed, or never started: which
+job, its log, the line that says why; experiments/job_record.py), also into report/failed_jobs.csv; an
+unknown --x/--by column fails naming the nearest one.
 """
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from experiments.job_record import describe, failed_jobs
 from experiments.output_dirs import safe_name
 from experiments.results import SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.user_errors import nearest, one_line
@@ -73,9 +77,12 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
             row.setdefault(k, v)
         row.update(s.get("metrics", {}))
         rows.append(row)
+    failed = failed_jobs(sweep_dir)
     if not rows:
         why = (f" ({len(skipped)} interrupted or unreadable: relaunch the sweep to finish them)" if skipped else
-               "; give a folder that `servelab -m ...` wrote, e.g. sweeps/<name>")
+               "" if failed else "; give a folder that `servelab -m ...` wrote, e.g. sweeps/<name>")
+        if failed:
+            why += f" ({len(failed)} failed job(s), first: {describe(failed[0])})"
         raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}{why}")
     df = pd.DataFrame(rows)
     label_keys = [k for k in sorted(override_keys) if not _is_rate_key(k) and df[k].astype(str).nunique() > 1]
@@ -91,6 +98,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     sort = [c for c in ("policy", RATE) if c in df]
     df = df.sort_values(sort, kind="stable").reset_index(drop=True)
     df.attrs["skipped"] = skipped         # job folders left out (complete=false or unreadable)
+    df.attrs["failed"] = [asdict(f) for f in failed]     # jobs that wrote no summary.json (job_record.FailedJob)
     return df
 
 
@@ -137,6 +145,9 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
                              f"{', '.join(cols[:12])}, ...; all in report/results.csv)")
     files = [write_parquet(df, out / "results.parquet")]
     files.append(atomic_write_text(out / "results.csv", df.to_csv(index=False)))
+    if df.attrs["failed"]:
+        table = pd.DataFrame([{**f, "overrides": " ".join(f["overrides"])} for f in df.attrs["failed"]])
+        files.append(atomic_write_text(out / "failed_jobs.csv", table.to_csv(index=False)))
     if x in df and df[x].notna().any():
         files.append(overview(df, out / "overview.png", x, by))
         for metric in TL_METRICS:
@@ -169,8 +180,8 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
 
 # Files a report writes; one of these in the report folder that this report did not write is stale
 # (an earlier report of other runs) and is removed, so every plot there shows the runs just read.
-REPORT_FILES = ("results.csv", "results.parquet", "overview.png", "throughput_latency_*.png", "latency_cdf_*.png",
-                "step_timeline_*.png", "slo_attainment.png", "service_difference.png")
+REPORT_FILES = ("results.csv", "results.parquet", "failed_jobs.csv", "overview.png", "throughput_latency_*.png",
+                "latency_cdf_*.png", "step_timeline_*.png", "slo_attainment.png", "service_difference.png")
 
 
 def _remove_stale(out: Path, written: list[Path]) -> list[Path]:
@@ -203,6 +214,11 @@ def main(argv=None) -> None:
           f"{', '.join(skipped)})" if skipped else "") + ":")
     for d in df["run_dir"]:
         print(f"  {d}")
+    failed = df.attrs.get("failed", [])
+    if failed:
+        print(f"FAILED: {len(failed)} job(s) wrote no results (relaunch the sweep to run only those):")
+        for f in failed:
+            print(f"  {describe(f)}")
     removed = df.attrs.get("removed", [])
     print(f"{len(df)} runs; wrote {len(files)} files to {files[0].parent}"
           + (f"; removed {len(removed)} stale file(s) of an earlier report" if removed else ""))

@@ -26,11 +26,13 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.compose import CONF_DIR  # (registers the schema before Hydra composes)
 from experiments.config_check import check_config, trace_format_hint
-from experiments.output_dirs import interrupted_message
+from experiments.job_record import lost_job_line, record_failure, record_start
+from experiments.output_dirs import interrupted_message, sweep_folder
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
     TRACEBACK_ENV,
@@ -237,8 +239,9 @@ def _plot(result, label: str, replicas=None, tenant_extra=None):
 
 
 def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: list | None = None,
-            label: str | None = None) -> dict:
-    """Run one composed config into out_dir (or skip it when already complete); returns its summary."""
+            label: str | None = None, record_job: bool = False) -> dict:
+    """Run one composed config into out_dir (or skip it when already complete); returns its summary.
+    record_job: write out_dir/job.json (what runs the job: host, SLURM ids, log) once the job is not skipped."""
     from experiments.metrics import per_replica
     from experiments.metrics import summary as summarize
 
@@ -255,6 +258,8 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
                              "give this run another name=..., or delete that folder to run again")
         print(f"[skip] {out_dir} is complete (resume=true)", flush=True)
         return read_summary(out_dir)
+    if record_job:
+        record_start(out_dir)
     t0 = time.perf_counter()
     runner = get_runner(cfg.backend.name)
     if cfg.backend.name == "engine" and chose_model(overrides or []):
@@ -289,12 +294,21 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
+    sweep_job = hc.mode == RunMode.MULTIRUN
     try:
         return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
-                       label=hc.job.override_dirname or None)
+                       label=hc.job.override_dirname or None, record_job=sweep_job)
     except Exception as e:
+        if sweep_job:       # servelab-report names the failed job and this line (experiments/job_record.py)
+            why = one_line(e) if is_user_error(e) else f"{type(e).__name__}: {one_line(e)}"
+            record_failure(hc.runtime.output_dir, why)
         # Hydra would print "Error executing job ..." and a traceback: a user's mistake gets one line.
         if is_user_error(e) and not tracebacks_wanted():
+            if os.environ.get("SUBMITIT_EXECUTOR"):
+                # A submitit job (SLURM, submitit_local) hands its error back to the submitting `servelab`
+                # through its result file, which an exit would not write (and a cluster without accounting then
+                # waits for the job forever). The line itself travels: a pickled exception loses its __cause__.
+                raise ValueError(one_line(e)) from e
             fail(one_line(e))
         raise
 
@@ -322,6 +336,11 @@ def main() -> None:
         print(interrupted_message(), file=sys.stderr)
         sys.exit(130)
     except Exception as e:
+        lost = None if wanted else lost_job_line(e)      # submitit: a job (SLURM, submitit_local) left no result
+        if lost:
+            sweep = sweep_folder() or "the sweep folder"
+            fail(f"{lost}. Jobs still running go on and finished ones are kept: servelab-report {sweep} lists the "
+                 "jobs without results; the same command again runs only those")
         if wanted or not is_user_error(e):
             raise
         fail(one_line(e))

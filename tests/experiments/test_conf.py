@@ -40,7 +40,7 @@ def test_groups_have_the_expected_options():
     assert options("backend/cost_model") == ["calibrated", "constant", "roofline"]
     assert set(options("workload")) >= {"poisson", "gamma", "all_at_once", "azure", "azure_conv", "mooncake",
                                         "sharegpt"}
-    assert options("hydra/launcher") == ["local", "slurm"]
+    assert options("hydra/launcher") == ["local", "slurm", "submitit_local"]
 
 
 def test_default_config_values():
