@@ -42,7 +42,7 @@ if [ "${1:-}" = --download-wheels ]; then
     fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 httptools==0.9.0 prometheus_client==0.26.0 \
     pydantic==2.14.4 pydantic_core==2.50.5 \
     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 click==8.4.2 \
-    guidellm==0.8.1 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 sanic==25.12.1 sanic-routing==23.12.0 \
+    guidellm==0.8.1 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 sanic==25.12.1 sanic-routing==23.12.0 sniffio==1.3.1 \
     html5tagger==2.0.0 tracerite==2.6.5 ujson==6.1.0 websockets==17.4 Faker==40.63.0 tzdata==2026.6 ftfy==6.3.1 \
     wcwidth==0.9.4 culsans==0.10.0 aiologic==0.17.1 loguru==0.7.3 eval_type_backport==0.4.0 \
     more-itertools==11.2.1 pydantic-settings==2.16.3 python-dotenv==1.2.4 h2==4.4.1 hpack==4.2.0 \

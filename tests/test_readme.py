@@ -159,7 +159,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "benchmarks/gpu_validate.sh": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_generalize.sh": Excluded(NEEDS_CUDA),
     "python -m experiments.generalize": Excluded("needs the kept real runs (benchmarks/results/generalize/"
-                                                 "real_h200.tgz, 11 MB unpacked to /tmp); "
+                                                 "real_h200.tgz, unpacked to /tmp); "
                                                  "tests/experiments/test_generalize.py runs "
                                                  "it on tiny-model runs"),
     "python benchmarks/swap_speed.py": Excluded(NEEDS_CUDA),
@@ -168,6 +168,37 @@ COMMANDS: dict[str, Run | Excluded] = {
     FCFS_VS_PREEMPTIVE: Run("sweep", ("scheduler=fcfs,vllm", "workload.target_rate_rps=4",
                                       "workload.max_requests=200"), jobs=2),
     "servelab-report sweeps/fcfs_vs_preemptive": Run("report", needs=FCFS_VS_PREEMPTIVE),
+    "servelab workload=tenants scheduler=vtc 'scheduler.tenant_weights={light: 2}'": Run("run",
+                                                                                          ("workload.duration_s=5",)),
+    "servelab -m experiment=fcfs_vs_vtc": Run("sweep", ("workload.duration_s=8",), jobs=2),
+    "servelab-report sweeps/fcfs_vs_vtc": Run("report", needs="servelab -m experiment=fcfs_vs_vtc"),
+    "servelab -m experiment=slo_vs_load": Run("sweep", ("workload.duration_s=5", "workload.rate_scale=1.4"), jobs=4),
+    "servelab-report sweeps/slo_vs_load": Run("report", needs="servelab -m experiment=slo_vs_load"),
+    "benchmarks/gpu_tenants.sh": Excluded(NEEDS_CUDA),
+    "servelab cpu_cache_num_blocks=50000 cpu_cache_eviction=lru": Run("run", SHORT),
+    "servelab -m experiment=cpu_tier workload.path=../shared/traces/conversation_trace.jsonl": Excluded(
+        "a 2.5-minute sweep on the Mooncake trace; tests/experiments/test_cpu_tier_cli.py runs the tier and its plot"),
+    "python -m experiments.tier_plot sweeps/cpu_tier": Excluded("needs the cpu_tier sweep above; "
+                                                                  "tests/experiments/test_cpu_tier_cli.py runs it"),
+    "pip install torch==2.13.0 -e '.[engine,serve]'": Excluded("an install; .ci/run installs the serve extra "
+                                                               "through the test extra"),
+    "servelab-serve backend.model_path=~/models/Qwen3-0.6B scheduler=srpt eviction=lfu serve.port=8000": Excluded(
+        "starts a server that runs until stopped; tests/experiments/serve/test_shutdown.py runs it on a tiny "
+        "checkpoint in its own process"),
+    "servelab backend=http backend.url=http://127.0.0.1:8000 model=qwen3_0p6b": Excluded(
+        "needs a running OpenAI-compatible server; tests/experiments/test_http_vs_serve.py runs it against "
+        "servelab-serve on a tiny checkpoint"),
+    "python -m experiments.validate --real-url URL": Excluded("needs a running server; "
+                                                              "tests/experiments/test_http_backend.py runs it "
+                                                              "against a stub"),
+    "python benchmarks/loadgen.py --url URL --tokenizer DIR": Excluded("needs a running server; "
+                                                                       "tests/benchmarks/test_loadgen.py and "
+                                                                       "tests/experiments/test_http_vs_serve.py "
+                                                                       "run it"),
+    "tests/slurm/local_cluster.sh": Excluded("starts a SLURM cluster (root, slurm-wlm, munge); tests/slurm/conftest.py "
+                                             "starts it for tests/slurm/test_slurm_sweep.py"),
+    "bash benchmarks/slurm_sweep_time.sh": Excluded("a timing on a SLURM cluster it starts (root, slurm-wlm, munge); "
+                                                    "tests/slurm/test_slurm_sweep.py checks the same sweep"),
 }
 
 

@@ -109,7 +109,8 @@ def test_loop_terms_come_from_the_host_gap_when_run_rows_keep_their_measured_dur
     seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
     gap = np.where(seqs > 0, COEF["loop_step"] + 3e-6 * seqs, 0.0)
     run = run.assign(measured_duration_s=run["duration_s"] - gap)
-    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), single_split_min_seqs=SPLIT, knee_candidates=(256,))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True),
+                                     single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert fitted.coefficients["loop_seqs"] == pytest.approx(3e-6, rel=1e-6)
     assert fitted.coefficients["loop_step"] == pytest.approx(COEF["loop_step"], rel=1e-6)
     for f in ("step", "num_seqs", "decode_context_sum", "prefill_tokens"):
@@ -130,7 +131,8 @@ def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s):
     run, _ = _table(_shapes() * 3, truth, loop=True)
     seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
     run = run.assign(measured_duration_s=run["duration_s"] - np.where(seqs > 0, COEF["loop_step"], 0.0))
-    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), single_split_min_seqs=SPLIT, knee_candidates=(256,))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True),
+                                     single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert fitted.metadata["profile_offset_s"] == pytest.approx(offset_s, rel=1e-5)
     for f in FEATURES:
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
@@ -151,7 +153,8 @@ def test_robust_fit_ignores_a_few_stalled_steps():
     table = table.assign(duration_s=y)
     # the sqrt objective, where a stalled step weighs more than under the relative one
     robust = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,), objective="sqrt")
-    plain = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,), objective="sqrt", robust=False)
+    plain = CalibratedCostModel.fit(table,
+                                    single_split_min_seqs=SPLIT, knee_candidates=(256,), objective="sqrt", robust=False)
     clean = np.delete(np.arange(len(table)), [2, 17, 40])
     true = truth.predict_table(table)[clean]
     err = (lambda m: np.percentile(np.abs(m.predict_table(table)[clean] - true) / true, 90))
@@ -262,14 +265,14 @@ def test_features_of_hand_built_rows():
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
                                        loop_step=0, loop_seqs=0, loop_prefill_tokens=0, prefill_context_tokens=400,
-                                       loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
-                                       tier_in_blocks=0)
+                                       loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0,
+                                       tier_out_blocks=0, tier_in_blocks=0)
     assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
                                        loop_step=1, loop_seqs=5, loop_prefill_tokens=0, prefill_context_tokens=0,
-                                       loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0, tier_out_blocks=0,
-                                       tier_in_blocks=0)
+                                       loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0,
+                                       tier_out_blocks=0, tier_in_blocks=0)
     run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
     assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
 
@@ -299,7 +302,8 @@ def test_v1_file_loads_with_one_swap_cost_for_both_directions(tmp_path):
 
 
 def test_round_trip_and_registry(tmp_path):
-    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=128, metadata={"hardware": "H200"})
+    cm = CalibratedCostModel(coefficients=COEF,
+                             single_split_min_seqs=SPLIT, knee_tokens=128, metadata={"hardware": "H200"})
     path = cm.save(tmp_path / "p.json")
     data = json.loads(path.read_text())
     assert data["format"] == "servelab.calibrated_cost_model/v3" and data["metadata"]["hardware"] == "H200"
@@ -352,7 +356,8 @@ def test_fit_recovers_the_kv_read_and_loop_prefill_terms_on_the_long_grid():
     profile = _grid_table(shapes, truth.step_time_s)          # execute() alone: priced without the loop terms
     profile = profile.assign(duration_s=truth.predict_table(profile))
     run = _grid_table([s for s in shapes if not s.swap_blocks], truth.step_time_s, loop=True).drop(columns="kind")
-    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True), single_split_min_seqs=SPLIT, knee_candidates=(None, 2048, 4096))
+    fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True),
+                                     single_split_min_seqs=SPLIT, knee_candidates=(None, 2048, 4096))
     assert fitted.knee_tokens == 4096
     for f in FEATURES:
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
