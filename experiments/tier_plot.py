@@ -1,6 +1,6 @@
 """Prefix-cache hit rate per tier and TTFT against the CPU tier's size, from a sweep over cpu_cache_num_blocks.
 
-    servelab -m experiment=cpu_tier workload.path=../shared/traces/conversation_trace.jsonl
+    servelab -m experiment=cpu_tier workload.path=path/to/conversation_trace.jsonl
     python -m experiments.tier_plot sweeps/cpu_tier [--out DIR]
 
 Writes DIR/cpu_tier.png (left: the share of prompt tokens served from GPU blocks and from the CPU tier,
