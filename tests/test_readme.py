@@ -196,6 +196,8 @@ COMMANDS: dict[str, Run | Excluded] = {
                                                                        "tests/benchmarks/test_loadgen.py and "
                                                                        "tests/experiments/test_http_vs_serve.py "
                                                                        "run it"),
+    "servelab-serve": Excluded("the server's name in prose; the full command above is the one shown"),
+    "servelab-report": Excluded("the report's name in prose; the sweep commands above run it on a folder"),
     "tests/slurm/local_cluster.sh": Excluded("starts a SLURM cluster (root, slurm-wlm, munge); tests/slurm/conftest.py "
                                              "starts it for tests/slurm/test_slurm_sweep.py"),
     "bash benchmarks/slurm_sweep_time.sh": Excluded("a timing on a SLURM cluster it starts (root, slurm-wlm, munge); "
