@@ -110,11 +110,5 @@ for wl in $ALL_STAGES; do
 done
 
 # One archive (a device run returns at most 8 files): real/<workload>/ (runs, repeats, reports) and the calib steps.
-ARCHIVE="$OUT_DIR/real_$(echo "$STAGES" | tr ' ' '-').tgz"
-if [ -n "$(ls -A "$WORK/real")" ]; then
-  tar czf "$ARCHIVE" -C "$WORK" real && log "real runs in $ARCHIVE (tar xzf it; experiments.generalize --real-root real)"
-fi
-log "gpu_generalize finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
-ls -la "$OUT_DIR" | tee -a "$LOG"
-rm -rf "$WORK"
-[ ${#FAILED[@]} -eq 0 ]
+archive_real "experiments.generalize --real-root real"
+gpu_finish gpu_generalize

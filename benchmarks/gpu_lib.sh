@@ -4,6 +4,8 @@
 #   has_stage NAME                              whether NAME is in STAGES
 #   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
 #   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
+#   archive_real HINT                          $WORK/real -> $OUT_DIR/real_<stages>.tgz (HINT: how to read it back)
+#   gpu_finish NAME                            logs the failed stages, lists $OUT_DIR, removes $WORK; status 0 iff none failed
 
 gpu_init() {
   local name="$1" default_out="$2" help_lines="$3" script="$4"; shift 4
@@ -87,4 +89,18 @@ with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
 model.save_pretrained('$ckpt')
 print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $ckpt')"
   fi
+}
+
+archive_real() {
+  local archive="$OUT_DIR/real_$(echo "$STAGES" | tr ' ' '-').tgz"
+  if [ -n "$(ls -A "$WORK/real" 2>/dev/null)" ]; then
+    tar czf "$archive" -C "$WORK" real && log "real runs in $archive (tar xzf it; $1)"
+  fi
+}
+
+gpu_finish() {
+  log "$1 finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
+  ls -la "$OUT_DIR" | tee -a "$LOG"
+  rm -rf "$WORK"
+  [ ${#FAILED[@]} -eq 0 ]
 }

@@ -149,7 +149,4 @@ stage compare 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" 
 if [ -d "$WORK/runs" ]; then
   tar czf "$OUT_DIR/runs_serve.tgz" -C "$WORK" runs && log "the runs' folders in $OUT_DIR/runs_serve.tgz"
 fi
-log "gpu_serve finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
-ls -la "$OUT_DIR" | tee -a "$LOG"
-rm -rf "$WORK"
-[ ${#FAILED[@]} -eq 0 ]
+gpu_finish gpu_serve

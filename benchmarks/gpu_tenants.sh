@@ -84,11 +84,5 @@ if has_stage slo; then
     --out-dir "$OUT_DIR" --name tenants_slo --real-dir "$WORK/real/slo"
 fi
 
-ARCHIVE="$OUT_DIR/real_$(echo "$STAGES" | tr ' ' '-').tgz"
-if [ -n "$(ls -A "$WORK/real")" ]; then
-  tar czf "$ARCHIVE" -C "$WORK" real && log "real runs in $ARCHIVE (tar xzf it; validate --from-real real/<stage>)"
-fi
-log "gpu_tenants finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
-ls -la "$OUT_DIR" | tee -a "$LOG"
-rm -rf "$WORK"
-[ ${#FAILED[@]} -eq 0 ]
+archive_real "validate --from-real real/<stage>"
+gpu_finish gpu_tenants

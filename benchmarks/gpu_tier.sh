@@ -99,7 +99,4 @@ if has_stage mooncake; then
     FAILED+=(mooncake); log "!!! [mooncake] skipped: no conversation_trace.jsonl beside --trace or in shared/traces"
   fi
 fi
-log "gpu_tier finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
-ls -la "$OUT_DIR" | tee -a "$LOG"
-rm -rf "$WORK"
-[ ${#FAILED[@]} -eq 0 ]
+gpu_finish gpu_tier

@@ -121,7 +121,4 @@ if [ ${#TABLES[@]} -gt 0 ]; then
   tar czf "$OUT_DIR/tables_$TAG.tgz" -C "$OUT_DIR" "${TABLES[@]}" && (cd "$OUT_DIR" && rm -rf "${TABLES[@]}")
   log "tables in $OUT_DIR/tables_$TAG.tgz: ${TABLES[*]} (tar xzf it, then --from-real DIR/real)"
 fi
-log "gpu_validate finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
-ls -la "$OUT_DIR" | tee -a "$LOG"
-rm -rf "$WORK"
-[ ${#FAILED[@]} -eq 0 ]
+gpu_finish gpu_validate
