@@ -8,8 +8,13 @@ per kv head, not once per q head) and runs the online softmax over keys
 log-sum-exp. Pass 2 (_decode_reduce_kernel), grid (num_seqs, num_q_heads), merges the splits.
 With a single split pass 1 writes the output directly and pass 2 is skipped.
 
-The number of splits is chosen on the host from the block-table width (no device sync, fixed for a
-fixed width so CUDA graphs can capture it) to give the GPU enough programs when the batch is small.
+The number of splits is chosen on the host from the batch size alone (no device sync, fixed for a
+batch size so CUDA graphs can capture it) to give the GPU about 2 programs per SM when the batch is
+small. Each sequence's keys are partitioned on the device by its own context: split s of sequence b
+reads [s * P_b, (s + 1) * P_b) with P_b = ctx_b / num_splits rounded up to a tile (at least
+MIN_PARTITION keys), so the work and the number of programs do not grow with the block-table width
+(max_model_len in a CUDA graph). Partitions sized from the width made a step of 24 short decodes
+cost 3.5 ms at max_model_len 16,384 against 2.5 ms at 8,192: most programs were empty splits.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from engine.kernels.paged_attention_tile import contiguous_q_and_out, dot_precis
 LOG2E = 1.4426950408889634
 
 
-@triton.jit(do_not_specialize=["partition", "num_splits", "stride_tb"])   # vary with the batch
+@triton.jit(do_not_specialize=["partition", "min_partition", "num_splits", "stride_tb"])   # vary with the batch
 def _decode_split_kernel(
     q_ptr,                         # [B, Hq, D]
     k_cache_ptr, v_cache_ptr,      # [num_blocks, BLOCK_SIZE, Hkv, D]
@@ -34,7 +39,7 @@ def _decode_split_kernel(
     out_ptr,                       # [B, Hq, D]                 (written when SINGLE_SPLIT)
     mid_o_ptr,                     # [B, Hq, num_splits, D] f32 (written otherwise)
     mid_lse_ptr,                   # [B, Hq, num_splits] f32, log2-sum-exp of each split
-    qk_scale, partition, num_splits,
+    qk_scale, partition, min_partition, num_splits,   # partition > 0: fixed keys per split; 0: per context
     stride_qb, stride_qh,
     stride_cb, stride_cs, stride_ch,
     stride_tb,
@@ -49,8 +54,9 @@ def _decode_split_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     ctx = tl.load(lens_ptr + b)
-    start = split * partition
-    end = tl.minimum(start + partition, ctx)
+    part = _split_keys(ctx, partition, min_partition, num_splits, BLOCK_N)
+    start = split * part
+    end = tl.minimum(start + part, ctx)
 
     offs_g = tl.arange(0, BLOCK_G)
     gmask = offs_g < GROUP
@@ -82,21 +88,31 @@ def _decode_split_kernel(
         tl.store(mid_lse_ptr + row, lse, mask=gmask)
 
 
-@triton.jit(do_not_specialize=["partition", "num_splits"])
+@triton.jit
+def _split_keys(ctx, partition, min_partition, num_splits, BLOCK_N: tl.constexpr):
+    """Keys per split of a context of ctx keys: `partition` when fixed (> 0), else ctx / num_splits rounded
+    up to a multiple of BLOCK_N, at least min_partition (a multiple of BLOCK_N)."""
+    per_ctx = tl.maximum(tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N, min_partition)
+    return tl.where(partition > 0, partition, per_ctx)
+
+
+@triton.jit(do_not_specialize=["partition", "min_partition", "num_splits"])
 def _decode_reduce_kernel(
     mid_o_ptr,                     # [B, Hq, num_splits, D] f32
     mid_lse_ptr,                   # [B, Hq, num_splits] f32
     lens_ptr,                      # [B] int32
     out_ptr,                       # [B, Hq, D]
-    partition, num_splits,
+    partition, min_partition, num_splits,
     stride_ob, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,         # next power of two >= num_splits
+    BLOCK_N: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
     ctx = tl.load(lens_ptr + b)
-    used = tl.minimum((ctx + partition - 1) // partition, num_splits)          # splits that saw keys
+    part = _split_keys(ctx, partition, min_partition, num_splits, BLOCK_N)
+    used = tl.minimum(tl.cdiv(ctx, part), num_splits)                          # splits that saw keys
     offs_s = tl.arange(0, BLOCK_S)
     smask = offs_s < used
     offs_d = tl.arange(0, BLOCK_D)
@@ -121,31 +137,38 @@ def _num_sms(device: torch.device) -> int:
 
 
 MAX_SPLITS = 64     # bounds the reduce pass's tile and the [B, Hq, splits, D] float32 scratch
+MIN_PARTITION = 256  # keys: a split shorter than this costs more in its partial output than it saves
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, block_n: int,
-                      device: torch.device, min_partition: int = 256) -> int:
+                      device: torch.device, min_partition: int = MIN_PARTITION) -> int:
     """Splits per sequence. One split when num_seqs * num_kv_heads already gives >= 2 programs per SM
-    (measured fastest on an H200 for full batches). Otherwise partitions of min_partition keys over the
-    whole block-table width (at most MAX_SPLITS): in a CUDA graph the width is max_model_len, not the
-    batch's contexts, and sizing partitions to fill the GPU for that width made a program read up to
-    ~800 keys of a short context alone, its latency growing with the batch (decode steps of 9-16
-    sequences ran 0.4-0.8 ms slower than of 8). Splits past a context's end exit at once."""
+    (measured fastest on an H200 for full batches). Otherwise enough splits for about 2 programs per SM,
+    at most MAX_SPLITS and no more than max_context (the block-table width in keys, which bounds every
+    context) holds partitions of min_partition keys. The kernel partitions each sequence by its own
+    context, so splits past a short context's end are few and exit at once."""
     programs = max(num_seqs * num_kv_heads, 1)
-    if programs >= 2 * _num_sms(device):
+    target = 2 * _num_sms(device)
+    if programs >= target:
         return 1
-    return max(1, min(math.ceil(max_context / max(min_partition, block_n)), MAX_SPLITS))
+    wanted = math.ceil(target / programs)
+    fits = math.ceil(max_context / max(min_partition, block_n))
+    return max(1, min(wanted, fits, MAX_SPLITS))
 
 
 def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_lens: Tensor,
                            block_tables: Tensor, scale: float, out: Tensor | None = None,
                            num_splits: int | None = None, block_n: int = 64,
-                           num_warps: int = 4, num_stages: int | None = None) -> Tensor:
+                           num_warps: int = 4, num_stages: int | None = None,
+                           fixed_partition: bool = False, min_partition: int = MIN_PARTITION) -> Tensor:
     """q [B, Hq, D], caches [num_blocks, bs, Hkv, D], context_lens [B] int32 (0 -> zero output),
     block_tables [B, max_blocks] int32 -> out [B, Hq, D] in q's dtype.
 
     num_splits None picks it from the batch and the block-table width (max_blocks * bs bounds every
     context); num_stages None: 3 for one split, 2 otherwise (measured on an H200, bf16, head_dim 128).
+    fixed_partition: partitions of width / num_splits keys for every sequence (the earlier scheme, kept
+    for benchmarks/decode_splits.py to time against) instead of each context / num_splits, with at least
+    min_partition keys (rounded up to block_n) per split.
     """
     B, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -155,10 +178,13 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     group = num_q_heads // num_kv_heads
     max_context = max(block_tables.shape[1] * block_size, 1)
     if num_splits is None:
-        num_splits = choose_num_splits(B, num_kv_heads, max_context, block_n, q.device)
-    # Partition: a multiple of block_n so every split starts on a tile boundary.
-    partition = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n
-    num_splits = triton.cdiv(max_context, partition)
+        num_splits = choose_num_splits(B, num_kv_heads, max_context, block_n, q.device, min_partition)
+    partition = 0
+    if fixed_partition:
+        # a multiple of block_n so every split starts on a tile boundary
+        partition = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n
+        num_splits = triton.cdiv(max_context, partition)
+    min_partition = triton.cdiv(max(min_partition, 1), block_n) * block_n
     block_d = triton.next_power_of_2(head_dim)
     single = num_splits == 1
     if num_stages is None:
@@ -170,7 +196,7 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
         mid_lse = torch.empty(B, num_q_heads, num_splits, dtype=torch.float32, device=q.device)
     _decode_split_kernel[(B, num_kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens, out, mid_o, mid_lse,
-        scale * LOG2E, partition, num_splits,
+        scale * LOG2E, partition, min_partition, num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0),
@@ -182,9 +208,9 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     )
     if not single:
         _decode_reduce_kernel[(B, num_q_heads)](
-            mid_o, mid_lse, context_lens, out, partition, num_splits,
+            mid_o, mid_lse, context_lens, out, partition, min_partition, num_splits,
             out.stride(0), out.stride(1),
             HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=triton.next_power_of_2(num_splits),
-            num_warps=4,
+            BLOCK_N=block_n, num_warps=4,
         )
     return out

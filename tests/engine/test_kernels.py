@@ -94,10 +94,10 @@ def test_prefill_kernel_padded_graph_layout(heads):
     assert out[T:].isnan().all()
 
 
-@pytest.mark.parametrize("num_splits", [1, 3, None])
+@pytest.mark.parametrize("num_splits,fixed", [(1, False), (3, False), (3, True), (None, False)])
 @pytest.mark.parametrize("block_size", [4, 16])
 @pytest.mark.parametrize("heads", HEADS[:2])
-def test_decode_kernel_matches_reference(num_splits, block_size, heads):
+def test_decode_kernel_matches_reference(num_splits, fixed, block_size, heads):
     hq, hkv, d = heads
     ctx = [1, 7, 33, 70]            # one token up to several blocks; shuffled block ids
     c = make_paged_case([1] * len(ctx), ctx, 0, hq, hkv, d, block_size, seed=num_splits or 0)
@@ -106,20 +106,39 @@ def test_decode_kernel_matches_reference(num_splits, block_size, heads):
     expected = decode_attention_torch(c.q, c.k_cache, c.v_cache, m.decode_context_lens, m.decode_block_tables, c.scale)
     out = torch.full_like(c.q, float("nan"))
     paged_decode_attention(c.q, c.k_cache, c.v_cache, m.decode_context_lens, m.decode_block_tables, c.scale,
-                           out=out, num_splits=num_splits, block_n=16)
+                           out=out, num_splits=num_splits, block_n=16, fixed_partition=fixed, min_partition=16)
     assert not out.isnan().any()
     torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-4)
 
 
-def test_decode_kernel_splits_really_split():
-    """With 70 keys, 16-key partitions and num_splits=5 the reduce pass merges several partial results,
-    including empty splits of the short entries; a wrong merge would not match a single split."""
+@pytest.mark.parametrize("fixed", [False, True])
+def test_decode_kernel_splits_really_split(fixed):
+    """With 70 keys, 16-key minimum partitions and num_splits=5 the reduce pass merges several partial
+    results, including empty splits of the short entry; a wrong merge would not match a single split."""
     c = make_paged_case([1, 1], [3, 70], 0, 4, 2, 16, 4, seed=5)
     store_kvcache_torch(c.k, c.v, c.k_cache, c.v_cache, c.meta.slot_mapping)
     m = c.meta
     outs = [paged_decode_attention(c.q, c.k_cache, c.v_cache, m.decode_context_lens, m.decode_block_tables,
-                                   c.scale, num_splits=s, block_n=16) for s in (1, 5)]
+                                   c.scale, num_splits=s, block_n=16, fixed_partition=fixed, min_partition=16)
+            for s in (1, 5)]
     torch.testing.assert_close(outs[0], outs[1], atol=ATOL, rtol=1e-4)
+
+
+def test_decode_kernel_partitions_each_context():
+    """Per-context partitions: 70 keys over 5 splits of >= 16 keys are partitions of 16 (the last one 6 keys);
+    a 2-key context uses one. The keys past each context, in its last block, are NaN: a split that reads past
+    its own context's end (a partition bound computed from another length) would poison the output."""
+    c = make_paged_case([1, 1], [2, 70], 0, 4, 2, 16, 4, seed=7)
+    store_kvcache_torch(c.k, c.v, c.k_cache, c.v_cache, c.meta.slot_mapping)
+    m = c.meta
+    expected = decode_attention_torch(c.q, c.k_cache, c.v_cache, m.decode_context_lens, m.decode_block_tables, c.scale)
+    # keys past each context (in its last table block) are NaN: a split reading beyond ctx would poison out
+    for b, ctx in enumerate((2, 70)):
+        last = m.decode_block_tables[b, (ctx - 1) // 4]
+        c.k_cache[last, (ctx - 1) % 4 + 1:] = float("nan")
+    out = paged_decode_attention(c.q, c.k_cache, c.v_cache, m.decode_context_lens, m.decode_block_tables,
+                                 c.scale, num_splits=5, block_n=16, min_partition=16)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-4)
 
 
 def test_decode_kernel_zero_context_gives_zeros():
@@ -160,13 +179,15 @@ def test_race_sample_kernel_rejects_mismatched_shapes():
         race_sample(torch.zeros(2, 10), torch.zeros(2), torch.zeros(2, 11))
 
 
-def test_num_splits_bounds_partition_for_small_batches(monkeypatch):
-    """132 SMs (an H200): a small batch gets 256-key partitions over the whole table width (at most
-    MAX_SPLITS of them); a batch with >= 2 programs per SM gets one split."""
+def test_num_splits_follow_the_batch_not_the_table_width(monkeypatch):
+    """132 SMs (an H200): a small batch gets enough splits for ~2 programs per SM, capped by 256-key
+    partitions of the table width and MAX_SPLITS; the count does not grow with a wider table (a CUDA
+    graph's width is max_model_len); a batch with >= 2 programs per SM gets one split."""
     from engine.kernels import paged_decode
     monkeypatch.setattr(paged_decode, "_num_sms", lambda device: 132)
     choose = paged_decode.choose_num_splits
-    assert [choose(b, 8, 4096, 64, "cuda") for b in (1, 4, 16, 32)] == [16] * 4
+    assert [choose(b, 8, 4096, 64, "cuda") for b in (1, 4, 16, 24, 32)] == [16, 9, 3, 2, 2]
+    assert [choose(b, 8, 16384, 64, "cuda") for b in (4, 16, 24, 32)] == [9, 3, 2, 2]
     assert choose(33, 8, 4096, 64, "cuda") == 1                           # 264 programs = 2 per SM
     assert choose(2, 8, 300, 64, "cuda") == 2
-    assert choose(1, 8, 40960, 64, "cuda") == paged_decode.MAX_SPLITS
+    assert choose(1, 2, 40960, 64, "cuda") == paged_decode.MAX_SPLITS

@@ -33,3 +33,22 @@ def test_same_step_swap_in_source_reused_as_swap_out_destination():
     assert torch.equal(kv[:, :, 0], cpu_before[:, :, 1])
     assert torch.equal(space.cpu_cache[:, :, 1], kv_before[:, :, 2])
     assert torch.equal(space.cpu_cache[:, :, [0, 2]], cpu_before[:, :, [0, 2]])      # nothing else touched
+
+
+def test_swaps_larger_than_the_staging_buffer_run_in_chunks():
+    """7 blocks each way through 2-block staging buffers (4 chunks, the last one short), with every swap-in
+    source reused as a swap-out destination and every swap-out source as a swap-in destination."""
+    kv = _cache(10, 3)
+    space = SwapSpace(12, SHAPE, torch.float32, torch.device("cpu"), staging_blocks=2)
+    space.cpu_cache.copy_(_cache(12, 4))
+    cpu_before, kv_before = space.cpu_cache.clone(), kv.clone()
+    swap_in = [(c, g) for c, g in zip((5, 1, 7, 3, 9, 0, 11), (2, 8, 0, 6, 4, 9, 1))]
+    swap_out = [(g, c) for g, c in zip((8, 2, 6, 0, 4, 1, 9), (1, 3, 5, 7, 9, 11, 0))]
+    space.swap(kv, swap_out=swap_out, swap_in=swap_in)
+    assert space.chunk_blocks == 2
+    for c, g in swap_in:
+        assert torch.equal(kv[:, :, g], cpu_before[:, :, c])
+    for g, c in swap_out:
+        assert torch.equal(space.cpu_cache[:, :, c], kv_before[:, :, g])
+    untouched = [c for c in range(12) if c not in {c for _, c in swap_out}]
+    assert torch.equal(space.cpu_cache[:, :, untouched], cpu_before[:, :, untouched])

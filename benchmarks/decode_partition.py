@@ -1,0 +1,108 @@
+"""Time paged decode attention's two key-partition schemes by batch size and block-table width (CUDA; one JSON).
+
+    python benchmarks/decode_partition.py --out benchmarks/results/decode_partition_h200.json
+
+In a CUDA graph the block table is as wide as max_model_len. The engine's decode kernel splits each
+sequence's keys into `choose_num_splits(batch)` partitions of its own context (`per_context`). The
+earlier scheme (`width`) cut the table width into 256-key partitions (up to 64 of them) whatever the
+contexts, so a batch of short contexts launched mostly empty programs and its cost grew with
+max_model_len. For each (batch, contexts, width) case this times both (gpu_attention_check.cuda_time_ms:
+clocks settled, CUDA events, median), prints width / per_context, and checks the outputs agree.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from gpu_attention_check import cuda_time_ms  # noqa: E402
+
+from engine.kernels.paged_decode import MAX_SPLITS, _num_sms, choose_num_splits, paged_decode_attention  # noqa: E402
+
+HQ, HKV, HEAD_DIM, BLOCK_SIZE, BLOCK_N = 16, 8, 128, 16, 64
+
+
+def width_num_splits(num_seqs: int, width_tokens: int, device) -> int:
+    """The earlier choice: one split from 2 programs per SM, else 256-key partitions of the whole width."""
+    if num_seqs * HKV >= 2 * _num_sms(device):
+        return 1
+    return max(1, min(math.ceil(width_tokens / 256), MAX_SPLITS))
+
+
+def cases(rng: torch.Generator) -> list[tuple[str, list[int]]]:
+    out = []
+    for b in (1, 4, 8, 16, 24, 32, 48, 64, 128):
+        out.append((f"{b}x256", [256] * b))
+        out.append((f"{b}x1024", [1024] * b))
+        if b <= 32:
+            out.append((f"{b}x4096", [4096] * b))
+        out.append((f"{b}x32-2042", torch.randint(32, 2043, (b,), generator=rng).tolist()))
+        if b >= 8:
+            out.append((f"{b}x256+{b // 8}x4000", [256] * (b - b // 8) + [4000] * (b // 8)))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/decode_partition.json"))
+    ap.add_argument("--widths", default="8192,16384", help="block-table widths in tokens (max_model_len in a graph)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=30)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_partition.py times CUDA kernels; no CUDA device is visible")
+    dev = torch.device("cuda")
+    rng = torch.Generator().manual_seed(0)
+    rows = []
+    for width_tokens in (int(w) for w in args.widths.split(",")):
+        width = width_tokens // BLOCK_SIZE
+        for name, ctx in cases(rng):
+            B = len(ctx)
+            # one pool of pages reused by every row (tables may repeat pages: timing only needs valid ids)
+            pool = min(B * width, 1 << 16)
+            k = torch.randn(pool, BLOCK_SIZE, HKV, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+            v = torch.randn_like(k)
+            q = torch.randn(B, HQ, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+            tables = (torch.arange(B * width, device=dev, dtype=torch.int32) % pool).view(B, width)
+            lens = torch.tensor(ctx, device=dev, dtype=torch.int32)
+            scale = HEAD_DIM ** -0.5
+            new_s = choose_num_splits(B, HKV, width_tokens, BLOCK_N, dev)
+            old_s = width_num_splits(B, width_tokens, dev)
+
+            def new():
+                return paged_decode_attention(q, k, v, lens, tables, scale, num_splits=new_s)
+
+            def old():
+                return paged_decode_attention(q, k, v, lens, tables, scale, num_splits=old_s,
+                                              fixed_partition=True)
+            a, b = new().float(), old().float()
+            err = float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+            new_ms = cuda_time_ms(new, args.warmup, args.iters)
+            old_ms = cuda_time_ms(old, args.warmup, args.iters)
+            rows.append(dict(case=name, width_tokens=width_tokens, num_seqs=B, context_max=max(ctx),
+                             context_sum=sum(ctx), per_context_splits=new_s, width_splits=old_s,
+                             per_context_ms=round(new_ms, 4), width_ms=round(old_ms, 4),
+                             width_over_per_context=round(old_ms / new_ms, 3), rel_err=err))
+            print(f"width {width_tokens:6d} {name:16s} per_context {new_s:2d} splits {new_ms:.4f} ms | "
+                  f"width {old_s:2d} splits {old_ms:.4f} ms | {old_ms / new_ms:.2f}x | err {err:.1e}", flush=True)
+    res = dict(command="python benchmarks/decode_partition.py " + " ".join(argv or sys.argv[1:]),
+               device=torch.cuda.get_device_name(), torch=torch.__version__, python=platform.python_version(),
+               shape=dict(q_heads=HQ, kv_heads=HKV, head_dim=HEAD_DIM, block_size=BLOCK_SIZE, dtype="bfloat16"),
+               rows=rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    worst = min(rows, key=lambda r: r["width_over_per_context"])
+    print(f"wrote {args.out}; per_context slower than width at most {1 / worst['width_over_per_context']:.2f}x "
+          f"({worst['case']} at width {worst['width_tokens']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
