@@ -6,8 +6,10 @@ In a CUDA graph the block table is as wide as max_model_len. The engine's decode
 sequence's keys into `choose_num_splits(batch)` partitions of its own context (`per_context`). The
 earlier scheme (`width`) cut the table width into 256-key partitions (up to 64 of them) whatever the
 contexts, so a batch of short contexts launched mostly empty programs and its cost grew with
-max_model_len. For each (batch, contexts, width) case this times both (gpu_attention_check.cuda_time_ms:
-clocks settled, CUDA events, median), prints width / per_context, and checks the outputs agree.
+max_model_len. For each (batch, contexts, width) case this times both as the engine runs them: LAYERS
+calls captured in one CUDA graph (one per layer; a single eager call would time Triton's host-side
+launch), replayed under gpu_attention_check.cuda_time_ms (clocks settled, CUDA events, median), per call;
+prints width / per_context, and checks the outputs agree.
 """
 from __future__ import annotations
 
@@ -26,7 +28,18 @@ from gpu_attention_check import cuda_time_ms  # noqa: E402
 
 from engine.kernels.paged_decode import MAX_SPLITS, _num_sms, choose_num_splits, paged_decode_attention  # noqa: E402
 
-HQ, HKV, HEAD_DIM, BLOCK_SIZE, BLOCK_N = 16, 8, 128, 16, 64
+HQ, HKV, HEAD_DIM, BLOCK_SIZE, BLOCK_N, LAYERS = 16, 8, 128, 16, 64, 28
+
+
+def graph_ms(fn, warmup: int, iters: int) -> float:
+    """Milliseconds per call of fn, LAYERS calls in one captured CUDA graph."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(LAYERS):
+            fn()
+    return cuda_time_ms(graph.replay, warmup, iters) / LAYERS
 
 
 def width_num_splits(num_seqs: int, width_tokens: int, device) -> int:
@@ -84,8 +97,8 @@ def main(argv=None) -> int:
                                               fixed_partition=True)
             a, b = new().float(), old().float()
             err = float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
-            new_ms = cuda_time_ms(new, args.warmup, args.iters)
-            old_ms = cuda_time_ms(old, args.warmup, args.iters)
+            new_ms = graph_ms(new, args.warmup, args.iters)
+            old_ms = graph_ms(old, args.warmup, args.iters)
             rows.append(dict(case=name, width_tokens=width_tokens, num_seqs=B, context_max=max(ctx),
                              context_sum=sum(ctx), per_context_splits=new_s, width_splits=old_s,
                              per_context_ms=round(new_ms, 4), width_ms=round(old_ms, 4),
