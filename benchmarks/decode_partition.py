@@ -9,7 +9,8 @@ contexts, so a batch of short contexts launched mostly empty programs and its co
 max_model_len. For each (batch, contexts, width) case this times both as the engine runs them: LAYERS
 calls captured in one CUDA graph (one per layer; a single eager call would time Triton's host-side
 launch), replayed under gpu_attention_check.cuda_time_ms (clocks settled, CUDA events, median), per call;
-prints width / per_context, and checks the outputs agree.
+prints width / per_context, and checks the outputs agree. Also per-context partitions with splits for
+4, 8 and 16 programs per SM at every batch size (pc4, pc8, pc16), to choose the engine's rule from.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from gpu_attention_check import cuda_time_ms  # noqa: E402
 from engine.kernels.paged_decode import MAX_SPLITS, _num_sms, choose_num_splits, paged_decode_attention  # noqa: E402
 
 HQ, HKV, HEAD_DIM, BLOCK_SIZE, BLOCK_N, LAYERS = 16, 8, 128, 16, 64, 28
+PROGRAMS_PER_SM = (4, 8, 16)
 
 
 def graph_ms(fn, warmup: int, iters: int) -> float:
@@ -51,7 +53,7 @@ def width_num_splits(num_seqs: int, width_tokens: int, device) -> int:
 
 def cases(rng: torch.Generator) -> list[tuple[str, list[int]]]:
     out = []
-    for b in (1, 4, 8, 16, 24, 32, 48, 64, 128):
+    for b in (1, 4, 8, 16, 24, 32, 48, 64, 128, 256):
         out.append((f"{b}x256", [256] * b))
         out.append((f"{b}x1024", [1024] * b))
         if b <= 32:
@@ -86,34 +88,37 @@ def main(argv=None) -> int:
             tables = (torch.arange(B * width, device=dev, dtype=torch.int32) % pool).view(B, width)
             lens = torch.tensor(ctx, device=dev, dtype=torch.int32)
             scale = HEAD_DIM ** -0.5
-            new_s = choose_num_splits(B, HKV, width_tokens, BLOCK_N, dev)
-            old_s = width_num_splits(B, width_tokens, dev)
-
-            def new():
-                return paged_decode_attention(q, k, v, lens, tables, scale, num_splits=new_s)
-
-            def old():
-                return paged_decode_attention(q, k, v, lens, tables, scale, num_splits=old_s,
-                                              fixed_partition=True)
-            a, b = new().float(), old().float()
-            err = float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
-            new_ms = graph_ms(new, args.warmup, args.iters)
-            old_ms = graph_ms(old, args.warmup, args.iters)
-            rows.append(dict(case=name, width_tokens=width_tokens, num_seqs=B, context_max=max(ctx),
-                             context_sum=sum(ctx), per_context_splits=new_s, width_splits=old_s,
-                             per_context_ms=round(new_ms, 4), width_ms=round(old_ms, 4),
-                             width_over_per_context=round(old_ms / new_ms, 3), rel_err=err))
-            print(f"width {width_tokens:6d} {name:16s} per_context {new_s:2d} splits {new_ms:.4f} ms | "
-                  f"width {old_s:2d} splits {old_ms:.4f} ms | {old_ms / new_ms:.2f}x | err {err:.1e}", flush=True)
+            sms = _num_sms(dev)
+            fits = min(math.ceil(width_tokens / 256), MAX_SPLITS)
+            variants = {"per_context": (choose_num_splits(B, HKV, width_tokens, BLOCK_N, dev), False),
+                        "width": (width_num_splits(B, width_tokens, dev), True)}
+            for per_sm in PROGRAMS_PER_SM:   # per-context partitions, splits for per_sm programs per SM, any batch
+                variants[f"pc{per_sm}"] = (max(1, min(math.ceil(per_sm * sms / (B * HKV)), fits)), False)
+            ref = paged_decode_attention(q, k, v, lens, tables, scale, num_splits=1).float()
+            row = dict(case=name, width_tokens=width_tokens, num_seqs=B, context_max=max(ctx), context_sum=sum(ctx))
+            for vname, (splits, fixed) in variants.items():
+                def call(splits=splits, fixed=fixed):
+                    return paged_decode_attention(q, k, v, lens, tables, scale, num_splits=splits,
+                                                  fixed_partition=fixed)
+                err = float((call().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+                row[f"{vname}_splits"], row[f"{vname}_ms"] = splits, round(graph_ms(call, args.warmup, args.iters), 5)
+                row["max_rel_err"] = max(row.get("max_rel_err", 0.0), err)
+            row["width_over_per_context"] = round(row["width_ms"] / row["per_context_ms"], 3)
+            rows.append(row)
+            best = min(variants, key=lambda n: row[f"{n}_ms"])
+            cells = " ".join(f"{n}:{row[f'{n}_splits']}/{row[f'{n}_ms'] * 1e3:.1f}us" for n in variants)
+            print(f"width {width_tokens:6d} {name:18s} {cells} best {best}", flush=True)
     res = dict(command="python benchmarks/decode_partition.py " + " ".join(argv or sys.argv[1:]),
                device=torch.cuda.get_device_name(), torch=torch.__version__, python=platform.python_version(),
                shape=dict(q_heads=HQ, kv_heads=HKV, head_dim=HEAD_DIM, block_size=BLOCK_SIZE, dtype="bfloat16"),
                rows=rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
-    worst = min(rows, key=lambda r: r["width_over_per_context"])
-    print(f"wrote {args.out}; per_context slower than width at most {1 / worst['width_over_per_context']:.2f}x "
-          f"({worst['case']} at width {worst['width_tokens']})")
+    names = [n[:-3] for n in rows[0] if n.endswith("_ms")]
+    for n in names:     # geometric mean over cases of each variant's time against the best variant's
+        rel = [r[f"{n}_ms"] / min(r[f"{m}_ms"] for m in names) for r in rows]
+        print(f"{n:12s} geomean {math.exp(sum(map(math.log, rel)) / len(rel)):.3f}x the best, worst {max(rel):.2f}x")
+    print(f"wrote {args.out}")
     return 0
 
 
