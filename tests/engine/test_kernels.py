@@ -180,14 +180,14 @@ def test_race_sample_kernel_rejects_mismatched_shapes():
 
 
 def test_num_splits_follow_the_batch_not_the_table_width(monkeypatch):
-    """132 SMs (an H200): a small batch gets enough splits for ~2 programs per SM, capped by 256-key
+    """132 SMs (an H200): a small batch gets enough splits for ~8 programs per SM, capped by 256-key
     partitions of the table width and MAX_SPLITS; the count does not grow with a wider table (a CUDA
     graph's width is max_model_len); a batch with >= 2 programs per SM gets one split."""
     from engine.kernels import paged_decode
     monkeypatch.setattr(paged_decode, "_num_sms", lambda device: 132)
     choose = paged_decode.choose_num_splits
-    assert [choose(b, 8, 4096, 64, "cuda") for b in (1, 4, 16, 24, 32)] == [16, 9, 3, 2, 2]
-    assert [choose(b, 8, 16384, 64, "cuda") for b in (4, 16, 24, 32)] == [9, 3, 2, 2]
+    assert [choose(b, 8, 4096, 64, "cuda") for b in (1, 4, 16, 24, 32)] == [16, 16, 9, 6, 5]
+    assert [choose(b, 8, 16384, 64, "cuda") for b in (4, 16, 24, 32)] == [33, 9, 6, 5]
     assert choose(33, 8, 4096, 64, "cuda") == 1                           # 264 programs = 2 per SM
     assert choose(2, 8, 300, 64, "cuda") == 2
     assert choose(1, 2, 40960, 64, "cuda") == paged_decode.MAX_SPLITS
