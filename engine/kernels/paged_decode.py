@@ -17,8 +17,9 @@ MIN_PARTITION keys), so the work and the number of programs do not grow with the
 cost 3.5 ms at max_model_len 16,384 against 2.5 ms at 8,192: most programs were empty splits.
 Measured on an H200 (benchmarks/results/decode_partition_h200.json, 28 calls per CUDA graph): over
 88 batches of 1-256 sequences, uniform, ragged and long-tail contexts, at widths 8,192 and 16,384, this
-rule's time is 1.10x the best variant's (geometric mean; worst 1.55x) against 1.27x (worst 3.6x) for
-width partitions and 1.16x (worst 2.4x, long tails) for 2 programs per SM.
+rule's time is 1.11x the best variant's (geometric mean) against 1.27x for width partitions (worst
+3.6x) and 1.16x for 2 programs per SM. Its worst case, 2.3x, is a long tail in a batch of >= 33
+sequences (one program per sequence and KV head), where splitting too would cost uniform batches.
 """
 from __future__ import annotations
 
