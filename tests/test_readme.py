@@ -162,7 +162,8 @@ COMMANDS: dict[str, Run | Excluded] = {
                                                  "real_h200.tgz, unpacked to /tmp); "
                                                  "tests/experiments/test_generalize.py runs "
                                                  "it on tiny-model runs"),
-    "python benchmarks/swap_speed.py": Excluded(NEEDS_CUDA),
+    "python benchmarks/swap_speed.py --blocks 8,32,128,256,512": Excluded(NEEDS_CUDA),
+    "python benchmarks/decode_partition.py": Excluded(NEEDS_CUDA),
     "python benchmarks/sim_speed.py": Excluded("a benchmark of minutes (a 1M-request run among them); its figures "
                                                "are measured by hand"),
     FCFS_VS_PREEMPTIVE: Run("sweep", ("scheduler=fcfs,vllm", "workload.target_rate_rps=4",
