@@ -52,6 +52,8 @@ STEP_COLUMNS = (
     # prefix-cache hits of the step's admissions per tier and the CPU tier's copies, in blocks (a CPU-tier hit
     # is loaded: num_cpu_hit_blocks host -> GPU copies; num_offload_blocks GPU -> host)
     "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks",
+    # num_swap_blocks by direction (device -> host, host -> device): the two copies cost differently per block
+    "num_swap_out_blocks", "num_swap_in_blocks",
 )
 RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
@@ -61,7 +63,8 @@ _RUN = ("len", "num_decode_seqs", "decode_context_sum", "max_decode_context_toke
 # int64 columns stored only for steps where one of them is non-zero (0 elsewhere):
 _STEP_SPARSE = ("num_prefill_tokens", "num_prefill_seqs", "num_preempted", "num_swapped_out", "num_swapped_in",
                 "prefill_context_sum", "prefill_attention_pairs", "num_prefill_samples", "num_swap_blocks",
-                "max_prefill_context_tokens", "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks")
+                "max_prefill_context_tokens", "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks",
+                "num_swap_out_blocks", "num_swap_in_blocks")
 _REQ_FLOAT = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s", "ttft_slo_s",
               "tpot_slo_s")
 _REQ_INT = ("num_prompt_tokens", "num_output_tokens", "max_output_tokens", "num_preemptions", "num_swaps",
@@ -167,7 +170,7 @@ class Recorder:
         self._sparse.extend((row, sum(new[:npf]) if npf else 0, npf, len(batch.preempted), len(batch.swapped_out),
                              len(batch.swapped_in), pctx, pairs, samples, len(batch.swap_in) + len(batch.swap_out),
                              max(ctx[:npf]) if npf else 0, batch.num_gpu_hit_blocks, len(batch.load),
-                             len(batch.offload)))
+                             len(batch.offload), len(batch.swap_out), len(batch.swap_in)))
         if self.record_decisions:
             self._decisions.append((row, start_s, _ids(batch.seqs[:npf]), _ids(batch.preempted),
                                     _ids(batch.swapped_out), _ids(batch.swapped_in)))
