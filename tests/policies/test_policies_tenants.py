@@ -14,7 +14,7 @@ from policies.scheduling.edf import EDFPolicy
 from policies.scheduling.qoe import QoEPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from policies.scheduling.vtc import VTCPolicy
-from tests.helpers import Req, drive
+from tests.helpers import Req, drive, worst_backlogged_difference
 
 
 def two_steps(rid):
@@ -136,23 +136,9 @@ def _max_backlogged_difference(policy, reqs, **setup) -> tuple[float, float]:
     tenants = {r.rid: r.tenant for r in reqs}
     serv = _service_by_step(run, tenants)
     f, g = sorted(serv)
-    worst = 0.0
     # step i is backlogged when both had waiting requests before it was scheduled (after step i - 1)
     both = [i > 0 and {f, g} <= backlog[i - 1] for i in range(len(run.timeline))]
-    i = 0
-    while i < len(both):
-        if not both[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(both) and both[j]:
-            j += 1
-        for a in range(i, j):               # every interval [a, b) inside the stretch
-            diff = 0.0
-            for b in range(a, j):
-                diff += serv[f][b] - serv[g][b]
-                worst = max(worst, abs(diff))
-        i = j
+    worst = worst_backlogged_difference([a - b for a, b in zip(serv[f], serv[g])], both)
     longest_prompt = max(r.prompt_len for r in reqs)
     capacity_tokens = setup["num_kvcache_blocks"] * setup["block_size"]        # M: the most tokens a batch can hold
     return worst, 2 * max(1.0 * longest_prompt, 2.0 * capacity_tokens)

@@ -14,6 +14,7 @@ from policies.scheduling.vllm import VLLMPolicy
 from policies.scheduling.vtc import VTCPolicy
 from sim.cost_model import ConstantCostModel
 from sim.simulator import Replica, Simulator
+from tests.helpers import worst_backlogged_difference
 
 BLOCKS, BLOCK_SIZE = 24, 16            # M = 384 tokens
 W_IN, W_OUT = 1.0, 2.0                 # VTCPolicy's default prices
@@ -69,18 +70,7 @@ def _worst_backlogged_difference(policy) -> tuple[float, float, int]:
         for j, k in enumerate(steps):
             service[s.tenant][k] += W_OUT + (W_IN * s.num_prompt_tokens if j == 0 else 0.0)
     both = np.array([{"heavy", "light"} <= b for b in sched.backlogged])
-    diff = service["heavy"] - service["light"]
-    worst, k = 0.0, 0
-    while k < len(starts):
-        if not both[k]:
-            k += 1
-            continue
-        j = k
-        while j < len(starts) and both[j]:
-            j += 1
-        prefix = np.concatenate([[0.0], np.cumsum(diff[k:j])])         # every interval [a, b) inside the stretch
-        worst = max(worst, float(prefix.max() - prefix.min()))
-        k = j
+    worst = worst_backlogged_difference(service["heavy"] - service["light"], both)
     assert np.count_nonzero(both) > 100                # a long backlogged stretch, not a vacuous check
     longest = max(s.num_prompt_tokens for s in seqs)
     return worst, 2 * max(W_IN * longest, W_OUT * BLOCKS * BLOCK_SIZE), sum(s.num_preemptions for s in seqs)
