@@ -23,7 +23,8 @@
 # and overlay plots. Knobs (environment): STAGES, CKPT (reuse a checkpoint), PROFILE (a fit for validate alone),
 # MAX_WALL_S, BASE_TABLE (a profile table of the same GPU and model made elsewhere: the profile stage then times
 # only `--grid tier`, the tier's copy shapes and their decode batch, and the fit reads both tables), DOC_REQUESTS
-# and DOC_RATE_RPS (both document-reuse traces), PYTEST_K (a pytest -k selection, test_cpu_tier.py alone).
+# and DOC_RATE_RPS (both document-reuse traces), MOON_REQUESTS, PYTEST_K (a pytest -k selection, test_cpu_tier.py
+# alone).
 # COMPACT=1 sets defaults for one call: STAGES "pytest fit validate", BASE_TABLE the generalization suite's
 # benchmarks/results/generalize/profile_h200_generalize.csv (no tier rows), 150 requests at 8 req/s (52% of prompt
 # tokens from the tier, predicted), PYTEST_K bit_exact (the CPU round trip and the CUDA chunked side-stream
@@ -32,7 +33,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_tier benchmarks/results/tier '2,30p' "$0" "$@"
+gpu_init gpu_tier benchmarks/results/tier '2,31p' "$0" "$@"
 COMPACT="${COMPACT:-0}"
 [ "$COMPACT" = 1 ] && STAGES="${STAGES:-pytest fit validate}"
 select_stages "pytest fit validate mooncake"
@@ -49,17 +50,18 @@ else
   TAG=h200; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=16384
   MAX_WALL_S="${MAX_WALL_S:-$([ "$COMPACT" = 1 ] && echo 60 || echo 150)}"
   DOCS=(--docs 32 --doc-blocks 7); DOC_REQ=300; DOC_RATE=4; GPU_BLOCKS=2048; TIER_BLOCKS=16384
-  MOON=(--max-requests 400 --target-rate-rps 4 --num-kvcache-blocks 4096); PYTEST_MARK="gpu or not gpu"
+  MOON_REQ=400; PYTEST_MARK="gpu or not gpu"
   T_CKPT=90; T_TEST=180; T_PROFILE=240; T_REPLAY=240; T_FIT=120
   if [ "$COMPACT" = 1 ]; then
     # predicted (calibrated simulator, the generalization fit): each doc-reuse replay drains in 21 s; engine start
     # ~25 s, a tier grid ~35 s with the runner's start: ~270 s in all, within these limits (60+60+90+90+30+90+90)
-    DOC_REQ=150; DOC_RATE=8
+    DOC_REQ=150; DOC_RATE=8; MOON_REQ=120     # mooncake (only when STAGES names it): 31 s of replay, predicted
     BASE_TABLE="${BASE_TABLE-benchmarks/results/generalize/profile_h200_generalize.csv}"
     T_CKPT=60; T_TEST=60; T_PROFILE=90; T_REPLAY=90; T_FIT=30
   fi
 fi
 DOC_REQ="${DOC_REQUESTS:-$DOC_REQ}"; DOC_RATE="${DOC_RATE_RPS:-$DOC_RATE}"
+[ "$SMOKE" = 1 ] || MOON=(--max-requests "${MOON_REQUESTS:-$MOON_REQ}" --target-rate-rps 4 --num-kvcache-blocks 4096)
 [ "$COMPACT" = 1 ] && PYTEST_K="${PYTEST_K-bit_exact}"
 PYTEST_FILES=(tests/engine/test_cpu_tier.py tests/engine/test_cpu_cache.py)
 PYTEST_SEL=()
