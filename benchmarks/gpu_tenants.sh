@@ -55,9 +55,9 @@ else
   SLO_KV_BLOCKS="${SLO_KV_BLOCKS:-4096}"
   # qoe on the slo requests: the calibrated simulator (the generalization fit) finishes them in 23.6 s (vllm: 25.8 s,
   # whose real replay matched it within 3%), so 60 s leaves more than twice that; engine start ~30 s + the
-  # simulated sides ~10 s keep the stage near 100 s
+  # simulated sides ~10 s keep the stage near 70 s (its limit 120 s, the call under 150 s with the checkpoint)
   QOE_MAX_WALL_S="${QOE_MAX_WALL_S:-60}"
-  T_CKPT=90; T_FIT=0; T_STAGE=480; T_QOE=150
+  T_CKPT=90; T_FIT=0; T_STAGE=480; T_QOE=120
 fi
 
 log "gpu_tenants: smoke=$SMOKE device=$DEVICE stages='$STAGES' out=$OUT_DIR kv_blocks=$KV_BLOCKS"
