@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engine.core.kv_layout import check_block_size, kv_split_problem
+from engine.core.kv_layout import check_block_size, check_cpu_cache_size, kv_split_problem
 from engine.core.scheduler import SchedulerConfig
 from engine.core.token_budget import resolve_max_num_batched_tokens
 
@@ -45,8 +45,10 @@ class EngineConfig:
     cpu_kvcache_gib: float = 1.0                 # CPU only: KV cache size when num_kvcache_blocks is None
     num_cpu_blocks: int | None = None            # swap space in blocks; None: from swap_space_gib
     swap_space_gib: float = 0.0                  # host memory for swapped-out KV blocks (0 = no swapping)
-    # CPU tier of the prefix cache in host blocks (0 = none), and the evicted blocks offloaded to it per step
+    # CPU tier of the prefix cache in host blocks (0 = none), or in GiB of host memory (None: by blocks; converted
+    # with the checkpoint's KV block bytes, engine.core.kv_layout), and the evicted blocks offloaded to it per step
     cpu_cache_num_blocks: int = SchedulerConfig.cpu_cache_num_blocks
+    cpu_cache_gib: float | None = None
     cpu_cache_max_offload_blocks: int = SchedulerConfig.cpu_cache_max_offload_blocks
     max_num_seqs: int = SchedulerConfig.max_num_seqs
     max_num_batched_tokens: int | None = None    # None: derived from max_model_len (engine.core.token_budget)
@@ -77,6 +79,7 @@ class EngineConfig:
                              f"got {self.num_cpu_blocks}")
         if self.cpu_cache_num_blocks < 0:
             raise ValueError(f"cpu_cache_num_blocks must be >= 0 (0: no CPU tier), got {self.cpu_cache_num_blocks}")
+        check_cpu_cache_size(self.cpu_cache_num_blocks, self.cpu_cache_gib)
         if self.cpu_cache_max_offload_blocks < 0:
             raise ValueError(f"cpu_cache_max_offload_blocks must be >= 0 (blocks offloaded per step), got "
                              f"{self.cpu_cache_max_offload_blocks}")

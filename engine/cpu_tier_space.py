@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.core.kv_layout import kv_block_bytes
+from engine.core.kv_layout import gib_floor, kv_block_bytes
 
 STAGING_BLOCKS = 256        # blocks per device staging buffer (two of them; 0.9 GiB of Qwen3-0.6B KV in all)
 GIB = 1 << 30
@@ -63,17 +63,18 @@ def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
 
 class CpuTierSpace:
     def __init__(self, num_blocks: int, block_shape: tuple[int, int, int, int], dtype: torch.dtype,
-                 device: torch.device, staging_blocks: int = STAGING_BLOCKS, other_host_bytes: int = 0):
+                 device: torch.device, staging_blocks: int = STAGING_BLOCKS, other_host_bytes: int = 0,
+                 cpu_cache_gib: float | None = None):
         """block_shape (num_layers, block_size, num_kv_heads, head_dim). Checks the host memory first, with
         other_host_bytes (the swap space) beside the tier (check_host_memory), and allocates nothing when it
-        is short."""
+        is short. cpu_cache_gib: the size the user gave num_blocks in (the error then names that setting)."""
         self.device, self.dtype = device, dtype
         self.num_blocks = num_blocks
         self.is_cuda = device.type == "cuda"
         self.block_shape = (2, block_shape[0], *block_shape[1:])           # one block, block-major
         self.block_bytes = kv_block_bytes(block_shape[1], block_shape[0], block_shape[2], block_shape[3],
                                           torch.empty((), dtype=dtype).element_size())
-        self.check_host_memory(other_host_bytes)
+        self.check_host_memory(other_host_bytes, cpu_cache_gib)
         self.host = torch.zeros(num_blocks, *self.block_shape, dtype=dtype, device="cpu",
                                 pin_memory=self.is_cuda and num_blocks > 0)
         self.stream = None
@@ -130,14 +131,20 @@ class CpuTierSpace:
             buf[i:i + k].copy_(self.host[c:c + k], non_blocking=self.is_cuda)
         kv_cache.index_copy_(2, dst, buf.permute(1, 2, 0, 3, 4, 5))
 
-    def check_host_memory(self, other_bytes: int = 0) -> None:
-        """ValueError naming cpu_cache_num_blocks when the tier plus other_bytes (the swap space) would not fit
-        in the host memory available now (Linux MemAvailable; unchecked where it cannot be read)."""
+    def check_host_memory(self, other_bytes: int = 0, cpu_cache_gib: float | None = None) -> None:
+        """ValueError naming cpu_cache_num_blocks (cpu_cache_gib when the tier was sized in GiB) when the tier
+        plus other_bytes (the swap space) would not fit in the host memory available now (Linux MemAvailable;
+        unchecked where it cannot be read)."""
         available = host_memory_available_bytes()
         need = self.num_blocks * self.block_bytes + other_bytes
         if available is not None and self.num_blocks and need > available:
             fit = max(0, (available - other_bytes) // self.block_bytes)
             tier_gib = self.num_blocks * self.block_bytes / GIB
+            if cpu_cache_gib is not None:
+                raise ValueError(f"cpu_cache_gib={cpu_cache_gib:g} ({self.num_blocks} blocks) needs {tier_gib:.1f} "
+                                 f"GiB of host memory (plus {other_bytes / GIB:.1f} GiB of swap space), "
+                                 f"{available / GIB:.1f} GiB are available; use cpu_cache_gib <= "
+                                 f"{gib_floor(fit * self.block_bytes)}")
             raise ValueError(f"cpu_cache_num_blocks={self.num_blocks} needs {tier_gib:.1f} GiB of host memory "
                              f"(plus {other_bytes / GIB:.1f} GiB of swap space), "
                              f"{available / GIB:.1f} GiB are available; use cpu_cache_num_blocks <= {fit}")

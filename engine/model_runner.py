@@ -26,7 +26,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.batch import Batch
-from engine.core.kv_layout import kv_block_bytes
+from engine.core.kv_layout import cpu_cache_blocks, kv_block_bytes
 from engine.cpu_tier_space import CpuTierSpace
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
@@ -131,9 +131,11 @@ class ModelRunner:
         self.num_cpu_blocks = (config.num_cpu_blocks if config.num_cpu_blocks is not None
                                else int(config.swap_space_gib * GIB) // self.block_bytes)
         # Before the KV cache is sized: the tier's device staging buffers take GPU memory too.
-        self.cpu_cache_num_blocks = config.cpu_cache_num_blocks
+        self.cpu_cache_num_blocks = cpu_cache_blocks(config.cpu_cache_num_blocks, config.cpu_cache_gib,
+                                                     self.block_bytes)
         self.cpu_tier = CpuTierSpace(self.cpu_cache_num_blocks, shape, self.dtype, self.device,
-                                     other_host_bytes=self.num_cpu_blocks * self.block_bytes)
+                                     other_host_bytes=self.num_cpu_blocks * self.block_bytes,
+                                     cpu_cache_gib=config.cpu_cache_gib)
         self.num_kvcache_blocks = config.num_kvcache_blocks or self._derive_num_blocks()
         if self.tp_size > 1:        # every rank must hold the same block ids: the smallest cache wins
             from engine.collectives import all_reduce_min

@@ -98,6 +98,9 @@ class ServelabConfig:
     num_cpu_blocks: Optional[int] = None        # None: from swap_space_gib
     # CPU tier of the prefix cache, per replica: host blocks that keep KV the GPU prefix cache evicts (0: none)
     cpu_cache_num_blocks: int = EngineConfig.cpu_cache_num_blocks
+    # the same tier in GiB of host memory instead (None: sized by cpu_cache_num_blocks; not both), converted with
+    # the model's KV block bytes
+    cpu_cache_gib: Optional[float] = EngineConfig.cpu_cache_gib
     cpu_cache_eviction: str = "lru"             # the tier's eviction policy: a policies/eviction name
     # evicted blocks offloaded per step at most (the rest dropped)
     cpu_cache_max_offload_blocks: int = EngineConfig.cpu_cache_max_offload_blocks

@@ -1,6 +1,6 @@
 """Profile the engine's model runner over a grid of step shapes: the training table of `calibrated`.
 
-    python -m experiments.profile --model PATH --out table.csv [--device cuda|cpu] [--grid small|full]
+    python -m experiments.profile --model PATH --out table.csv [--device cuda|cpu] [--grid small|full|tier]
 
 For every shape of the grid (prefill chunks x cached prefix lengths, several
 prefills at once, decode batch sizes x context lengths, mixed prefill + decode
@@ -12,6 +12,12 @@ writes one row: the shape columns of sim.cost_model.base.STEP_TABLE_COLUMNS
 (computed by engine.core.recorder.Recorder, so they mean exactly what they mean in a
 run's steps table), `duration_s` = the median, and min / max / repeats. A
 sidecar `<out>.meta.json` records the device, model, command and date.
+
+`--grid tier` times only the full grid's CPU-tier shapes (offloads and loads of 4 to 1,024 blocks
+beside a 32 x 1,024 decode batch, its context clipped to max_model_len) and that decode batch alone,
+which anchors the copies' share of the step: the rows the tier's fit terms need, to be fitted together
+with a profile table made elsewhere on the same GPU and model (e.g. the generalization suite's), in
+seconds instead of the full grid's minute.
 
 The KV cache content is whatever the runner holds (timing does not depend on
 it). A shape whose blocks exceed the cache is skipped (and logged), since a real
@@ -36,7 +42,9 @@ from engine.core.sequence import SamplingParams, Sequence
 from experiments.results import atomic_write_text, write_json
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
-GRIDS = ("small", "full")
+GRIDS = ("small", "full", "tier")
+# the full grid's CPU-tier copies (blocks) and the decode batch they sit beside (sequences, context tokens)
+FULL_TIER_BLOCKS, FULL_TIER_DECODE = (4, 16, 64, 128, 256, 1024), (32, 1024)
 TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",   # engine.core.recorder
     "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
@@ -81,6 +89,10 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
     if grid not in GRIDS:
         raise ValueError(f"--grid must be one of {GRIDS}, got {grid!r}")
     rng = np.random.default_rng(seed)
+    if grid == "tier":
+        b, ctx = min(FULL_TIER_DECODE[0], max_num_seqs), min(FULL_TIER_DECODE[1], max_model_len)
+        return [Shape("decode", (), (ctx,) * b)] + [Shape(kind, (), (ctx,) * b, tier_blocks=n)
+                                                     for n in FULL_TIER_BLOCKS for kind in ("tier_out", "tier_in")]
     if grid == "small":
         chunks, cached = (8, 32, 64, 128), (0, 64, 192)
         multi = [(k, n) for k in (2, 4) for n in (16, 64)]
@@ -99,7 +111,7 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         swaps = (4, 16, 64, 128, 256, 1024)
         ragged = [(b, 2048) for b in (16, 64, 256)]
         # a long prompt evicts (offloads) or hits (loads) hundreds of blocks; beside a decode batch they overlap
-        tiers, tier_decode = (4, 16, 64, 128, 256, 1024), (32, 1024)
+        tiers, tier_decode = FULL_TIER_BLOCKS, FULL_TIER_DECODE
     fits = (lambda n, c: n + c <= max_model_len and n <= max_num_batched_tokens)
     shapes = [Shape("prefill", ((n, c),)) for c in cached for n in chunks if fits(n, c)]
     shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in multi
@@ -327,7 +339,7 @@ def main(argv=None) -> int:
 
     from engine.model_runner import ModelRunner
 
-    max_swap = 1024 if args.grid == "full" else 8
+    max_swap = 1024 if args.grid in ("full", "tier") else 8
     # each EngineConfig field from the flag of the same name; a CPU tier as large as the grid's largest copy
     cfg = EngineConfig.from_attributes(args, model_path=args.model, num_cpu_blocks=args.num_cpu_blocks
                                        if args.num_cpu_blocks is not None else max_swap,

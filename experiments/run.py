@@ -118,6 +118,8 @@ def format_summary(summary: dict) -> str:
                    f"({meta.get('max_num_batched_tokens_source')})"),
         ("KV cache", f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks"
                      + (f", +{meta['cpu_cache_num_blocks']} CPU-tier prefix blocks" if meta.get('cpu_cache_num_blocks')
+                        else "")
+                     + (f" = cpu_cache_gib {meta['cpu_cache_gib']:g}" if meta.get('cpu_cache_gib') is not None
                         else "") + ")"),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
                                 + (f" / {meta['num_failed']} failed" if meta.get("num_failed") else "")

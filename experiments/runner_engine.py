@@ -325,7 +325,7 @@ def run_engine(cfg, desc: str = "engine"):
     wl = build_workload(cfg, max_len)
     in_meta = check_input(wl, max_len, positions)
     warm_s = rep.warmup()
-    sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len)
+    sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len, rep.cpu_cache_num_blocks)
     seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,
                           record_token_times=bool(cfg.record_token_times))
     rec = Recorder()
@@ -337,7 +337,7 @@ def run_engine(cfg, desc: str = "engine"):
         interrupted = True
     meta = {"backend": "engine", "model": Path(rcfg.model_path).name, "hardware": _device_label(rep.runner),
             "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
-            "cpu_cache_num_blocks": rep.cpu_cache_num_blocks,
+            "cpu_cache_num_blocks": rep.cpu_cache_num_blocks, "cpu_cache_gib": rcfg.cpu_cache_gib,
             "request_rate_rps": offered_rate_rps(cfg, wl), "warmup_s": warm_s,
             "interrupted": interrupted, **info, **in_meta, **limits_meta(sched, max_len_source)}
     req = add_input_columns(rec.requests_frame(), wl)

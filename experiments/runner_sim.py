@@ -25,7 +25,7 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
-from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, num_kv_blocks
+from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, cpu_tier_blocks, num_kv_blocks
 
 
 # -- a length distribution the synthetic workloads use by default ----------------------
@@ -174,8 +174,22 @@ def kv_capacity(cfg: DictConfig, model, hardware) -> tuple[int, int]:
     if num_cpu_blocks is None:
         block_bytes = block_bytes_per_gpu(model, int(cfg.block_size), tp)
         num_cpu_blocks = int(float(cfg.swap_space_gib) * 2 ** 30 // block_bytes)
-    check_host_blocks(model, hardware, int(cfg.block_size), tp, int(num_cpu_blocks), int(cfg.cpu_cache_num_blocks))
+    check_host_blocks(model, hardware, int(cfg.block_size), tp, int(num_cpu_blocks), cpu_cache_blocks(cfg, model),
+                      cfg.get("cpu_cache_gib"))
     return int(num_kvcache_blocks), int(num_cpu_blocks)
+
+
+def cpu_cache_blocks(cfg: DictConfig, model=None) -> int:
+    """The prefix cache's CPU tier per replica in blocks: cfg.cpu_cache_num_blocks, or the blocks of the model's KV
+    that fit in cfg.cpu_cache_gib GiB (model: a ModelSpec; None: cfg.model's)."""
+    gib = cfg.get("cpu_cache_gib")
+    if gib is None:
+        return int(cfg.cpu_cache_num_blocks)
+    if model is None:
+        from experiments.config import ModelConfig
+        model = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)).to_spec()
+    return cpu_tier_blocks(model, int(cfg.block_size), int(cfg.tensor_parallel_size), int(cfg.cpu_cache_num_blocks),
+                           float(gib))
 
 
 def make_cost_model(cfg: DictConfig, model, hardware):
@@ -197,22 +211,26 @@ def build_cost_model(node, model, hardware, tensor_parallel_size: int, max_model
 
 
 def make_scheduler(cfg: DictConfig, num_kvcache_blocks: int, num_cpu_blocks: int,
-                   max_model_len: int | None = None) -> Scheduler:
+                   max_model_len: int | None = None, cpu_cache_num_blocks: int | None = None) -> Scheduler:
     """A fresh Scheduler for one replica; max_model_len None: model_max_model_len(cfg);
-    max_num_batched_tokens null: derived by the Scheduler (engine.core.token_budget)."""
+    max_num_batched_tokens null: derived by the Scheduler (engine.core.token_budget); cpu_cache_num_blocks
+    None: cpu_cache_blocks(cfg)."""
     if max_model_len is None:
         max_model_len, _ = model_max_model_len(cfg)
+    tier = cpu_cache_blocks(cfg) if cpu_cache_num_blocks is None else int(cpu_cache_num_blocks)
     sched_cfg = SchedulerConfig.from_settings(cfg, num_kvcache_blocks=num_kvcache_blocks,
-                                              num_cpu_blocks=num_cpu_blocks, max_model_len=int(max_model_len))
+                                              num_cpu_blocks=num_cpu_blocks, max_model_len=int(max_model_len),
+                                              cpu_cache_num_blocks=tier)
     policy = instantiate(cfg.scheduler, _convert_="all")
     eviction = instantiate(cfg.eviction, _convert_="all")
-    return Scheduler(sched_cfg, policy, eviction, cpu_cache_eviction_policy(cfg))
+    return Scheduler(sched_cfg, policy, eviction, cpu_cache_eviction_policy(cfg, tier))
 
 
-def cpu_cache_eviction_policy(cfg: DictConfig):
+def cpu_cache_eviction_policy(cfg: DictConfig, cpu_cache_num_blocks: int | None = None):
     """A fresh eviction policy for the prefix cache's CPU tier (cfg.cpu_cache_eviction names it), or None
-    when the run has no tier."""
-    if not int(cfg.cpu_cache_num_blocks):
+    when the run has no tier (cpu_cache_num_blocks blocks; None: cfg.cpu_cache_num_blocks)."""
+    tier = int(cfg.cpu_cache_num_blocks) if cpu_cache_num_blocks is None else cpu_cache_num_blocks
+    if not tier:
         return None
     return make_cpu_cache_eviction(str(cfg.cpu_cache_eviction))
 
@@ -262,7 +280,9 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
 
     bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
     recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
-    replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len), cost_model, rec, index=i)
+    tier_blocks = cpu_cache_blocks(cfg, model)
+    replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
+                        rec, index=i)
                 for i, rec in enumerate(recorders)]
     router = instantiate(cfg.router, _convert_="all")
     sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
@@ -287,7 +307,8 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     meta = {
         "backend": "sim", "model": model.name, "hardware": hardware.name, "cost_model": repr(cost_model),
         "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": num_kvcache_blocks,
-        "num_cpu_blocks": num_cpu_blocks, "cpu_cache_num_blocks": int(cfg.cpu_cache_num_blocks),
+        "num_cpu_blocks": num_cpu_blocks, "cpu_cache_num_blocks": tier_blocks,
+        "cpu_cache_gib": cfg.get("cpu_cache_gib"),
         "request_rate_rps": offered_rate_rps(cfg, wl),
         "measured_rate_rps": float(wl.mean_rate_rps) if np.isfinite(wl.mean_rate_rps) else None,
         "sim_end_time_s": float(end_s),

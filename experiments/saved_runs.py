@@ -54,6 +54,7 @@ def save_real_meta(real_dir, name: str, replayer, device: str, runner_device: st
         "engine_load_s": load_s, "warmup_s": warm_s,
         "vocab_size": replayer.vocab_size, "max_model_len": replayer.max_model_len,
         "num_kvcache_blocks": replayer.num_kvcache_blocks, "num_cpu_blocks": replayer.num_cpu_blocks,
+        "cpu_cache_num_blocks": getattr(replayer, "cpu_cache_num_blocks", replayer.config.cpu_cache_num_blocks),
         "runs": infos, "argv": list(argv) if argv is not None else None})
 
 
@@ -73,6 +74,8 @@ class SavedReplays:
         self.max_model_len = self.meta["max_model_len"]
         self.num_kvcache_blocks = self.meta["num_kvcache_blocks"]
         self.num_cpu_blocks = self.meta["num_cpu_blocks"]
+        # the tier the runner allocated (resolved from cpu_cache_gib when sized in GiB; older records: the config's)
+        self.cpu_cache_num_blocks = self.meta.get("cpu_cache_num_blocks", self.config.cpu_cache_num_blocks)
         self.device = self.meta["device"]
         self.model_dir = self.real_dir            # holds config.json
 
@@ -80,7 +83,8 @@ class SavedReplays:
                          cpu_cache_num_blocks: int | None = None):
         kv = self.num_kvcache_blocks if num_kvcache_blocks is None else int(num_kvcache_blocks)
         cpu = self.num_cpu_blocks if num_cpu_blocks is None else int(num_cpu_blocks)
-        return scheduler_config(kv, cpu, self.config, self.max_model_len, cpu_cache_num_blocks)
+        tier = self.cpu_cache_num_blocks if cpu_cache_num_blocks is None else int(cpu_cache_num_blocks)
+        return scheduler_config(kv, cpu, self.config, self.max_model_len, tier)
 
     @property
     def policies(self) -> list[str]:

@@ -349,6 +349,9 @@ def parse_args(argv=None):
                    "when vllm_swap runs, else 0)")
     e.add_argument("--cpu-cache-num-blocks", type=int, default=EngineRunConfig.cpu_cache_num_blocks,
                    help="the prefix cache's CPU tier in blocks (default 0: none)")
+    e.add_argument("--cpu-cache-gib", type=float, default=EngineRunConfig.cpu_cache_gib,
+                   help="the same tier in GiB of host memory instead (converted with the checkpoint's KV block bytes; "
+                        "not with --cpu-cache-num-blocks)")
     e.add_argument("--cpu-cache-eviction", default=ServelabConfig.cpu_cache_eviction,
                    help="the CPU tier's eviction policy (lru, fifo, lfu)")
     e.add_argument("--max-model-len", type=int, default=None, help="default: the engine's limit for the checkpoint")
@@ -423,7 +426,8 @@ def main(argv=None) -> int:
     workload = build_workload(args, rep.max_model_len)
     specs = workload.specs()
     print(f"engine ready: load {load_s:.1f} s, warm-up {warm_s:.1f} s, {rep.num_kvcache_blocks} KV blocks, "
-          f"{rep.num_cpu_blocks} swap blocks; workload {workload.stats.source}: {len(specs)} requests over "
+          f"{rep.num_cpu_blocks} swap blocks{tier_note(rep, cfg)}; workload {workload.stats.source}: "
+          f"{len(specs)} requests over "
           f"{workload.duration_s:.1f} s", flush=True)
     cost_models = {}
     if not args.no_roofline:
@@ -559,6 +563,15 @@ def http_replayer(args, policies: list[str], cpu_blocks: int):
     target = target_of({"url": args.real_url, "model": args.served_model, "temperature": args.temperature})
     return HttpReplayer(target, cfg, load_hf_config(args.model)["vocab_size"], args.max_model_len,
                         args.num_kvcache_blocks, cpu_blocks)
+
+
+def tier_note(rep, cfg) -> str:
+    """', N CPU-tier blocks (G GiB)' for the engine ready line, or '' without a tier."""
+    blocks = getattr(rep, "cpu_cache_num_blocks", 0)
+    if not blocks:
+        return ""
+    gib = getattr(cfg, "cpu_cache_gib", None)
+    return f", {blocks} CPU-tier blocks" + (f" (cpu_cache_gib={gib:g})" if gib is not None else "")
 
 
 def steps_out_path(path, policy: str, num_policies: int) -> Path:

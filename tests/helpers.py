@@ -159,3 +159,24 @@ def drive(policy, reqs: list[Req], *, num_kvcache_blocks: int, block_size: int =
 
     step_through(sched, seqs, max_steps=max_steps, finish_offset=0, fast_forward=fast_forward, on_step=on_step)
     return run
+
+
+def worst_backlogged_difference(diff, backlogged) -> float:
+    """The largest |sum of diff[a:b]| over the intervals [a, b) of steps inside one stretch of backlogged steps
+    (diff: per step, one tenant's service less the other's; backlogged: per step, whether both were)."""
+    worst, i, n = 0.0, 0, len(diff)
+    while i < n:
+        if not backlogged[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and backlogged[j]:
+            j += 1
+        partial, low, high = 0.0, 0.0, 0.0       # an interval's sum is a difference of two prefix sums
+        for k in range(i, j):
+            partial += diff[k]
+            low, high = min(low, partial), max(high, partial)
+        worst = max(worst, high - low)
+        i = j
+    return worst
+

@@ -33,6 +33,12 @@ def check_positive(policy: str, field: str, value, *, integer: bool = False):
     return int(value) if integer else float(value)
 
 
+def check_finite(policy: str, field: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{policy}.{field} must be a finite number (seconds), got {value!r}")
+    return float(value)
+
+
 def check_preemption_mode(policy: str, value, note: str) -> str:
     """value if it is "recompute" or "swap"; note says what the policy's source does (e.g. "FastServe swaps")."""
     if value not in ("recompute", "swap"):

@@ -11,11 +11,12 @@ across GPUs (norms, replicated in practice, are a few KB). `activation_reserve_g
 activations and the allocator's slack, which the engine measures at start-up.
 
 Host side: the swap space and the prefix cache's CPU tier hold blocks of the same size in host
-memory; `check_host_blocks` refuses more than the hardware's host memory per GPU.
+memory; `cpu_tier_blocks` converts a tier given in GiB (`cpu_cache_gib`) to blocks, and `check_host_blocks`
+refuses more than the hardware's host memory per GPU.
 """
 from __future__ import annotations
 
-from engine.core.kv_layout import kv_block_bytes, kv_heads_per_rank
+from engine.core.kv_layout import cpu_cache_blocks, gib_floor, kv_block_bytes, kv_heads_per_rank
 from sim.specs.hardware import HardwareSpec
 from sim.specs.models import ModelSpec
 
@@ -36,8 +37,9 @@ def block_bytes_per_gpu(model: ModelSpec, block_size: int, tensor_parallel_size:
 
 
 def check_host_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int, tensor_parallel_size: int,
-                      num_cpu_blocks: int, cpu_cache_num_blocks: int) -> None:
-    """ValueError naming cpu_cache_num_blocks when swap space + CPU tier exceed the host memory per GPU
+                      num_cpu_blocks: int, cpu_cache_num_blocks: int, cpu_cache_gib: float | None = None) -> None:
+    """ValueError naming cpu_cache_num_blocks (cpu_cache_gib when the tier was sized in GiB, cpu_cache_num_blocks
+    then the blocks it resolved to) when swap space + CPU tier exceed the host memory per GPU
     (hardware.host_memory_gib; unchecked when None)."""
     if hardware.host_memory_gib is None or not cpu_cache_num_blocks:
         return
@@ -46,10 +48,23 @@ def check_host_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int,
     have = hardware.host_memory_gib * 2**30
     if need > have:
         fit = max(0, int(have // block) - num_cpu_blocks)
+        if cpu_cache_gib is not None:
+            raise ValueError(f"cpu_cache_gib={cpu_cache_gib:g} ({cpu_cache_num_blocks} blocks of {model.name} KV, plus "
+                             f"{num_cpu_blocks * block / 2**30:.1f} GiB of swap space) exceeds the "
+                             f"{hardware.host_memory_gib:g} GiB of host memory per GPU of {hardware.name} "
+                             f"(hardware.host_memory_gib); use cpu_cache_gib <= {gib_floor(fit * block)}")
         raise ValueError(f"cpu_cache_num_blocks={cpu_cache_num_blocks} ({cpu_cache_num_blocks * block / 2**30:.1f} GiB "
                          f"of {model.name} KV, plus {num_cpu_blocks * block / 2**30:.1f} GiB of swap space) exceeds "
                          f"the {hardware.host_memory_gib:g} GiB of host memory per GPU of {hardware.name} "
                          f"(hardware.host_memory_gib); use cpu_cache_num_blocks <= {fit}")
+
+
+def cpu_tier_blocks(model: ModelSpec, block_size: int, tensor_parallel_size: int, cpu_cache_num_blocks: int,
+                    cpu_cache_gib: float | None) -> int:
+    """The CPU tier's blocks per replica: cpu_cache_num_blocks, or the blocks of this model's KV (per GPU) that
+    fit in cpu_cache_gib GiB (engine.core.kv_layout.cpu_cache_blocks: not both)."""
+    return cpu_cache_blocks(cpu_cache_num_blocks, cpu_cache_gib,
+                            block_bytes_per_gpu(model, block_size, tensor_parallel_size))
 
 
 def num_kv_blocks(model: ModelSpec, hardware: HardwareSpec, block_size: int = 16,

@@ -41,6 +41,24 @@ def test_tier_larger_than_host_memory_is_refused(monkeypatch):
         CpuTierSpace(100, SHAPE, torch.float32, torch.device("cpu"))
 
 
+def test_tier_in_gib_beyond_host_memory_is_refused_naming_cpu_cache_gib(monkeypatch):
+    import engine.cpu_tier_space as cts
+    monkeypatch.setattr(cts, "host_memory_available_bytes", lambda: 3 * 2**30)
+    blocks = 4 * 2**30 // (2 * 3 * 4 * 2 * 8 * 4)       # 4 GiB of SHAPE's float32 blocks (refused before allocating)
+    with pytest.raises(ValueError, match=r"^cpu_cache_gib=4 \(2796202 blocks\) needs 4.0 GiB .* 3.0 GiB are "
+                                         r"available; use cpu_cache_gib <= 3$"):
+        CpuTierSpace(blocks, SHAPE, torch.float32, torch.device("cpu"), cpu_cache_gib=4)
+
+
+def test_tier_in_gib_and_in_blocks_together_are_refused():
+    from engine.config import EngineConfig
+    with pytest.raises(ValueError, match=r"^cpu_cache_num_blocks=12 and cpu_cache_gib=1 both size the CPU tier; "
+                                         r"give one of them"):
+        EngineConfig("ckpt", cpu_cache_num_blocks=12, cpu_cache_gib=1.0)
+    with pytest.raises(ValueError, match=r"^cpu_cache_gib must be a finite number of GiB >= 0"):
+        EngineConfig("ckpt", cpu_cache_gib=float("inf"))
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_qwen3_tier")
@@ -104,6 +122,20 @@ def test_replay_takes_the_runners_tier_unless_told_fewer(tiny):
     assert len(run.requests) == 3
     info = rep.replay(specs, "fcfs", cpu_cache_num_blocks=0).info
     assert info["scheduler"]["cpu_cache_num_blocks"] == 0 and info["cpu_cache_eviction"] is None
+
+def test_tier_sized_in_gib_is_converted_with_the_checkpoints_block_bytes(tiny):
+    """cpu_cache_gib: the whole KV blocks of the checkpoint (kv_layout.kv_block_bytes) that fit, on the runner and
+    in the replay's SchedulerConfig."""
+    from engine.core.kv_layout import kv_block_bytes
+    from experiments.runner_engine import EngineReplayer, EngineRunConfig
+    rep = EngineReplayer(EngineRunConfig(model_path=str(tiny), device="cpu", num_kvcache_blocks=8, max_model_len=64,
+                                         cpu_cache_gib=0.001))
+    mc = rep.runner.model.config
+    block = kv_block_bytes(16, mc.num_hidden_layers, rep.runner.model.num_kv_heads_per_rank, mc.head_dim, 4)
+    assert rep.runner.block_bytes == block
+    assert rep.cpu_cache_num_blocks == int(0.001 * 2**30 // block) > 0
+    assert rep.scheduler_config().cpu_cache_num_blocks == rep.cpu_cache_num_blocks
+
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -12,6 +12,12 @@ from tests.experiments.cli import QUIET, SMALL, error_line, in_tmp, servelab  # 
                                       "of swap space) exceeds the 256 GiB of host memory per GPU of H200 "
                                       "(hardware.host_memory_gib); use cpu_cache_num_blocks <= 147456"),
     (["cpu_cache_num_blocks=-1"], "error: cpu_cache_num_blocks must be >= 0"),
+    (["cpu_cache_gib=400"], "error: cpu_cache_gib=400 (234057 blocks of Qwen3-0.6B KV, plus 4.0 GiB of swap space) "
+                            "exceeds the 256 GiB of host memory per GPU of H200 (hardware.host_memory_gib); use "
+                            "cpu_cache_gib <= 252"),
+    (["cpu_cache_gib=10", "cpu_cache_num_blocks=100"], "error: cpu_cache_num_blocks=100 and cpu_cache_gib=10 both "
+                                                       "size the CPU tier; give one of them"),
+    (["cpu_cache_gib=-2"], "error: cpu_cache_gib must be a finite number of GiB >= 0"),
     (["cpu_cache_num_blocks=10", "cpu_cache_eviction=none"], "error: cpu_cache_eviction='none' is not an eviction "
                                                              "policy that keeps blocks; use one of fifo, lfu, lru"),
     (["cpu_cache_num_blocks=10", "cpu_cache_eviction=lruu"], "error: cpu_cache_eviction='lruu'"),
@@ -30,6 +36,19 @@ def test_summary_reports_hits_per_tier(in_tmp, monkeypatch, capsys):
     m = json.loads((in_tmp / "out" / "summary.json").read_text())["metrics"]
     assert m["prefix_cache_hit_rate_gpu"] + m["prefix_cache_hit_rate_cpu"] == pytest.approx(m["prefix_cache_hit_rate"])
     assert "prefix-cache hits" in out and "CPU tier" in out
+
+
+def test_tier_in_gib_runs_with_the_blocks_it_resolves_to(in_tmp, monkeypatch, capsys):
+    # Qwen3-8B (the default model): 36 layers x 8 KV heads x 128 x 2 bytes x K, V = 144 KiB a token, 2.25 MiB a
+    # block: 0.5 GiB holds 227 blocks
+    args = ["workload.num_requests=200", "workload.arrival.rate_rps=50", "num_kvcache_blocks=300",
+            "cpu_cache_gib=0.5", "hydra.run.dir=out", *QUIET[:1], "plots=false"]
+    code, out, err = servelab(monkeypatch, capsys, *args)
+    assert code in (0, None), err
+    s = json.loads((in_tmp / "out" / "summary.json").read_text())
+    assert (s["meta"]["cpu_cache_num_blocks"], s["meta"]["cpu_cache_gib"]) == (227, 0.5)
+    assert "+227 CPU-tier prefix blocks = cpu_cache_gib 0.5" in out
+    assert "prefix-cache hits" in out and "prefix_cache_hit_rate_cpu" in s["metrics"]
 
 
 def test_tier_plot_of_a_sweep(tmp_path):

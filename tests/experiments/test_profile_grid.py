@@ -48,6 +48,15 @@ def test_short_limits_and_the_small_grid():
     assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 52
 
 
+def test_tier_grid_is_the_full_grids_tier_shapes_and_their_decode_batch():
+    full = grid_shapes("full", 16384, 16384, 256)
+    tier = grid_shapes("tier", 16384, 16384, 256)
+    assert [s for s in full if s.tier_blocks] == tier[1:] and len(tier) == 13
+    assert tier[0].kind == "decode" and tier[0] in full and tier[0].decode_ctx == tier[1].decode_ctx == (1024,) * 32
+    short = grid_shapes("tier", 512, 512, 16)         # the tiny test model's limits: the decode batch clipped
+    assert short[0].decode_ctx == (512,) * 16 and max(s.tier_blocks for s in short) == 1024
+
+
 def test_dry_run_lists_the_grid_and_prices_it(capsys, tmp_path):
     from sim.cost_model.calibrated import CalibratedCostModel
     fit = tmp_path / "fit.json"

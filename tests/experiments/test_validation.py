@@ -173,3 +173,13 @@ def test_roofline_floors_only_where_the_card_has_measured_floors(tiny):
     assert roofline_model(tiny, None, "cpu", 256).hardware.latency_floors_s is None
     for shape in (([], [], 1, 10), ([100], [100], 3, 300), ([], [], 64, 64 * 200)):
         assert floored.step_time_from_shape(*shape) > h200.step_time_from_shape(*shape)
+
+
+def test_validate_sizes_the_tier_in_gib_or_blocks_never_both():
+    from experiments.validate import engine_run_config, parse_args
+    args = parse_args(["--model", "ckpt", "--out-dir", "out", "--cpu-cache-gib", "2.5"])
+    cfg = engine_run_config(args, 0)
+    assert (cfg.cpu_cache_gib, cfg.cpu_cache_num_blocks) == (2.5, 0)
+    both = parse_args(["--model", "ckpt", "--out-dir", "out", "--cpu-cache-gib", "2.5", "--cpu-cache-num-blocks", "9"])
+    with pytest.raises(ValueError, match="cpu_cache_num_blocks=9 and cpu_cache_gib=2.5 both size the CPU tier"):
+        engine_run_config(both, 0)

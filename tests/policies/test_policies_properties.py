@@ -55,6 +55,7 @@ def setups(draw, name):
                       prefill_tokens_per_s=draw(st.sampled_from([None, 4.0])))
     if name == "qoe":
         params.update(pause_hysteresis_s=draw(st.sampled_from([0.5, 2.0])),
+                      urgent_buffer_s=draw(st.sampled_from([0.25, 1e9])),
                       preemption_mode=draw(st.sampled_from(["recompute", "swap"])))
         if params["preemption_mode"] == "swap":
             s["num_cpu_blocks"] = draw(st.integers(1, 8))

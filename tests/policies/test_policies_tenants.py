@@ -14,7 +14,7 @@ from policies.scheduling.edf import EDFPolicy
 from policies.scheduling.qoe import QoEPolicy
 from policies.scheduling.vllm import VLLMPolicy
 from policies.scheduling.vtc import VTCPolicy
-from tests.helpers import Req, drive
+from tests.helpers import Req, drive, worst_backlogged_difference
 
 
 def two_steps(rid):
@@ -136,23 +136,9 @@ def _max_backlogged_difference(policy, reqs, **setup) -> tuple[float, float]:
     tenants = {r.rid: r.tenant for r in reqs}
     serv = _service_by_step(run, tenants)
     f, g = sorted(serv)
-    worst = 0.0
     # step i is backlogged when both had waiting requests before it was scheduled (after step i - 1)
     both = [i > 0 and {f, g} <= backlog[i - 1] for i in range(len(run.timeline))]
-    i = 0
-    while i < len(both):
-        if not both[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(both) and both[j]:
-            j += 1
-        for a in range(i, j):               # every interval [a, b) inside the stretch
-            diff = 0.0
-            for b in range(a, j):
-                diff += serv[f][b] - serv[g][b]
-                worst = max(worst, abs(diff))
-        i = j
+    worst = worst_backlogged_difference([a - b for a, b in zip(serv[f], serv[g])], both)
     longest_prompt = max(r.prompt_len for r in reqs)
     capacity_tokens = setup["num_kvcache_blocks"] * setup["block_size"]        # M: the most tokens a batch can hold
     return worst, 2 * max(1.0 * longest_prompt, 2.0 * capacity_tokens)
@@ -179,11 +165,34 @@ def test_qoe_pauses_a_request_ahead_of_its_readers_timeline():
     # t2: A has 2 tokens out, the next due at 0 + 2 * 3 = 6: buffer 4 s, less the hysteresis 1 s = 3 > B's
     # buffer 2 + 1 - 2 = 1, so B preempts A. t3: A waits with buffer 6 - 3 = 3, B runs with 2 + 3 - 3 - 1 = 1:
     # B keeps the slot and finishes. t4: A recomputes its 2 outputs (the prompt block is cached), then decodes.
-    run = drive(QoEPolicy(pause_hysteresis_s=1.0), reqs, num_kvcache_blocks=16, max_num_seqs=1)
+    # (urgent_buffer_s=1: B, its buffer 1 s at t2, is urgent on arrival)
+    run = drive(QoEPolicy(pause_hysteresis_s=1.0, urgent_buffer_s=1.0), reqs, num_kvcache_blocks=16, max_num_seqs=1)
     assert run.timeline == [[("A", 4)], [("A", 1)], [("B", 4)], [("B", 1)], [("A", 2)]] + [[("A", 1)]] * 3
     assert run.preempted[2] == ["A"]
     # a hysteresis above A's lead over B (2k - (3 - k) = 3k - 3 s at step k, 12 s at most) keeps A running
-    calm = drive(QoEPolicy(pause_hysteresis_s=20.0), reqs, num_kvcache_blocks=16, max_num_seqs=1)
+    calm = drive(QoEPolicy(pause_hysteresis_s=20.0, urgent_buffer_s=1.0), reqs, num_kvcache_blocks=16, max_num_seqs=1)
     assert calm.timeline == [[("A", 4)]] + [[("A", 1)]] * 5 + two_steps("B")
     with pytest.raises(ValueError, match="qoe.pause_hysteresis_s must be a finite number > 0"):
         QoEPolicy(pause_hysteresis_s=-1)
+
+
+def test_qoe_pauses_only_for_an_urgent_request_so_readers_ahead_do_not_trade_every_step():
+    # One slot, a reader's pace far below the GPU's (a token per 10 s against one per step): A at t0, B at t1,
+    # C at t2, 8 outputs each, first token due 2 s after arrival. A running request gains 9 s of buffer a step,
+    # a waiting one loses 1 s, so a rule that pauses whenever the waiting one is further behind trades the slot
+    # every step (each trade a recompute).
+    reqs = [Req("A", 4, 8, ttft_slo_s=2.0, tpot_slo_s=10.0), Req("B", 4, 8, arrival=1, ttft_slo_s=2.0, tpot_slo_s=10.0),
+            Req("C", 4, 8, arrival=2, ttft_slo_s=2.0, tpot_slo_s=10.0)]
+    setup = dict(num_kvcache_blocks=16, max_num_seqs=1)
+    eager = drive(QoEPolicy(pause_hysteresis_s=1.0, urgent_buffer_s=1e9), reqs, **setup)
+    assert [i for i, p in enumerate(eager.preempted) if p] == list(range(1, 22))
+    # urgent_buffer_s 0.25: B waits while its buffer lasts (2 s at t1, 1 s at t2); at t3 it is 0: B pauses A
+    # (first token t1, 3 outputs: due 31, buffer 28 - 1 s hysteresis). At t4 C is due (buffer 0) and pauses B
+    # (due 14, buffer 10 - 1). C then runs out (t4..t11); B, due at 14, is admitted into the free slot at t12
+    # before it is urgent (recomputing its one output: the prompt block is cached), then A at t19.
+    run = drive(QoEPolicy(pause_hysteresis_s=1.0, urgent_buffer_s=0.25), reqs, **setup)
+    assert run.timeline == [[("A", 4)], [("A", 1)], [("A", 1)], [("B", 4)], [("C", 4)]] + [[("C", 1)]] * 7 + \
+        [[("B", 1)]] * 7 + [[("A", 3)]] + [[("A", 1)]] * 4
+    assert {i: p for i, p in enumerate(run.preempted) if p} == {3: ["A"], 4: ["B"]}
+    with pytest.raises(ValueError, match="qoe.urgent_buffer_s must be a finite number"):
+        QoEPolicy(urgent_buffer_s=float("nan"))

@@ -15,7 +15,7 @@ from sim.cost_model.calibrated import CalibratedCostModel
 from sim.replica import Replica
 from sim.simulator import Simulator
 from sim.specs import get_hardware_spec, get_model_spec
-from sim.specs.capacity import check_host_blocks
+from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, cpu_tier_blocks
 from tests.sim.test_private_blocks import shared_workload
 
 EVICTIONS = {"lru": LRUEviction, "fifo": FIFOEviction, "lfu": LFUEviction}
@@ -98,3 +98,20 @@ def test_tier_beyond_host_memory_is_refused_naming_the_field():
     with pytest.raises(ValueError, match=r"cpu_cache_num_blocks=200000 .* host memory per GPU of H200 "
                                          r"\(hardware.host_memory_gib\); use cpu_cache_num_blocks <= 11"):
         check_host_blocks(model, hw, 16, 1, 1820, 200_000)
+
+
+def test_tier_in_gib_converts_with_the_models_block_bytes_and_is_checked_against_host_memory():
+    model, hw = get_model_spec("Qwen3-8B"), get_hardware_spec("H200")
+    block = block_bytes_per_gpu(model, 16, 1)                    # 144 KiB a token x 16: 2.25 MiB
+    assert block == 2 * 36 * 16 * 8 * 128 * 2
+    assert cpu_tier_blocks(model, 16, 1, 0, 28.0) == int(28 * 2**30 // block) == 12743
+    assert cpu_tier_blocks(model, 16, 2, 0, 28.0) == 25486       # half the KV heads per GPU: half the block
+    assert cpu_tier_blocks(model, 16, 1, 500, None) == 500
+    with pytest.raises(ValueError, match=r"^cpu_cache_num_blocks=500 and cpu_cache_gib=28 both size the CPU tier"):
+        cpu_tier_blocks(model, 16, 1, 500, 28.0)
+    blocks = cpu_tier_blocks(model, 16, 1, 0, 300.0)
+    with pytest.raises(ValueError, match=r"^cpu_cache_gib=300 \(136533 blocks of Qwen3-8B KV, plus 4.0 GiB of swap "
+                                         r"space\) exceeds the 256 GiB .* use cpu_cache_gib <= 252$"):
+        check_host_blocks(model, hw, 16, 1, 1820, blocks, 300.0)
+    check_host_blocks(model, hw, 16, 1, 1820, cpu_tier_blocks(model, 16, 1, 0, 252.0), 252.0)
+
