@@ -259,7 +259,7 @@ class Scheduler:
         batch.num_prefill_seqs = len(prefills)
         if batch.seqs or batch.swap_out or batch.swap_in or batch.offload:
             self.num_steps += 1
-        elif not self.running and (self.waiting or self.swapped):
+        elif not self.running and (self.waiting or self.swapped) and not self.num_in_flight:
             raise RuntimeError(f"scheduler made no progress with nothing running: {len(self.waiting)} waiting "
                                f"(head: {self.waiting[0] if self.waiting else None}), {len(self.swapped)} swapped, "
                                f"{self.block_manager.num_free_blocks} free blocks")
