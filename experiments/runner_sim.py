@@ -262,8 +262,8 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
 
     bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
     recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
-    replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len), cost_model, rec, index=i)
-                for i, rec in enumerate(recorders)]
+    replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len), cost_model, rec, index=i,
+                        overlap_scheduling=bool(cfg.overlap_scheduling)) for i, rec in enumerate(recorders)]
     router = instantiate(cfg.router, _convert_="all")
     sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
                     keep_finished=False)
