@@ -8,8 +8,8 @@ each request's own output length; tokens a static batch generates past that are 
     python benchmarks/engine_throughput.py --out benchmarks/results/engine_throughput_h200.json
     python benchmarks/engine_throughput.py --hf-requests 64          # shorter baseline
     python benchmarks/engine_throughput.py --preset tiny --device cpu --num-requests 4 --max-len 32  # smoke run
-    python benchmarks/engine_throughput.py --overlap-scheduling both --hf-requests 0   # the synchronous loop, then
-                                                  # overlap scheduling (docs/overlap.md): `overlap_on`, `overlap_speedup`
+    python benchmarks/engine_throughput.py --overlap-scheduling both --hf-requests 0   # synchronous, then with
+                                    # overlap scheduling (docs/overlap.md): `overlap_on`, `overlap_speedup`
 """
 from __future__ import annotations
 

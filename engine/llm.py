@@ -16,6 +16,11 @@ An online server checks a request where it arrives and queues it where the engin
     batch, finished, rejected = llm.step_batch()  # the step's Batch (every sequence that got a token), the
                                                   # finished, those the policy rejected
 
+With overlap_scheduling=True (docs/overlap.md) a step_batch() call schedules and launches the next step
+before it collects the one it returns; an unfinished sequence's token_ids may then end in placeholders
+for the tokens of steps in flight (engine.core.in_flight.is_placeholder), and llm.drain() collects the
+step left in flight. Outputs and finish reasons are the synchronous loop's (greedy and seeded sampling).
+
 With tensor_parallel_size > 1 the LLM holds worker processes: call llm.close() or use
 `with LLM(...) as llm:` (they are also stopped at interpreter exit). Worker processes are started
 with multiprocessing's spawn method, so a script creating an LLM needs the usual

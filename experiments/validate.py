@@ -361,7 +361,7 @@ def parse_args(argv=None):
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--enforce-eager", action="store_true")
     e.add_argument("--overlap-scheduling", action="store_true",
-                   help="schedule each step while the previous one runs, in the engine and the simulator (docs/overlap.md)")
+                   help="schedule each step while the previous one runs, engine and simulator (docs/overlap.md)")
     e.add_argument("--attention-backend", default=EngineRunConfig.attention_backend)
     e.add_argument("--temperature", type=float, default=EngineRunConfig.temperature)
     e.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on cpu)")
