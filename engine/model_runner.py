@@ -338,7 +338,8 @@ class ModelRunner:
         if step.graph_bs is None:
             padded = self.prefill_graphs.size_for(len(step.input_ids)) if self.prefill_graphs else None
             if padded:
-                hidden = self.prefill_graphs.forward(step, padded, resolve)
+                hidden = (self.prefill_graphs.forward(step, padded) if resolve is None
+                          else self.prefill_graphs.forward(step, padded, resolve))
             else:
                 input_ids, positions, meta = self._to_device(step)
                 if resolve is not None:
