@@ -207,13 +207,17 @@ class LLM:
         tokens = self.runner.execute(batch)
         end = self.clock()
         finished = self.scheduler.postprocess(batch, tokens, end)
+        self._stepped(batch, start, end, finished)
+        return batch, finished, rejected
+
+    def _stepped(self, batch, start: float, end: float, finished: list[Sequence]) -> None:
+        """After a step's postprocess: its StepStats, and the finished requests released."""
         self.last_step = StepStats(start, end - start, batch.num_seqs, batch.num_prefill_tokens,
                                    batch.num_decode_seqs, len(batch.preempted), len(batch.swapped_out),
                                    len(batch.swapped_in), self.scheduler.block_manager.num_free_blocks)
         for seq in finished:
             self.runner.release(seq.request_id)
             del self._live[seq.request_id]
-        return batch, finished, rejected
 
     def _step_overlapped(self):
         """step_batch() with overlap scheduling: schedule and launch step N+1 while the device runs step N,
@@ -252,12 +256,7 @@ class LLM:
         # schedule, after an idle device) to its own; consecutive steps tile the busy time.
         start = scheduled_s if self._last_end_s is None else max(scheduled_s, self._last_end_s)
         self._last_end_s = end
-        self.last_step = StepStats(start, end - start, batch.num_seqs, batch.num_prefill_tokens,
-                                   batch.num_decode_seqs, len(batch.preempted), len(batch.swapped_out),
-                                   len(batch.swapped_in), self.scheduler.block_manager.num_free_blocks)
-        for seq in finished:
-            self.runner.release(seq.request_id)
-            del self._live[seq.request_id]
+        self._stepped(batch, start, end, finished)
         return batch, finished
 
     def drain(self) -> list[RequestOutput]:

@@ -215,6 +215,19 @@ class Simulator(FastPathMixin):
         return r.wakeup
 
     # -- one replica -----------------------------------------------------------------------
+    def _next_arrival(self, r: Replica, stalled_at: float | None = None):
+        """Waits (yields) for r's next arrival and returns the time then; None when no request can reach r
+        any more, which is a RuntimeError when r has unfinished work (stalled_at: the time)."""
+        ev = self._wait_for_arrival(r)
+        if ev is None:
+            if stalled_at is not None:
+                raise RuntimeError(f"replica {r.index} stalled at t={stalled_at:.6f}s: {r.scheduler.num_unfinished} "
+                                   f"unfinished requests, nothing schedulable, no arrivals left")
+            return None
+        yield ev
+        r.wakeup = None
+        return ev if self._direct else self.env.now
+
     def _pull_arrivals(self, r: Replica, t: float) -> None:
         """Queue every request routed to r that has arrived by t (a step starting at t sees arrivals at t)."""
         inbox, sched, prerouted = r.inbox, r.scheduler, self._prerouted
@@ -245,12 +258,9 @@ class Simulator(FastPathMixin):
         while True:
             self._pull_arrivals(r, t)
             if not (sched.running or sched.waiting or sched.swapped):
-                ev = self._wait_for_arrival(r)
-                if ev is None:
+                t = yield from self._next_arrival(r)
+                if t is None:
                     return
-                yield ev
-                r.wakeup = None
-                t = ev if direct else env.now
                 continue
 
             if fast and sched.running:
@@ -275,13 +285,7 @@ class Simulator(FastPathMixin):
                     continue        # the policy rejected all that was left: wait for arrivals as usual
                 # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
-                ev = self._wait_for_arrival(r)
-                if ev is None:
-                    raise RuntimeError(f"replica {r.index} stalled at t={t:.6f}s: {sched.num_unfinished} "
-                                       f"unfinished requests, nothing schedulable, no arrivals left")
-                yield ev
-                r.wakeup = None
-                t = ev if direct else env.now
+                t = yield from self._next_arrival(r, stalled_at=t)
                 continue
             dur = cm.step_time_s(batch)
             npf = batch.num_prefill_seqs
@@ -321,12 +325,9 @@ class Simulator(FastPathMixin):
         while True:
             self._pull_arrivals(r, t)
             if in_flight is None and not (sched.running or sched.waiting or sched.swapped):
-                ev = self._wait_for_arrival(r)
-                if ev is None:
+                t = yield from self._next_arrival(r)
+                if t is None:
                     return
-                yield ev
-                r.wakeup = None
-                t = ev if direct else env.now
                 continue
             batch = sched.schedule(t)
             for seq in batch.rejected:
@@ -344,13 +345,7 @@ class Simulator(FastPathMixin):
             elif in_flight is None:
                 if batch.rejected and not sched.has_unfinished():
                     continue
-                ev = self._wait_for_arrival(r)
-                if ev is None:
-                    raise RuntimeError(f"replica {r.index} stalled at t={t:.6f}s: {sched.num_unfinished} "
-                                       f"unfinished requests, nothing schedulable, no arrivals left")
-                yield ev
-                r.wakeup = None
-                t = ev if direct else env.now
+                t = yield from self._next_arrival(r, stalled_at=t)
                 continue
             if in_flight is not None:
                 done_batch, end = in_flight

@@ -490,10 +490,7 @@ class Scheduler:
                 continue
             self._finish(seq, now_s)
             finished.append(seq)
-        if finished:
-            self.remove_finished()
-        self.policy.on_step(batch, self.view)
-        return finished
+        return self._stepped(batch, finished)
 
     # -- overlap scheduling (engine/core/in_flight.py) ----------------------------------
     def mark_in_flight(self, batch: Batch) -> None:
@@ -552,6 +549,10 @@ class Scheduler:
                 bm.drop_swapped(seq)
             self._finish(seq, now_s)
             finished.append(seq)
+        return self._stepped(batch, finished)
+
+    def _stepped(self, batch: Batch, finished: list[Sequence]) -> list[Sequence]:
+        """The end of a postprocess: the finished leave the running list, the policy sees the step."""
         if finished:
             self.remove_finished()
         self.policy.on_step(batch, self.view)
