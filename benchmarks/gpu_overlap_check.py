@@ -77,7 +77,7 @@ def main(argv=None) -> int:
 
     def build(**options) -> LLM:
         return LLM(args.model, device=args.device, max_num_seqs=64, max_model_len=max_model_len,
-                   num_cpu_blocks=4096 if args.device != "cpu" else 256, **options)
+                   num_cpu_blocks=1024 if args.device != "cpu" else 256, **options)
 
     def run(llm, waves, params, overlap, eos=None, policy=None, blocks=None, chunked=None):
         """One loop over `waves` (lists of prompts, generated one after the other) on a fresh scheduler."""

@@ -73,3 +73,15 @@ def test_cpu_replay_takes_the_simulators_steps(tiny):
     assert run.steps["num_preempted"].sum() > 0
     start, dur = run.steps["start_time_s"].to_numpy(), run.steps["duration_s"].to_numpy()
     assert (dur > 0).all() and start[1:] == pytest.approx(start[:-1] + dur[:-1])
+
+
+def test_servelab_setting_reaches_the_simulated_replicas():
+    from experiments.runner_sim import run_sim
+    from tests.experiments.test_config_path import compose_cfg
+
+    runs = {}
+    for on in (False, True):
+        cfg = compose_cfg(f"overlap_scheduling={str(on).lower()}", "workload.num_requests=30", "progress=false")
+        runs[on] = run_sim(cfg)
+    assert runs[False].meta["num_fast_steps"] > 0 and runs[True].meta["num_fast_steps"] == 0
+    assert runs[True].requests["num_output_tokens"].tolist() == runs[False].requests["num_output_tokens"].tolist()
