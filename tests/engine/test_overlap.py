@@ -193,3 +193,25 @@ def test_simulator_with_overlap_makes_the_engines_decisions(ckpt, blocks):
         shapes[overlap] = engine_steps
     if blocks == 9:
         assert sum(s[2] for s in shapes[True]) > 0 and shapes[True] != shapes[False]
+
+
+def test_padded_prefill_layout_takes_placeholders_on_the_device(ckpt):
+    """Every step through the prefill graphs' padded buffers (uncaptured on CPU, as tests/engine/
+    test_prefill_graphs.py does): the in-flight tokens are resolved in their device input ids."""
+    prompts = _prompts(11, [50, 7, 23, 2, 30])
+    params = _greedy([8, 12, 6, 10, 9])
+    runs, resolved = [], []
+    for overlap in (False, True):
+        llm = LLM(ckpt, num_kvcache_blocks=64, max_model_len=128, enable_chunked_prefill=True,
+                  max_num_batched_tokens=16, overlap_scheduling=overlap)
+        graphs = llm.runner.make_prefill_graphs(capture=False)
+        forward = graphs.forward
+
+        def counted(step, size, resolve=None, forward=forward):
+            resolved.append(resolve is not None)
+            return forward(step, size, resolve) if resolve is not None else forward(step, size)
+
+        graphs.forward = counted
+        llm.runner.prefill_graphs = graphs
+        runs.append([o.token_ids for o in llm.generate(prompts, params, use_tqdm=False)])
+    assert runs[0] == runs[1] and any(resolved)
