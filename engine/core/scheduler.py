@@ -279,14 +279,15 @@ class Scheduler:
         if chunked and len(order) > 1:
             # decodes first, then running prefill chunks (Sarathi-Serve / vLLM v1)
             order = [s for s in order if not s.is_prefilling] + [s for s in order if s.is_prefilling]
+        if self.num_in_flight:
+            # a sequence whose last token is in flight finishes when that step is postprocessed: neither
+            # served nor a victim now
+            order = [s for s in order if len(s.token_ids) - s.num_prompt_tokens < s.max_output_tokens]
         preempted = False
         free = bm.num_free_blocks
-        in_flight = self.num_in_flight
         for seq in order:
             if seq.status is not RUNNING:
                 continue   # preempted earlier in this loop
-            if in_flight and len(seq.token_ids) - seq.num_prompt_tokens >= seq.max_output_tokens:
-                continue   # its last token is in flight: it finishes when that step is postprocessed
             if budget <= 0:
                 break
             n = len(seq.token_ids) - seq.num_computed_tokens
