@@ -8,6 +8,8 @@ each request's own output length; tokens a static batch generates past that are 
     python benchmarks/engine_throughput.py --out benchmarks/results/engine_throughput_h200.json
     python benchmarks/engine_throughput.py --hf-requests 64          # shorter baseline
     python benchmarks/engine_throughput.py --preset tiny --device cpu --num-requests 4 --max-len 32  # smoke run
+    python benchmarks/engine_throughput.py --overlap-scheduling both --hf-requests 0   # synchronous, then with
+                                    # overlap scheduling (docs/overlap.md): `overlap_on`, `overlap_speedup`
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--max-num-batched-tokens", type=int, default=16384)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--overlap-scheduling", choices=["off", "on", "both"], default="off",
+                   help="EngineConfig.overlap_scheduling; both: run off, then on (its figures under overlap_on)")
     p.add_argument("--hf-requests", type=int, default=None,
                    help="requests for the transformers baseline (default: all; 0 skips it)")
     p.add_argument("--hf-batch-size", type=int, default=64)
@@ -78,7 +82,7 @@ def make_workload(n: int, lo: int, hi: int, vocab: int, seed: int):
     return prompts, [int(o) for o in output_lens]
 
 
-def run_engine(path: Path, args, prompts, output_lens) -> dict:
+def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) -> dict:
     import torch
 
     from engine.core.sequence import SamplingParams
@@ -88,7 +92,7 @@ def run_engine(path: Path, args, prompts, output_lens) -> dict:
     llm = LLM(path, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
               max_num_seqs=args.max_num_seqs, max_num_batched_tokens=max(args.max_num_batched_tokens, max_model_len),
               max_model_len=max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-              enforce_eager=args.enforce_eager)
+              enforce_eager=args.enforce_eager, overlap_scheduling=overlap)
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)        # warm-up
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in output_lens]
     sync = torch.cuda.synchronize if llm.runner.is_cuda else (lambda: None)
@@ -116,7 +120,8 @@ def run_engine(path: Path, args, prompts, output_lens) -> dict:
                      longest_step_s=max((d for _, d in steps), default=0.0))
     return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced, time_split=breakdown,
                 num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
-                cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."))
+                cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."),
+                overlap_scheduling=overlap)
 
 
 def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
@@ -198,11 +203,18 @@ def main(argv=None):
                   seed=args.seed, prompt_tokens=sum(map(len, prompts)))
     with tempfile.TemporaryDirectory() as tmp:
         make_checkpoint(args.preset, Path(tmp), args.device, getattr(torch, args.dtype))
-        result.update(run_engine(Path(tmp), args, prompts, output_lens))
+        result.update(run_engine(Path(tmp), args, prompts, output_lens, args.overlap_scheduling == "on"))
         emit(result, args.out)          # the engine's figure survives a failing baseline
         if args.device.startswith("cuda"):
             gc.collect()
             torch.cuda.empty_cache()
+        if args.overlap_scheduling == "both":
+            on = result["overlap_on"] = run_engine(Path(tmp), args, prompts, output_lens, True)
+            result["overlap_speedup"] = on["output_tokens_per_s"] / result["output_tokens_per_s"]
+            emit(result, args.out)
+            if args.device.startswith("cuda"):
+                gc.collect()
+                torch.cuda.empty_cache()
         if args.hf_requests != 0:
             result.update(run_hf_baseline(Path(tmp), args, prompts, output_lens))
         else:

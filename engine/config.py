@@ -61,6 +61,8 @@ class EngineConfig:
     # torch.compile the elementwise layer parts; None: on CUDA unless enforce_eager
     compile_layers: bool | None = None
     seed: int = 0                                # generator of unseeded sampled requests
+    # schedule and prepare step N+1 while the device runs step N (docs/overlap.md); tensor_parallel_size 1 only
+    overlap_scheduling: bool = False
     tensor_parallel_size: int = 1                # GPUs (processes) one model is split across, 1..8, one host
     distributed_timeout_s: float = 600.0         # tensor parallel only: a collective waiting longer raises
 
@@ -98,6 +100,9 @@ class EngineConfig:
         if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TENSOR_PARALLEL_SIZE:
             raise ValueError(f"tensor_parallel_size must be an int in 1..{MAX_TENSOR_PARALLEL_SIZE} (one process per "
                              f"GPU of one host), got {tp!r}")
+        if self.overlap_scheduling and tp != 1:
+            raise ValueError(f"overlap_scheduling needs tensor_parallel_size=1 (the worker ranks would need the "
+                             f"previous step's sampled tokens), got {tp}; set overlap_scheduling=False")
         if not self.distributed_timeout_s > 0:
             raise ValueError(f"distributed_timeout_s must be > 0 seconds, got {self.distributed_timeout_s}")
 

@@ -16,6 +16,11 @@ An online server checks a request where it arrives and queues it where the engin
     batch, finished, rejected = llm.step_batch()  # the step's Batch (every sequence that got a token), the
                                                   # finished, those the policy rejected
 
+With overlap_scheduling=True (docs/overlap.md) a step_batch() call schedules and launches the next step
+before it collects the one it returns; an unfinished sequence's token_ids may then end in placeholders
+for the tokens of steps in flight (engine.core.in_flight.is_placeholder), and llm.drain() collects the
+step left in flight. Outputs and finish reasons are the synchronous loop's (greedy and seeded sampling).
+
 With tensor_parallel_size > 1 the LLM holds worker processes: call llm.close() or use
 `with LLM(...) as llm:` (they are also stopped at interpreter exit). Worker processes are started
 with multiprocessing's spawn method, so a script creating an LLM needs the usual
@@ -96,6 +101,10 @@ class LLM:
         self.last_step: StepStats | None = None
         self._live: dict[object, Sequence] = {}
         self._next_id = 0
+        # overlap scheduling: (batch, LaunchedStep, its schedule time) of the step the device runs, and the
+        # time the latest collected step's tokens reached the host
+        self._in_flight = None
+        self._last_end_s: float | None = None
 
     # -- requests -------------------------------------------------------------------
     def make_sequence(self, prompt, params: SamplingParams | None = None, request_id=None,
@@ -159,7 +168,7 @@ class LLM:
         return True
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._in_flight is not None
 
     def close(self) -> None:
         """Stops tensor-parallel worker processes (a no-op with tensor_parallel_size=1). Idempotent."""
@@ -181,7 +190,12 @@ class LLM:
         """Schedules and runs one step; returns (its Batch, or None when nothing ran; the Sequences that
         finished in it, already released; the waiting Sequences the policy rejected at its start, status
         REJECTED with their reject_reason, no longer in flight). Every sequence of batch.seqs whose
-        output grew got one token in this step."""
+        output grew got one token in this step.
+
+        With config.overlap_scheduling the call schedules and launches the next step first, then
+        collects the step launched before it and returns that one (docs/overlap.md)."""
+        if self.config.overlap_scheduling:
+            return self._step_overlapped()
         start = self.clock()
         batch = self.scheduler.schedule(start)
         rejected = list(batch.rejected)
@@ -193,13 +207,67 @@ class LLM:
         tokens = self.runner.execute(batch)
         end = self.clock()
         finished = self.scheduler.postprocess(batch, tokens, end)
+        self._stepped(batch, start, end, finished)
+        return batch, finished, rejected
+
+    def _stepped(self, batch, start: float, end: float, finished: list[Sequence]) -> None:
+        """After a step's postprocess: its StepStats, and the finished requests released."""
         self.last_step = StepStats(start, end - start, batch.num_seqs, batch.num_prefill_tokens,
                                    batch.num_decode_seqs, len(batch.preempted), len(batch.swapped_out),
                                    len(batch.swapped_in), self.scheduler.block_manager.num_free_blocks)
         for seq in finished:
             self.runner.release(seq.request_id)
             del self._live[seq.request_id]
-        return batch, finished, rejected
+
+    def _step_overlapped(self):
+        """step_batch() with overlap scheduling: schedule and launch step N+1 while the device runs step N,
+        then collect and postprocess step N. With nothing in flight it launches two steps first."""
+        rejected: list[Sequence] = []
+        while True:
+            launched = self._launch_next(rejected)
+            prev, self._in_flight = self._in_flight, launched
+            if prev is not None or launched is None:
+                break
+        if prev is None:
+            self.last_step = None
+            return None, [], rejected
+        return (*self._collect(prev), rejected)
+
+    def _launch_next(self, rejected: list):
+        """Schedules the next step and queues it on the device; None when nothing runs."""
+        start = self.clock()
+        batch = self.scheduler.schedule(start)
+        for seq in batch.rejected:
+            self._live.pop(seq.request_id, None)
+            rejected.append(seq)
+        if batch.is_empty:
+            return None
+        handle = self.runner.launch(batch)          # reads the batch's inputs before mark_in_flight changes them
+        self.scheduler.mark_in_flight(batch)
+        return batch, handle, start
+
+    def _collect(self, launched):
+        """Waits for a launched step's tokens and postprocesses it: (its batch, the sequences it finished)."""
+        batch, handle, scheduled_s = launched
+        tokens = self.runner.collect(handle)
+        end = self.clock()
+        finished = self.scheduler.postprocess_in_flight(batch, tokens, end)
+        # A step's row covers its share of the timeline: from the previous step's tokens (or its own
+        # schedule, after an idle device) to its own; consecutive steps tile the busy time.
+        start = scheduled_s if self._last_end_s is None else max(scheduled_s, self._last_end_s)
+        self._last_end_s = end
+        self._stepped(batch, start, end, finished)
+        return batch, finished
+
+    def drain(self) -> list[RequestOutput]:
+        """Overlap scheduling: collects the step in flight without launching another (a no-op when none
+        is); returns the requests it finished. Afterwards the device is idle and no token is pending."""
+        if self._in_flight is None:
+            return []
+        launched, self._in_flight = self._in_flight, None
+        _, finished = self._collect(launched)
+        self._last_end_s = None
+        return [self._output(seq) for seq in finished]
 
     def _output(self, seq: Sequence) -> RequestOutput:
         out_ids = seq.output_token_ids
@@ -251,6 +319,8 @@ class LLM:
                                      refresh=False)
         if pbar is not None:
             pbar.close()
+        if not self.scheduler.has_unfinished():
+            self.drain()        # overlap scheduling: the step left in flight only computes discarded tokens
         return [results[s.request_id] for s in seqs]
 
 

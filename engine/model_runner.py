@@ -26,6 +26,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.batch import Batch
+from engine.core.in_flight import PLACEHOLDER_BASE
 from engine.core.kv_layout import cpu_cache_blocks, kv_block_bytes
 from engine.cpu_tier_space import CpuTierSpace
 from engine.layers import fused
@@ -75,6 +76,19 @@ def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
     top = min(max_num_seqs, 512)
     sizes = [b for b in (1, 2, 4, 8) if b <= top] + list(range(16, top + 1, 16))
     return sizes if sizes[-1] == top else sizes + [top]
+
+
+class LaunchedStep:
+    """A step queued on the device (ModelRunner.launch); ModelRunner.collect returns its tokens."""
+    __slots__ = ("tokens", "sample_rows", "num_seqs", "offload", "host", "ready")
+
+    def __init__(self, tokens, sample_rows, num_seqs: int, offload: bool = False):
+        self.tokens = tokens                # [num_sampled] int64 on the device; None: nothing sampled
+        self.sample_rows = sample_rows      # [num_sampled] entries of the batch that sampled
+        self.num_seqs = num_seqs
+        self.offload = offload              # collect() waits for the CPU tier's offloads
+        self.host = None                    # overlap on CUDA: pinned copy of tokens, valid once `ready` passed
+        self.ready = None
 
 
 class ModelRunner:
@@ -156,6 +170,17 @@ class ModelRunner:
             self._capture_cuda_graphs()
         if self.is_cuda:    # compile the eager prefill and sampling kernels now, not inside the first timed step
             self._dummy_prefill(2, 16)
+        # Overlap scheduling (launch/collect): the latest step's sampled tokens [num_sampled] on the device,
+        # two pinned host buffers for the tokens of the two steps that may be in flight, and an event after
+        # the decode graphs' input copies (their pinned mirrors are refilled only once it has passed).
+        self.last_sampled: torch.Tensor | None = None
+        self._num_launched = 0
+        overlap_cuda = config.overlap_scheduling and self.is_cuda
+        self._token_host = [torch.zeros(config.max_num_seqs, dtype=torch.int64, pin_memory=True)
+                            for _ in range(2)] if overlap_cuda else None
+        self.inputs_copied = torch.cuda.Event() if overlap_cuda and self.graphs else None
+        if overlap_cuda and self.prefill_graphs is not None:
+            self.prefill_graphs.inputs_copied = torch.cuda.Event()
         self.inputs = StepInputBuilder(self.block_size, self.max_blocks_per_seq,
                                        self.graph_sizes[-1] if self.graphs else 0,
                                        self.graph_host["block_tables"] if self.graphs else None)
@@ -212,10 +237,28 @@ class ModelRunner:
             self.sampler(logits, SamplingTensors(temps, None, None, [None] * rows, all_greedy=False))
 
     # -- one step ---------------------------------------------------------------------
-    @torch.inference_mode()
     def execute(self, batch: Batch) -> list[int | None]:
         """Runs one scheduled batch; returns one sampled token per entry (None for intermediate prefill chunks)."""
+        return self.collect(self.launch(batch))
+
+    @torch.inference_mode()
+    def launch(self, batch: Batch) -> "LaunchedStep":
+        """Queues one scheduled batch on the device; collect() returns its tokens.
+
+        With config.overlap_scheduling, input ids that are placeholders (engine/core/in_flight.py) are
+        taken on the device from the sampled tokens of the step launched before, the tokens are copied
+        to pinned host memory behind an event, and the host buffers a step fills are reused only once
+        the device has read them, so the host may schedule and launch the next step before collecting
+        this one."""
         S = len(batch.seqs)
+        overlap = self.config.overlap_scheduling
+        if overlap and self.is_cuda and (batch.swap_out or batch.swap_in or batch.offload or batch.load):
+            # the copies' pinned staging is reused across steps: let every earlier step finish first
+            torch.cuda.current_stream(self.device).synchronize()
+        if self.inputs_copied is not None:
+            # the decode graphs' pinned mirrors (block tables patched in place by _prepare) may still be
+            # read by the previous step's queued copies
+            self.inputs_copied.synchronize()
         step = self._prepare(batch, self._graph_size(S) if batch.num_prefill_seqs == 0 else None) if S else None
         if self.workers is not None:
             self.workers.send(("step", batch.swap_out, batch.swap_in, step, batch.offload, batch.load))
@@ -223,7 +266,7 @@ class ModelRunner:
             self._copy_blocks(batch.swap_out, batch.swap_in, batch.offload, batch.load)
             if step is None:
                 self.cpu_tier.finish()
-                return []
+                return LaunchedStep(None, None, 0)
             logits = self._logits(step)                                       # [num_sampled, V]
         except Exception as exc:
             failure = self.workers.failure() if self.workers is not None else None
@@ -231,13 +274,43 @@ class ModelRunner:
                 raise RuntimeError(f"a tensor-parallel worker failed: {failure}") from exc
             raise
         sample_rows = step.sample_rows
-        tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows])).tolist()
-        if batch.offload:
+        tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows]))
+        out = LaunchedStep(tokens, sample_rows, S, offload=bool(batch.offload))
+        if overlap:
+            self.last_sampled = tokens
+            if self.is_cuda:
+                host = self._token_host[self._num_launched % 2][:len(tokens)]
+                host.copy_(tokens, non_blocking=True)
+                out.host, out.ready = host, torch.cuda.Event()
+                out.ready.record()
+            self._num_launched += 1
+            if batch.offload:
+                self.cpu_tier.finish()      # not left for collect(): the next step may offload too
+                out.offload = False
+        return out
+
+    def collect(self, launched: "LaunchedStep") -> list[int | None]:
+        """The tokens of a launched step, aligned with its batch.seqs (waits for the device)."""
+        if launched.tokens is None:
+            return []
+        if launched.ready is not None:
+            launched.ready.synchronize()
+            tokens = launched.host.tolist()
+        else:
+            tokens = launched.tokens.tolist()
+        if launched.offload:
             self.cpu_tier.finish()      # the offloads' transfer ran beside the forward pass
-        out: list[int | None] = [None] * S
-        for i, t in zip(sample_rows.tolist(), tokens):
+        out: list[int | None] = [None] * launched.num_seqs
+        for i, t in zip(launched.sample_rows.tolist(), tokens):
             out[i] = t
         return out
+
+    def _resolve_placeholders(self, input_ids: torch.Tensor) -> None:
+        """input_ids [T] int64 on the device: each placeholder PLACEHOLDER_BASE + k becomes row k of the
+        previous step's sampled tokens (real ids are >= 0; engine/core/in_flight.py)."""
+        prev = self.last_sampled
+        rows = (input_ids - PLACEHOLDER_BASE).clamp_(0, prev.numel() - 1)
+        input_ids.copy_(torch.where(input_ids < 0, prev[rows], input_ids))
 
     @torch.inference_mode()
     def serve(self, swap_out, swap_in, step: StepInputs | None, offload=(), load=()) -> None:
@@ -261,15 +334,23 @@ class ModelRunner:
     def _logits(self, step: StepInputs):
         """Forward pass and LM head of the sampling rows: [num_sampled, V] on rank 0, None on other ranks."""
         S = len(step.context_lens)
+        # overlap scheduling: some input ids stand for tokens the previous step samples on the device
+        resolve = self._resolve_placeholders if (self.config.overlap_scheduling and len(step.input_ids)
+                                                 and step.input_ids.min() < 0) else None
         if step.graph_bs is None:
             padded = self.prefill_graphs.size_for(len(step.input_ids)) if self.prefill_graphs else None
             if padded:
-                hidden = self.prefill_graphs.forward(step, padded)
+                hidden = (self.prefill_graphs.forward(step, padded) if resolve is None
+                          else self.prefill_graphs.forward(step, padded, resolve))
             else:
                 input_ids, positions, meta = self._to_device(step)
+                if resolve is not None:
+                    resolve(input_ids)
                 hidden = self.model(input_ids, positions, meta, self.kv_caches)
         else:
             self._fill_graph_inputs(step)
+            if resolve is not None:
+                resolve(self.graph_vars["input_ids"][:S])
             self.graphs[step.graph_bs].replay()
             hidden = self.graph_vars["outputs"][:S]
         if step.num_prefill_seqs == 0 and len(step.sample_rows) == S:
@@ -302,7 +383,8 @@ class ModelRunner:
         slot -1 = not stored, context 0), then one async copy per buffer.
 
         Reusing the mirrors is safe: rank 0 read the previous step's tokens, which needed the previous
-        step's LM-head gather, which every worker's stream issues after its copies from the mirrors."""
+        step's LM-head gather, which every worker's stream issues after its copies from the mirrors. With
+        overlap scheduling it has not, so launch() first waits for the event recorded here (inputs_copied)."""
         S, graph_bs = len(step.context_lens), step.graph_bs
         h, g = self.graph_host, self.graph_vars
         h["input_ids"][:S], h["input_ids"][S:graph_bs] = step.input_ids, 0
@@ -313,6 +395,8 @@ class ModelRunner:
             h["block_tables"][:graph_bs] = step.block_tables
         for name in h:
             g[name][:graph_bs].copy_(self.graph_host_t[name][:graph_bs], non_blocking=True)
+        if self.inputs_copied is not None:
+            self.inputs_copied.record()
 
     def _to_device(self, step: StepInputs):
         """Flat input ids / positions [T] and AttentionMetadata on the device, for an eager forward."""

@@ -17,7 +17,9 @@ S <= min(T, max_num_seqs) <= P_pad: every step of at most T_pad tokens fits the 
 
 Inputs are written into pinned host mirrors, then copied asynchronously into the graphs' static
 device buffers. Reusing the mirrors is safe for the reason given in ModelRunner._fill_graph_inputs:
-the previous step's copies finished before its sampled tokens reached the host.
+the previous step's copies finished before its sampled tokens reached the host. With overlap
+scheduling the host fills the next step before collecting the previous one, so an event recorded
+after each fill's copies is waited for first (`inputs_copied`).
 """
 from __future__ import annotations
 
@@ -71,6 +73,9 @@ class PrefillGraphs:
         self.outputs = torch.zeros(T, model.config.hidden_size, dtype=dtype, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_s: float | None = None             # wall seconds capture() took
+        # overlap scheduling (the model runner sets it): recorded after each fill's copies, waited for before
+        # the next fill overwrites the pinned buffers
+        self.inputs_copied: torch.cuda.Event | None = None
 
     def _num_entries(self, num_tokens: int) -> int:
         return min(num_tokens, self.max_num_seqs)
@@ -111,9 +116,13 @@ class PrefillGraphs:
         self.capture_s = time.perf_counter() - t0
         return pool
 
-    def forward(self, step: StepInputs, size: int) -> torch.Tensor:
-        """hidden [T, H] of the step, computed at the padded size (graph replay if captured)."""
+    def forward(self, step: StepInputs, size: int, resolve=None) -> torch.Tensor:
+        """hidden [T, H] of the step, computed at the padded size (graph replay if captured).
+        resolve: called on the device input ids [T] before the forward pass (overlap scheduling's
+        placeholders, engine.model_runner.ModelRunner._resolve_placeholders)."""
         self._fill(step, size)
+        if resolve is not None:
+            resolve(self.dev["input_ids"][:len(step.input_ids)])
         graph = self.graphs.get(size)
         if graph is not None:
             graph.replay()
@@ -123,6 +132,8 @@ class PrefillGraphs:
 
     def _fill(self, step: StepInputs, size: int) -> None:
         h = self.host
+        if self.inputs_copied is not None:      # overlap scheduling: the last fill's copies may be queued still
+            self.inputs_copied.synchronize()
         T, S, P = len(step.input_ids), len(step.context_lens), self._num_entries(size)
         h["input_ids"][:T], h["input_ids"][T:size] = step.input_ids, 0
         h["positions"][:T], h["positions"][T:size] = step.positions, 0
@@ -138,3 +149,5 @@ class PrefillGraphs:
         for name, n in (("input_ids", size), ("positions", size), ("slot_mapping", size),
                         ("cu_seqlens_q", P + 1), ("cu_seqlens_k", P + 1), ("block_tables", S)):
             d[name][:n].copy_(ht[name][:n], non_blocking=True)
+        if self.inputs_copied is not None:
+            self.inputs_copied.record()

@@ -113,6 +113,9 @@ class ServelabConfig:
     max_model_len: Optional[int] = None
     enable_chunked_prefill: bool = EngineConfig.enable_chunked_prefill
     enable_prefix_caching: bool = EngineConfig.enable_prefix_caching
+    # schedule each step while the previous one runs (docs/overlap.md): the engine's loop, and the simulator's
+    # replicas, which then price a step as max(device, host)
+    overlap_scheduling: bool = EngineConfig.overlap_scheduling
     # goodput SLOs (seconds; None = no limit)
     ttft_slo_s: Optional[float] = None
     tpot_slo_s: Optional[float] = None

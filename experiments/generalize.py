@@ -203,7 +203,8 @@ def simulate_saved(wl_dir: Path, name: str, policy: str, argv: list[str], cost_m
     sched_cfg = policy_scheduler_config(saved.scheduler_config(num_cpu_blocks=cpu if swaps(policy, overrides) else 0),
                                         policy)
     sim = simulate(specs, policy, cost_model, sched_cfg, saved.vocab_size, temperature=saved.config.temperature,
-                   rng_seed=saved.config.seed, record_decisions=record_decisions, overrides=overrides)
+                   rng_seed=saved.config.seed, record_decisions=record_decisions, overrides=overrides,
+                   overlap_scheduling=saved.config.overlap_scheduling)
     return specs, saved, sim
 
 

@@ -19,6 +19,10 @@ finished the step (sampled tokens on the host), so it includes the scheduler's
 host time; postprocess() and arrival handling fall in the gap before the next
 step (`host_gap_s` in the run's info sums those gaps).
 
+With EngineRunConfig.overlap_scheduling the replay runs run_loop_overlapped instead: each step is
+scheduled and launched while the one before runs (docs/overlap.md), and a step's row spans from
+the previous step's end to its own tokens on the host.
+
 The model and its KV cache are loaded once; every replay builds a fresh
 Scheduler (policy, cache size) over the same runner, so several policies run
 back to back without reloading. A replay may give the scheduler fewer KV blocks
@@ -191,8 +195,12 @@ class EngineReplayer:
         sched = Scheduler(sched_cfg, policy=pol, eviction=evict,
                           cpu_cache_eviction=tier_evict if sched_cfg.cpu_cache_num_blocks else None)
         rec = recorder or Recorder()
-        info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
-                        max_wall_s=max_wall_s)
+        if self.config.overlap_scheduling:
+            info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
+                                       release=self.runner.release, max_wall_s=max_wall_s)
+        else:
+            info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
+                            max_wall_s=max_wall_s)
         tier = sched.block_manager.cpu_cache
         info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
                     eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
@@ -205,6 +213,46 @@ class EngineReplayer:
                          rec.decisions_frame() if rec.record_decisions else None)
 
 
+class _Intake:
+    """The replay's arrivals: requests queued at their arrival time on the run's clock, idle waits."""
+
+    def __init__(self, seqs, sched: Scheduler, rec: Recorder, clock, sleep, max_wall_s):
+        self.pending = deque(sorted(seqs, key=lambda s: s.arrival_time_s))
+        self.sched, self.rec, self.clock, self.sleep, self.max_wall_s = sched, rec, clock, sleep, max_wall_s
+        self.t0 = clock()
+        self.num_rejected = 0
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    def admit(self) -> None:
+        """Queues every request that has arrived (raises TimeoutError past max_wall_s)."""
+        now, pending, sched = self.now(), self.pending, self.sched
+        while pending and pending[0].arrival_time_s <= now:
+            seq = pending.popleft()
+            if not sched.add(seq):
+                self.reject(seq)
+        if self.max_wall_s is not None and now > self.max_wall_s:
+            raise TimeoutError(f"replay ran past max_wall_s={self.max_wall_s} s with {sched.num_unfinished} "
+                               f"unfinished and {len(pending)} pending requests; lower the load or raise max_wall_s")
+
+    def reject(self, seq) -> None:
+        self.num_rejected += 1
+        self.rec.on_finish(seq)
+
+    def wait(self) -> float:
+        """Sleeps until the next pending request arrives; returns the seconds slept."""
+        wait = self.pending[0].arrival_time_s - self.now()
+        if wait > 0:
+            self.sleep(wait)
+            return wait
+        return 0.0
+
+    def stalled(self, at_s: float) -> RuntimeError:
+        return RuntimeError(f"replay stalled at t={at_s:.3f}s: {self.sched.num_unfinished} unfinished requests, "
+                            f"nothing schedulable and no arrivals left")
+
+
 def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorder, *, release=None,
              clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None) -> dict:
     """The real-time loop over `seqs` (sorted by arrival); returns facts about the run.
@@ -212,57 +260,38 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
     execute(batch) -> tokens and sync() are the executor (the model runner and a device
     synchronize); clock and sleep are injectable so the loop can be tested on a fake clock.
     """
-    pending = deque(sorted(seqs, key=lambda s: s.arrival_time_s))
+    intake = _Intake(seqs, sched, rec, clock, sleep, max_wall_s)
+    pending, now = intake.pending, intake.now
     bm = sched.block_manager
-    t0 = clock()
     busy_s = idle_s = 0.0
     last_end = None
     host_gap_s = 0.0
-    num_rejected = 0
-
-    def wait_for_next_arrival() -> float:
-        """Sleeps until the next pending request arrives; returns the seconds slept."""
-        wait = pending[0].arrival_time_s - (clock() - t0)
-        if wait > 0:
-            sleep(wait)
-            return wait
-        return 0.0
 
     while pending or sched.has_unfinished():
-        now = clock() - t0
-        while pending and pending[0].arrival_time_s <= now:
-            seq = pending.popleft()
-            if not sched.add(seq):
-                num_rejected += 1
-                rec.on_finish(seq)
-        if max_wall_s is not None and now > max_wall_s:
-            raise TimeoutError(f"replay ran past max_wall_s={max_wall_s} s with {sched.num_unfinished} unfinished "
-                               f"and {len(pending)} pending requests; lower the load or raise max_wall_s")
+        intake.admit()
         if not sched.has_unfinished():
             if pending:
-                idle_s += wait_for_next_arrival()
+                idle_s += intake.wait()
                 last_end = None
             continue
-        start = clock() - t0
+        start = now()
         if last_end is not None:
             host_gap_s += start - last_end
         batch = sched.schedule(start)
         for seq in batch.rejected:          # given up by the policy (e.g. a target it can no longer meet)
-            num_rejected += 1
-            rec.on_finish(seq)
+            intake.reject(seq)
         if batch.is_empty and not sched.has_unfinished():
             continue                        # the policy rejected all that was left
         if batch.is_empty:
             # Work is queued but the policy runs nothing now: only an arrival can change that.
             if not pending:
-                raise RuntimeError(f"replay stalled at t={start:.3f}s: {sched.num_unfinished} unfinished requests, "
-                                   f"nothing schedulable and no arrivals left")
-            idle_s += wait_for_next_arrival()
+                raise intake.stalled(start)
+            idle_s += intake.wait()
             last_end = None
             continue
         tokens = execute(batch)
         sync()                              # the step is over when the device is, not when the launch returns
-        end = clock() - t0
+        end = now()
         busy_s += end - start
         rec.on_step(start, end - start, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
         done = sched.postprocess(batch, tokens, end)
@@ -271,9 +300,63 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
                 release(seq.request_id)
             rec.on_finish(seq)
         last_end = end
-    wall = clock() - t0
+    wall = now()
     return dict(wall_s=wall, busy_s=busy_s, idle_s=idle_s, host_gap_s=host_gap_s, num_requests=len(seqs),
-                num_rejected=num_rejected, num_steps=rec.num_steps)
+                num_rejected=intake.num_rejected, num_steps=rec.num_steps)
+
+
+def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence], rec: Recorder, *, release=None,
+                        clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None) -> dict:
+    """run_loop with overlap scheduling (docs/overlap.md): each step is scheduled and launched while the
+    one before runs (launch(batch) -> handle, then Scheduler.mark_in_flight), and the one before is then
+    collected (collect(handle) -> tokens, Scheduler.postprocess_in_flight).
+
+    A step's row is recorded when it is launched; its time once its tokens are on the host
+    (Recorder.set_step_time): from the previous step's end (or its own schedule, after an idle
+    device) to then, so the rows tile the busy time. host_gap_s is 0: the loop's host work falls
+    inside the rows."""
+    intake = _Intake(seqs, sched, rec, clock, sleep, max_wall_s)
+    pending, now = intake.pending, intake.now
+    bm = sched.block_manager
+    busy_s = idle_s = 0.0
+    last_end = None
+    in_flight = None            # (batch, handle, schedule time, recorder row) of the step the device runs
+
+    while pending or sched.has_unfinished() or in_flight is not None:
+        intake.admit()
+        launched = None
+        if sched.has_unfinished():
+            start = now()
+            batch = sched.schedule(start)
+            for seq in batch.rejected:
+                intake.reject(seq)
+            if not batch.is_empty:
+                handle = launch(batch)      # reads the batch's inputs before mark_in_flight changes them
+                rec.on_step(start, 0.0, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+                sched.mark_in_flight(batch)
+                launched = (batch, handle, start, rec.num_steps - 1)
+        if in_flight is None:
+            in_flight = launched
+            if launched is None:    # nothing runs: only an arrival can change that
+                if sched.has_unfinished() and not pending:
+                    raise intake.stalled(now())
+                if pending:
+                    idle_s += intake.wait()
+                last_end = None
+            continue                # with a step launched: schedule the next one behind it at once
+        batch, handle, scheduled_s, row = in_flight
+        tokens = collect(handle)
+        end = now()
+        begin = scheduled_s if last_end is None else max(scheduled_s, last_end)
+        rec.set_step_time(row, begin, end - begin)
+        busy_s += end - begin
+        for seq in sched.postprocess_in_flight(batch, tokens, end):
+            if release is not None:
+                release(seq.request_id)
+            rec.on_finish(seq)
+        last_end, in_flight = end, launched
+    return dict(wall_s=now(), busy_s=busy_s, idle_s=idle_s, host_gap_s=0.0, num_requests=len(seqs),
+                num_rejected=intake.num_rejected, num_steps=rec.num_steps)
 
 
 def check_model_matches(cfg) -> None:

@@ -282,7 +282,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
     tier_blocks = cpu_cache_blocks(cfg, model)
     replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
-                        rec, index=i)
+                        rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))
                 for i, rec in enumerate(recorders)]
     router = instantiate(cfg.router, _convert_="all")
     sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),

@@ -70,11 +70,13 @@ CPU_NOMINAL = dict(name="CPU-nominal", peak_bf16_tflops=0.1, hbm_bandwidth_gbps=
 # -- the simulator side -------------------------------------------------------------------
 def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, temperature: float = 0.6,
              rng_seed: int = 0, record_decisions: bool = False, overrides=(),
-             cpu_cache_eviction: str = ServelabConfig.cpu_cache_eviction) -> RunResult:
+             cpu_cache_eviction: str = ServelabConfig.cpu_cache_eviction,
+             overlap_scheduling: bool = ServelabConfig.overlap_scheduling) -> RunResult:
     """The same requests under the same SchedulerConfig and policy (a label of experiments.policy_conf, whose
     +chunked / +nochunk the caller has applied to sched_cfg), priced by `cost_model`; the policy and the
     eviction policy composed with the Hydra `overrides` (--override), as the real side builds them;
-    cpu_cache_eviction: the prefix cache's CPU-tier policy when sched_cfg has a tier."""
+    cpu_cache_eviction: the prefix cache's CPU-tier policy when sched_cfg has a tier; overlap_scheduling: the
+    replica schedules each step while the previous one runs, as the engine does with it (docs/overlap.md)."""
     from engine.core.recorder import Recorder
     from engine.core.scheduler import Scheduler
     from sim.replica import Replica
@@ -85,7 +87,7 @@ def simulate(requests, policy: str, cost_model, sched_cfg, vocab_size: int, *, t
     tier = make_cpu_cache_eviction(cpu_cache_eviction) if sched_cfg.cpu_cache_num_blocks else None
     sched = Scheduler(sched_cfg, policy=make_policy(policy, overrides), eviction=make_eviction(overrides),
                       cpu_cache_eviction=tier)
-    sim = Simulator(Replica(sched, cost_model, rec),
+    sim = Simulator(Replica(sched, cost_model, rec, overlap_scheduling=overlap_scheduling),
                     vocab_size=vocab_size, prompt_seed=rng_seed)
     res = sim.run(seqs)
     return RunResult(rec.requests_frame(), rec.steps_frame(),
@@ -361,6 +363,8 @@ def parse_args(argv=None):
     e.add_argument("--enable-chunked-prefill", action="store_true")
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--enforce-eager", action="store_true")
+    e.add_argument("--overlap-scheduling", action="store_true",
+                   help="schedule each step while the previous one runs, engine and simulator (docs/overlap.md)")
     e.add_argument("--attention-backend", default=EngineRunConfig.attention_backend)
     e.add_argument("--temperature", type=float, default=EngineRunConfig.temperature)
     e.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on cpu)")
@@ -500,7 +504,8 @@ def main(argv=None) -> int:
             try:
                 sim = simulate(specs, policy, cm, sched_cfg, rep.vocab_size, temperature=cfg.temperature,
                                rng_seed=cfg.seed, record_decisions=args.record_decisions, overrides=overrides,
-                               cpu_cache_eviction=args.cpu_cache_eviction)
+                               cpu_cache_eviction=args.cpu_cache_eviction,
+                               overlap_scheduling=cfg.overlap_scheduling)
             except Exception as exc:
                 entry["sims"][name] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue

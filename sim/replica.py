@@ -11,9 +11,14 @@ from sim.fast_forward import DecodeFastForward
 class Replica:
     """A scheduler (with its KV cache), the cost model that prices its steps, and an optional
     engine.core.recorder.Recorder (the Simulator creates one when record=True and none is given);
-    `fast` drives the scheduler's decode fast path (sim.fast_forward)."""
+    `fast` drives the scheduler's decode fast path (sim.fast_forward).
 
-    def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0):
+    overlap_scheduling: schedule each step while the previous one runs, as the engine does with
+    EngineConfig.overlap_scheduling (sim.simulator.Simulator._overlap_loop, docs/overlap.md): the same
+    scheduling decisions, steps priced by cost_model.overlapped_step_time_s, no decode fast path."""
+
+    def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0,
+                 overlap_scheduling: bool = False):
         cm_len = getattr(cost_model, "max_model_len", None)
         if cm_len is not None and scheduler.config.max_model_len > cm_len:
             raise ValueError(f"SchedulerConfig.max_model_len ({scheduler.config.max_model_len}) exceeds the cost "
@@ -24,6 +29,7 @@ class Replica:
         self.cost_model = cost_model
         self.recorder = recorder
         self.index = index
+        self.overlap_scheduling = bool(overlap_scheduling)
         self.inbox: deque = deque()          # routed Sequences a step has not pulled yet (arrival order)
         self.outstanding_tokens = 0          # see sim.router.base.ReplicaView.outstanding_tokens
         self.wakeup = None                   # SimPy event while idle, triggered by a routed arrival

@@ -34,6 +34,7 @@ from heapq import heapify, heappop, heappush
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
+from engine.core.in_flight import is_placeholder
 from engine.core.recorder import RECORD_STEPS, Recorder
 from sim.arrivals import Arrivals, dummy_token_id, private_blocks_exact, token_of
 from sim.fast_path import FastPathMixin
@@ -214,7 +215,39 @@ class Simulator(FastPathMixin):
         return r.wakeup
 
     # -- one replica -----------------------------------------------------------------------
+    def _next_arrival(self, r: Replica, stalled_at: float | None = None):
+        """Waits (yields) for r's next arrival and returns the time then; None when no request can reach r
+        any more, which is a RuntimeError when r has unfinished work (stalled_at: the time)."""
+        ev = self._wait_for_arrival(r)
+        if ev is None:
+            if stalled_at is not None:
+                raise RuntimeError(f"replica {r.index} stalled at t={stalled_at:.6f}s: {r.scheduler.num_unfinished} "
+                                   f"unfinished requests, nothing schedulable, no arrivals left")
+            return None
+        yield ev
+        r.wakeup = None
+        return ev if self._direct else self.env.now
+
+    def _pull_arrivals(self, r: Replica, t: float) -> None:
+        """Queue every request routed to r that has arrived by t (a step starting at t sees arrivals at t)."""
+        inbox, sched, prerouted = r.inbox, r.scheduler, self._prerouted
+        while True:
+            if not inbox:
+                if not prerouted:
+                    return
+                self._fill(r)
+                if not inbox:
+                    return
+            if inbox[0].arrival_time_s > t:
+                return
+            seq = inbox.popleft()
+            if not sched.add(seq):
+                self._reject(r, seq)
+
     def _replica_loop(self, r: Replica):
+        if r.overlap_scheduling:
+            yield from self._overlap_loop(r)
+            return
         env, sched, cm, rec = self.env, r.scheduler, r.cost_model, r.recorder
         bm = sched.block_manager
         inbox = r.inbox
@@ -223,26 +256,11 @@ class Simulator(FastPathMixin):
         direct = self._direct        # yield absolute times to _run_direct instead of SimPy events
         t = env.now
         while True:
-            # Pull every request that has arrived by t (a step starting at t sees arrivals at t).
-            while True:
-                if not inbox:
-                    if not prerouted:
-                        break
-                    self._fill(r)
-                    if not inbox:
-                        break
-                if inbox[0].arrival_time_s > t:
-                    break
-                seq = inbox.popleft()
-                if not sched.add(seq):
-                    self._reject(r, seq)
+            self._pull_arrivals(r, t)
             if not (sched.running or sched.waiting or sched.swapped):
-                ev = self._wait_for_arrival(r)
-                if ev is None:
+                t = yield from self._next_arrival(r)
+                if t is None:
                     return
-                yield ev
-                r.wakeup = None
-                t = ev if direct else env.now
                 continue
 
             if fast and sched.running:
@@ -267,13 +285,7 @@ class Simulator(FastPathMixin):
                     continue        # the policy rejected all that was left: wait for arrivals as usual
                 # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
-                ev = self._wait_for_arrival(r)
-                if ev is None:
-                    raise RuntimeError(f"replica {r.index} stalled at t={t:.6f}s: {sched.num_unfinished} "
-                                       f"unfinished requests, nothing schedulable, no arrivals left")
-                yield ev
-                r.wakeup = None
-                t = ev if direct else env.now
+                t = yield from self._next_arrival(r, stalled_at=t)
                 continue
             dur = cm.step_time_s(batch)
             npf = batch.num_prefill_seqs
@@ -296,6 +308,57 @@ class Simulator(FastPathMixin):
             if done:
                 self._record_finished(rec, done)
 
+    def _overlap_loop(self, r: Replica):
+        """The replica's loop with overlap scheduling (docs/overlap.md), as engine.llm.LLM runs it:
+
+            schedule step N+1 at the time step N starts (arrivals by then), mark it in flight;
+            at step N's end: postprocess N, then step N+1 starts (the device runs steps back to back)
+
+        so a step is scheduled one step early (with the pipeline empty, a step and the next one are
+        both scheduled at its start). A step lasts cost_model.overlapped_step_time_s (host work
+        hidden behind the device's). No decode fast path: every step is scheduled."""
+        env, sched, cm, rec = self.env, r.scheduler, r.cost_model, r.recorder
+        bm = sched.block_manager
+        track, direct = self._track_load, self._direct
+        t = env.now
+        in_flight = None            # (batch, end time) of the step the device runs
+        while True:
+            self._pull_arrivals(r, t)
+            if in_flight is None and not (sched.running or sched.waiting or sched.swapped):
+                t = yield from self._next_arrival(r)
+                if t is None:
+                    return
+                continue
+            batch = sched.schedule(t)
+            for seq in batch.rejected:
+                self._reject(r, seq)
+            launched = None
+            if not batch.is_empty:
+                start = t if in_flight is None else in_flight[1]
+                dur = cm.overlapped_step_time_s(batch)
+                if rec is not None:
+                    rec.on_step(start, dur, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+                sched.mark_in_flight(batch)
+                r.num_steps += 1
+                r.busy_s += dur
+                launched = (batch, start + dur)
+            elif in_flight is None:
+                if batch.rejected and not sched.has_unfinished():
+                    continue
+                t = yield from self._next_arrival(r, stalled_at=t)
+                continue
+            if in_flight is not None:
+                done_batch, end = in_flight
+                yield end if direct else _At(env, end)
+                if track:
+                    r.outstanding_tokens -= self._emitted_load(done_batch, in_flight=True)
+                token = self._token_fn()
+                done = sched.postprocess_in_flight(done_batch, [token(s) for s in done_batch.seqs], end)
+                t = end
+                if done:
+                    self._record_finished(rec, done)
+            in_flight = launched
+
     def _record_finished(self, rec, done: list) -> None:
         self.num_finished += len(done)
         if rec is not None:
@@ -309,15 +372,17 @@ class Simulator(FastPathMixin):
         return _negative_id if self._int_ids else token_of
 
     @staticmethod
-    def _emitted_load(batch) -> int:
+    def _emitted_load(batch, in_flight: bool = False) -> int:
         """Outstanding tokens a finished step retires: each emitted token, plus the prompt of each
-        request that emitted its first token. Call before postprocess."""
+        request that emitted its first token. Call before postprocess (in_flight: before
+        postprocess_in_flight of a batch marked in flight, whose sampled entries hold a placeholder)."""
         seqs, ctx = batch.seqs, batch.context_lens
         npf = batch.num_prefill_seqs
         out = len(seqs) - npf
         for j in range(npf):
             s = seqs[j]
-            if ctx[j] == len(s.token_ids):
+            if (ctx[j] < len(s.token_ids) and is_placeholder(s.token_ids[ctx[j]])) if in_flight \
+                    else ctx[j] == len(s.token_ids):
                 out += 1 if s.first_token_time_s is not None else 1 + s.num_prompt_tokens
         return out
 

@@ -18,6 +18,16 @@ swap columns only for the steps where one of them is non-zero. batch_size and nu
 are derived when the table is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
 
+Overlap scheduling (docs/overlap.md): a step's row is recorded when the step is launched, after
+schedule() and before Scheduler.mark_in_flight() (which appends placeholders, so the sampled
+entries are counted as scheduled). Its times are the step's share of the timeline, not its device
+time alone: in the simulator start is when the device starts the step (the previous step's end)
+and duration its overlapped price, max(device, host); in the engine's replay start is the previous
+step's end (or the step's schedule time after an idle device) and duration runs to the moment its
+tokens are on the host, set with `set_step_time` once known (the next step is recorded before).
+Consecutive rows tile the busy time in both. Fit calibrated cost models on synchronous runs,
+whose durations are schedule + device + sync.
+
 `record_decisions=True` also keeps, for every step with prefill work, a
 preemption or a swap, the request ids of the scheduler's decisions
 (`decisions_frame()`: which requests got prefill work, were preempted, swapped
@@ -133,7 +143,8 @@ class Recorder:
                 num_free_blocks: int, num_cached_blocks: int) -> None:
         """One scheduler step that started at start_s and took duration_s (run clock, seconds).
 
-        Call it after schedule() and before postprocess(): num_prefill_samples
+        Call it after schedule() and before postprocess() (with overlap scheduling: before
+        mark_in_flight(); the time may follow with set_step_time): num_prefill_samples
         compares each entry's context with its token count as scheduled. Block
         counts: used by live sequences, allocatable (free + cached-free), cached-free.
         """
@@ -174,6 +185,13 @@ class Recorder:
         if self.record_decisions:
             self._decisions.append((row, start_s, _ids(batch.seqs[:npf]), _ids(batch.preempted),
                                     _ids(batch.swapped_out), _ids(batch.swapped_in)))
+
+    def set_step_time(self, row: int, start_s: float, duration_s: float) -> None:
+        """Overlap scheduling: the start and duration of step `row` (num_steps - 1 right after its
+        on_step), known only once its tokens are on the host (see the module docstring)."""
+        if self._keep_steps:
+            self._step_start[row] = start_s
+            self._step_dur[row] = duration_s
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached, max_decode_context_tokens=None) -> None:

@@ -19,6 +19,15 @@ included) is preempted by recompute or swap. No new request is admitted in a ste
 that preempted for memory (vLLM's rule; it prevents admit/preempt ping-pong).
 Preemptive policies may additionally preempt worse-ranked running sequences to
 make room for a better-ranked waiting one (phase 0).
+
+Overlap scheduling (docs/overlap.md): a backend may schedule step N+1 before step N's
+tokens are known. It calls `mark_in_flight(batch)` right after launching a step and
+`postprocess_in_flight(batch, token_ids, now_s)` instead of `postprocess` once the step's
+tokens are on the host (after it scheduled and launched the next step). Meanwhile each
+sampled token is a placeholder (engine/core/in_flight.py); a sequence whose in-flight token is
+its last by max_tokens is not scheduled again, and one that ends by EOS computes one more
+token, discarded. Resources are released when a step is postprocessed, so a finishing
+sequence holds its blocks and its running slot while the next step is scheduled.
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ from dataclasses import dataclass, fields, replace
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
+from engine.core.in_flight import PLACEHOLDER_BASE, is_placeholder
 from engine.core.kv_layout import check_block_size
 from engine.core.scheduler_view import SchedulerView
 from engine.core.sequence import Sequence, SequenceStatus
@@ -140,6 +150,7 @@ class Scheduler:
         self.view = SchedulerView(self)
         self._num_admitted = 0
         self.num_steps = 0
+        self.num_in_flight = 0      # steps marked in flight and not postprocessed yet (overlap scheduling)
         # Steps that served, swapped in or preempted running sequences: facts about the running set kept
         # outside the scheduler (the simulator's fast path) are stale once it moves.
         self.num_running_changes = 0
@@ -248,7 +259,7 @@ class Scheduler:
         batch.num_prefill_seqs = len(prefills)
         if batch.seqs or batch.swap_out or batch.swap_in or batch.offload:
             self.num_steps += 1
-        elif not self.running and (self.waiting or self.swapped):
+        elif not self.running and (self.waiting or self.swapped) and not self.num_in_flight:
             raise RuntimeError(f"scheduler made no progress with nothing running: {len(self.waiting)} waiting "
                                f"(head: {self.waiting[0] if self.waiting else None}), {len(self.swapped)} swapped, "
                                f"{self.block_manager.num_free_blocks} free blocks")
@@ -268,6 +279,10 @@ class Scheduler:
         if chunked and len(order) > 1:
             # decodes first, then running prefill chunks (Sarathi-Serve / vLLM v1)
             order = [s for s in order if not s.is_prefilling] + [s for s in order if s.is_prefilling]
+        if self.num_in_flight:
+            # a sequence whose last token is in flight finishes when that step is postprocessed: neither
+            # served nor a victim now
+            order = [s for s in order if len(s.token_ids) - s.num_prompt_tokens < s.max_output_tokens]
         preempted = False
         free = bm.num_free_blocks
         for seq in order:
@@ -314,11 +329,14 @@ class Scheduler:
         # Swapped sequences resume before new admissions, except that a preemptive policy
         # admits waiting sequences ranked above every swapped one.
         key_bound = min((self.policy.key(s, self.view) for s in self.swapped), default=None) if self.swapped else None
+        in_flight = self.num_in_flight
         for seq in self.policy.order_waiting(self.waiting, self.view):
             if len(self.running) >= cfg.max_num_seqs or budget <= 0:
                 break
             if key_bound is not None and not self.policy.key(seq, self.view) < key_bound:
                 break
+            if in_flight and is_placeholder(seq.token_ids[-1]):
+                break   # preempted with a token in flight: its prompt is not known until that step is postprocessed
             hits = bm.find_cached_prefix(seq)
             hit_tokens = len(hits) * bm.block_size
             n = len(seq.token_ids) - hit_tokens
@@ -473,6 +491,69 @@ class Scheduler:
                 continue
             self._finish(seq, now_s)
             finished.append(seq)
+        return self._stepped(batch, finished)
+
+    # -- overlap scheduling (engine/core/in_flight.py) ----------------------------------
+    def mark_in_flight(self, batch: Batch) -> None:
+        """batch was launched and its tokens are not known yet: advance each entry's computed count
+        and append a placeholder for each token it samples (PLACEHOLDER_BASE + its row among the
+        batch's sampled rows, in batch order). Call after the executor read the batch's inputs."""
+        k = 0
+        for seq, ctx in zip(batch.seqs, batch.context_lens):
+            if ctx == len(seq.token_ids):
+                seq.token_ids.append(PLACEHOLDER_BASE + k)
+                k += 1
+            seq.num_computed_tokens = ctx
+        self.num_in_flight += 1
+
+    def postprocess_in_flight(self, batch: Batch, token_ids, now_s: float) -> list[Sequence]:
+        """postprocess() of a batch marked in flight, after the next step may have been scheduled:
+        each sampled token replaces its placeholder; finished sequences are released (from the
+        running, waiting or swapped set, wherever the next schedule put them) and returned. An entry
+        whose sequence finished or was aborted in the meantime is skipped (its token discarded)."""
+        bm = self.block_manager
+        bs = bm.block_size
+        caching = bm.enable_prefix_caching
+        self.num_in_flight -= 1
+        finished = []
+        for seq, ctx, token in zip(batch.seqs, batch.context_lens, token_ids):
+            status = seq.status
+            if status is SequenceStatus.FINISHED or status is SequenceStatus.ABORTED:
+                continue
+            if status is RUNNING and caching:
+                # blocks of a sequence re-admitted since count only as far as its new table is computed
+                upto = min(ctx, seq.num_computed_tokens)
+                if upto // bs > seq.num_registered_blocks:
+                    bm.register_computed_blocks(seq, upto)
+            tokens = seq.token_ids
+            if ctx >= len(tokens) or not is_placeholder(tokens[ctx]):
+                continue   # an intermediate prefill chunk: nothing sampled
+            tokens[ctx] = token
+            if seq.first_token_time_s is None:
+                seq.first_token_time_s = now_s
+            seq.last_token_time_s = now_s
+            if seq.token_times_s is not None:
+                seq.token_times_s.append(now_s)
+            if ctx + 1 - seq.num_prompt_tokens >= seq.max_output_tokens:
+                seq.finish_reason = "length"
+            elif token == seq.eos_token_id and not seq.sampling_params.ignore_eos:
+                seq.finish_reason = "eos"
+            else:
+                continue
+            del tokens[ctx + 1:]            # the next step's placeholder, if it was scheduled again
+            if status is RUNNING:
+                seq.num_computed_tokens = ctx
+            elif status is SequenceStatus.PREEMPTED:
+                self.waiting.remove(seq)    # its blocks were freed when it was preempted
+            elif status is SequenceStatus.SWAPPED:
+                self.swapped.remove(seq)
+                bm.drop_swapped(seq)
+            self._finish(seq, now_s)
+            finished.append(seq)
+        return self._stepped(batch, finished)
+
+    def _stepped(self, batch: Batch, finished: list[Sequence]) -> list[Sequence]:
+        """The end of a postprocess: the finished leave the running list, the policy sees the step."""
         if finished:
             self.remove_finished()
         self.policy.on_step(batch, self.view)

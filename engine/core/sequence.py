@@ -12,6 +12,8 @@ Status machine::
        +---- PREEMPTED <-+
     WAITING --reject--> REJECTED   (reason in `reject_reason`)
     WAITING / PREEMPTED / RUNNING / SWAPPED --abort--> ABORTED   (Scheduler.abort: the client gave up)
+    PREEMPTED / SWAPPED --finish--> FINISHED   (overlap scheduling: the token of a step still in flight when
+                                                 the sequence was preempted ends it; engine/core/in_flight.py)
 
 A PREEMPTED sequence waits again for admission; its KV blocks were freed and it
 re-prefills everything it had computed (prompt plus the outputs so far), which
@@ -39,10 +41,11 @@ class SequenceStatus(Enum):
 # Allowed transitions; anything else is a scheduler bug and raises.
 _TRANSITIONS = {
     SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED, SequenceStatus.ABORTED},
-    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING, SequenceStatus.REJECTED, SequenceStatus.ABORTED},
+    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING, SequenceStatus.REJECTED, SequenceStatus.ABORTED,
+                               SequenceStatus.FINISHED},
     SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED, SequenceStatus.FINISHED,
                              SequenceStatus.ABORTED},
-    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING, SequenceStatus.ABORTED},
+    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING, SequenceStatus.ABORTED, SequenceStatus.FINISHED},
     SequenceStatus.FINISHED: set(),
     SequenceStatus.REJECTED: set(),
     SequenceStatus.ABORTED: set(),

@@ -24,6 +24,7 @@ import logging
 import threading
 from collections import deque
 
+from engine.core.in_flight import is_placeholder
 from engine.core.sequence import SequenceStatus
 from experiments.serve.errors import APIError
 
@@ -114,6 +115,8 @@ class AsyncEngine:
             # status first: a FINISHED sequence has all its tokens, so none is left behind
             done = seq.status is FINISHED
             new = seq.token_ids[seq.num_prompt_tokens + choice.num_sent:]
+            while new and is_placeholder(new[-1]):     # overlap scheduling: a token of a step still in flight
+                new.pop()
             if new:
                 last = seq.last_token_time_s
                 k = len(new)

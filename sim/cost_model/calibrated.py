@@ -59,6 +59,10 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              longest context is a serial critical path. On the H200, batches of ~46 sequences of
                              ~1.4k keys with one of 4k-8k took 5.8 ms, priced 3.9 ms without it
 
+With overlap scheduling (docs/overlap.md) the simulator prices a step as max(step - host, host),
+host = the loop_* terms of the step (`host_time_s`): the serving loop's host work runs while the
+device computes the step before.
+
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
 and -0.13 ms between an H200 profile and the replay after it, in two runs);
@@ -248,6 +252,17 @@ class CalibratedCostModel(FittedCostModel):
         if not (n_out or n_in):
             return t
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
+
+    def host_time_s(self, batch) -> float:
+        """The loop terms of step_time_s: loop_step, loop_seqs per sequence, loop_prefill_step and
+        loop_prefill_tokens where the step has prefill entries (overlapped_step_time_s)."""
+        if not batch.seqs:
+            return self._loop_step if (batch.swap_out or batch.swap_in) else 0.0
+        t = self._loop_step + self._loop_seq * len(batch.seqs)
+        p = batch.num_prefill_seqs
+        if p:
+            t += self._loop_pstep + self._loop_ptok * sum(batch.num_new_tokens[:p])
+        return t
 
     def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
                            block_size: int = 16) -> float:
