@@ -232,6 +232,7 @@ class ProcessEngine:
         """The process ended while serving: what it sent first is read, then everything left fails."""
         self._on_readable()
         self._unwatch()
+        self._proc.join(1.0)        # its descriptor closes a moment before it can be reaped (exitcode)
         if not self._stopping:
             self._fail(f"the engine process exited with code {self._proc.exitcode}")
 
