@@ -18,7 +18,6 @@ pytest.importorskip("fastapi")
 pytest.importorskip("zmq")
 
 from engine.core.sequence import SamplingParams  # noqa: E402
-from policies.scheduling.vllm import VLLMPolicy  # noqa: E402
 from policies.scheduling.vllm_swap import VLLMSwapPolicy  # noqa: E402
 from tests.experiments.serve import server as server_module  # noqa: E402
 from tests.experiments.serve import test_engine_states, test_errors, test_metrics, test_openai_client  # noqa: E402
@@ -152,10 +151,10 @@ def test_disconnect_mid_stream_aborts_and_frees(ckpt):
         assert s.engine.metrics.aborted._value.get() == 1
 
 
-@pytest.mark.parametrize("policy, cpu_blocks", [(VLLMPolicy, 0), (VLLMSwapPolicy, 64)], ids=["recompute", "swap"])
-def test_1000_mixed_requests_with_cancellations_leak_nothing(ckpt, policy, cpu_blocks):
-    with in_process(ckpt, num_kvcache_blocks=24, max_num_seqs=16, num_cpu_blocks=cpu_blocks, policy=policy()) as s:
-        outcome = asyncio.run(mixed_requests(s.url, 1000, seed=cpu_blocks))
+def test_1000_mixed_requests_with_cancellations_leak_nothing(ckpt):
+    # as tests/experiments/serve/test_cancellations.py's swap case (which also preempts): memory binds
+    with in_process(ckpt, num_kvcache_blocks=24, max_num_seqs=16, num_cpu_blocks=64, policy=VLLMSwapPolicy()) as s:
+        outcome = asyncio.run(mixed_requests(s.url, 1000, seed=64))
         nothing_held(s)
         m = s.engine.metrics
         assert outcome["done"] + outcome["cancelled"] == 1000
@@ -199,3 +198,33 @@ def test_a_factory_that_raises_is_a_start_error(ckpt):
     from experiments.serve.engine_client import ProcessEngine
     with pytest.raises(ValueError, match="num_kvcache_blocks"):
         ProcessEngine.launch(functools.partial(server_module.make_llm, ckpt, num_kvcache_blocks=-1))
+
+
+def engine_pid(log_lines) -> int:
+    import re
+    found = [re.search(r"engine process running \(pid (\d+)\)", line) for line in log_lines]
+    pids = [int(f.group(1)) for f in found if f]
+    assert len(pids) == 1, "".join(log_lines)
+    return pids[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_the_command_leaves_no_engine_process_behind(ckpt, sig):
+    import signal
+
+    from tests.experiments.serve.test_shutdown import start
+    proc, base, log = start(ckpt, "num_kvcache_blocks=64")
+    try:
+        pid = engine_pid(log)
+        assert any("engine process" in line and "scheduler vllm" in line for line in log), log
+        r = httpx.post(f"{base}/v1/completions", json={"prompt": [1, 2], "max_tokens": 3}, timeout=30)
+        assert r.status_code == 200
+        proc.send_signal(getattr(signal, sig))
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert gone(pid), f"engine process {pid} outlived the server ({sig})"
+    if sig != "SIGKILL":        # a clean stop; after SIGKILL the engine notices its parent is gone
+        assert proc.returncode == 0 and "shut down" in out and "Traceback" not in out, "".join(log) + out
