@@ -57,7 +57,8 @@ class ProcessEngine:
     @classmethod
     def launch(cls, factory, log_level: str = "info", start_timeout_s: float = 3600.0) -> "ProcessEngine":
         """Spawns the engine process, which builds its LLM with factory(); returns once it is ready.
-        ValueError (one line) when the LLM refused the config, RuntimeError when the process failed."""
+        ValueError (one line) when the LLM refused the config, RuntimeError when the process failed. Call it
+        from a thread that outlives the engine (the main thread): on Linux the engine dies with that thread."""
         import multiprocessing as mp
 
         import zmq
@@ -80,9 +81,9 @@ class ProcessEngine:
         # not a daemon: an engine with tensor_parallel_size > 1 starts worker processes of its own
         self._proc = mp.get_context("spawn").Process(
             target=engine_main, args=(factory, in_addr, out_addr, os.getpid(), log_level), name="servelab-engine")
-        self._proc.start()
-        self.pid = self._proc.pid
         try:
+            self._proc.start()
+            self.pid = self._proc.pid
             msg = self._wait_for(("ready", "start_failed"), start_timeout_s)
         except BaseException:
             self.close()
@@ -258,7 +259,7 @@ class ProcessEngine:
 
     def _end_process(self, timeout_s: float) -> None:
         proc = self._proc
-        if proc is None:
+        if proc is None or proc.pid is None:
             return
         proc.join(timeout_s)
         if proc.is_alive():

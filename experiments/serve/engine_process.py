@@ -21,7 +21,8 @@ Out (engine -> server), one message per loop turn that changed anything, never o
         running, swapped, KV blocks used / total) after the turn, what /metrics' gauges show
     ("probe", token, {...})  |  ("fatal", message): a step raised; the process exits 1
 SIGINT and SIGTERM are ignored (a terminal's Ctrl-C reaches the whole process group: the server decides
-when its engine stops); the process exits by itself within a second once its parent is gone.
+when its engine stops); the process exits by itself within a second once its parent is gone (on Linux the
+kernel also kills it when the thread that started it ends, _die_with_parent).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent()
     logging.basicConfig(level=log_level.upper() if log_level != "trace" else "DEBUG",
                         format="%(levelname)s %(name)s: %(message)s")
     ctx = zmq.Context()
@@ -77,6 +79,16 @@ def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level
         out.close()
         ctx.term()
     os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when the thread that started it ends (the server killed while
+    the LLM is still loading, before the parent checks run). Elsewhere only the parent checks apply."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class EngineCore:

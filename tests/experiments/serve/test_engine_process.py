@@ -228,3 +228,12 @@ def test_the_command_leaves_no_engine_process_behind(ckpt, sig):
     assert gone(pid), f"engine process {pid} outlived the server ({sig})"
     if sig != "SIGKILL":        # a clean stop; after SIGKILL the engine notices its parent is gone
         assert proc.returncode == 0 and "shut down" in out and "Traceback" not in out, "".join(log) + out
+
+
+def test_the_engine_process_is_the_commands_default(capsys, monkeypatch, tmp_path):
+    from tests.experiments.serve.test_cli import serve
+    (tmp_path / "config.json").write_text("{}")
+    code, out, err = serve(capsys, monkeypatch, "--cfg", f"backend.model_path={tmp_path}")
+    assert code == 0 and "engine_process: true" in out, err
+    code, out, err = serve(capsys, monkeypatch, f"backend.model_path={tmp_path}", "serve.engine_process=maybe")
+    assert code == 2 and err.count("\n") == 1 and "serve.engine_process" in err, err
