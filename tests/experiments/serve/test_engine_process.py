@@ -237,3 +237,50 @@ def test_the_engine_process_is_the_commands_default(capsys, monkeypatch, tmp_pat
     assert code == 0 and "engine_process: true" in out, err
     code, out, err = serve(capsys, monkeypatch, f"backend.model_path={tmp_path}", "serve.engine_process=maybe")
     assert code == 2 and err.count("\n") == 1 and "serve.engine_process" in err, err
+
+
+class _Socket:
+    """A ZeroMQ socket's poll / recv / send over lists (the engine loop without a process)."""
+
+    def __init__(self, messages=(), when_empty=None):
+        import pickle
+        self.q = [pickle.dumps(m) for m in messages]
+        self.sent = []
+        self.when_empty = when_empty
+
+    def poll(self, timeout_ms):
+        import pickle
+        if not self.q and self.when_empty is not None and self.when_empty():
+            self.q.append(pickle.dumps(("stop",)))
+        return bool(self.q)
+
+    def recv(self, flags=0):
+        import zmq
+        if not self.q:
+            raise zmq.Again()
+        return self.q.pop(0)
+
+    def send(self, data, flags=0):
+        import pickle
+        self.sent.append(pickle.loads(data))
+
+
+def test_the_engine_sends_one_message_per_step_with_every_requests_tokens(ckpt):
+    from experiments.serve.engine_process import EngineCore
+    llm = make_llm(ckpt)
+    steps = []
+    execute = llm.runner.execute
+    llm.runner.execute = lambda batch: (steps.append(batch.num_seqs), execute(batch))[1]
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    seqs = [llm.make_sequence([1, 2, 3 + i], params, request_id=f"r{i}", arrival_time_s=0.0) for i in range(4)]
+    inp = _Socket([("add", seqs)], when_empty=lambda: not llm.has_unfinished())
+    out = _Socket()
+    assert EngineCore(llm, inp, out, os.getppid()).run() == 0
+    step_msgs = [m for m in out.sent if m[0] == "step"]
+    assert steps == [4] * 5 and len(step_msgs) == 5          # one message per step, not one per token
+    for msg in step_msgs:
+        records = msg[1]
+        assert sorted(r[0] for r in records) == ["r0", "r1", "r2", "r3"]
+        assert all(len(r[1]) == 1 for r in records)             # each step's one new token per request
+    assert [r[2] for r in step_msgs[-1][1]] == ["length"] * 4 and step_msgs[-1][-1] == (0, 0, 0, 0.0)
+    assert out.sent[-1] == ("stopped",)
