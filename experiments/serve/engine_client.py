@@ -206,7 +206,11 @@ class ProcessEngine:
         import zmq
         pull = self._pull
         while pull is not None and pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._dispatch(pickle.loads(pull.recv(zmq.NOBLOCK)))
+            msg = pickle.loads(pull.recv(zmq.NOBLOCK))
+            try:
+                self._dispatch(msg)
+            except Exception:       # a bug, but the messages behind it must still be read: the descriptor
+                log.exception("handling the engine's %r message failed", msg[0])   # fires once per batch
 
     def _dispatch(self, msg) -> None:
         kind = msg[0]
