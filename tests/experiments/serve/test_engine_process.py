@@ -209,7 +209,7 @@ def engine_pid(log_lines) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
 def test_the_command_leaves_no_engine_process_behind(ckpt, sig):
     import signal
 
