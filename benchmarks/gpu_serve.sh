@@ -13,8 +13,10 @@
 #   checkpoint  random-weight Qwen3-0.6B (as gpu_validate.sh), plus a byte-level tokenizer covering its vocabulary
 #               (tests/experiments/byte_tokenizer.py: the server detokenizes what it samples, guidellm makes text)
 #   inproc      servelab backend=engine on the slice (warm-up first; the engine in this process), REPEATS times
-#   serve       servelab-serve (python -m experiments.serve) on the same checkpoint and limits, in the background;
-#               SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
+#   serve       servelab-serve (python -m experiments.serve) on the same checkpoint and limits, in the background,
+#               once per engine layout of ENGINES (default "process thread": serve.engine_process=true, the
+#               default, then false); each layout gets the next three stages, its files named _<layout> but the
+#               first's; SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
 #   loadgen     benchmarks/loadgen.py: guidellm, LOADGEN_REQUESTS at RATE_RPS, 256-token prompts, 128-token outputs
 #               (also the server's warm-up before the timed replay)
 #   http        servelab backend=http on the slice against the server (token-id prompts, ignore_eos), REPEATS times
@@ -22,12 +24,13 @@
 #                                                                                 -> serve_compare.json
 # Outputs (--out, default $OUT, else benchmarks/results/serve): gpu_serve.log, serve_compare.json, loadgen.json,
 # guidellm.json, server.log, server_metrics.txt (a /metrics scrape after the replay), runs_serve.tgz (every run's
-# folder: requests.parquet, summary.json, config.yaml).
+# folder: requests.parquet, summary.json, config.yaml); the second layout's as serve_compare_thread.json, ...
 # Knobs (environment): REPEATS (default 1; 2 gives each side's run-to-run spread, ~2 more minutes on the H200),
-# MAX_REQUESTS, RATE_RPS, MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a
-# checkpoint directory), SERVER_START_S (seconds to wait for /health).
+# ENGINES (default "process thread"; "process" alone saves ~2 minutes on the H200), MAX_REQUESTS, RATE_RPS,
+# MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a checkpoint directory), SERVER_START_S (seconds to
+# wait for /health).
 #
-# The GPU machine has no fastapi, uvicorn, prometheus_client, pydantic, guidellm and their dependencies (nor simpy, hydra-core): carry
+# The GPU machine has no fastapi, uvicorn, prometheus_client, pydantic, pyzmq, guidellm and their dependencies (nor simpy, hydra-core): carry
 # them as wheels in .gpuwheels/ (git ignores it), made here by `benchmarks/gpu_serve.sh --download-wheels`
 # (Python 3.12 manylinux wheels, ~10 MB); gpu_lib.sh installs them there.
 set -uo pipefail
@@ -46,7 +49,7 @@ if [ "${1:-}" = --download-wheels ]; then
     html5tagger==2.0.0 tracerite==2.6.5 ujson==6.1.0 websockets==17.4 Faker==40.63.0 tzdata==2026.6 ftfy==6.3.1 \
     wcwidth==0.9.4 culsans==0.10.0 aiologic==0.17.1 loguru==0.7.3 eval_type_backport==0.4.0 \
     more-itertools==11.2.1 pydantic-settings==2.16.3 python-dotenv==1.2.4 h2==4.4.1 hpack==4.2.0 \
-    hyperframe==6.1.0 opentelemetry-api==1.45.2 || exit 1
+    hyperframe==6.1.0 opentelemetry-api==1.45.2 pyzmq==27.3.0 || exit 1
   "${PIP[@]}" antlr4-python3-runtime==4.9.3 || exit 1     # a source archive; it builds offline
   du -sh .gpuwheels; ls .gpuwheels | wc -l
   exit 0
@@ -54,7 +57,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_serve benchmarks/results/serve '2,32p' "$0" "$@"
+gpu_init gpu_serve benchmarks/results/serve '2,35p' "$0" "$@"
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN="${MAX_MODEL_LEN:-512}"; VOCAB=512
@@ -72,9 +75,10 @@ else
 fi
 PORT="${PORT:-8011}"
 REPEATS="${REPEATS:-1}"
+ENGINES="${ENGINES:-process thread}"
 URL="${SERVER_URL:-http://127.0.0.1:$PORT}"
 log "gpu_serve: smoke=$SMOKE device=$DEVICE requests=$MAX_REQUESTS rate=$RATE_RPS max_model_len=$MAX_MODEL_LEN" \
-    "url=$URL out=$OUT_DIR trace=${TRACE:-none}"
+    "url=$URL engines=$ENGINES out=$OUT_DIR trace=${TRACE:-none}"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 if [ -z "$TRACE" ] || [ ! -f "$TRACE" ]; then
   log "!!! no trace file (give --trace PATH/AzureLLMInferenceTrace_conv.csv)"; exit 2
@@ -97,54 +101,67 @@ fi
 SLICE=(workload=azure "workload.path=$TRACE" "workload.max_requests=$MAX_REQUESTS" "workload.target_rate_rps=$RATE_RPS"
        "max_model_len=$MAX_MODEL_LEN" plots=false progress=false)
 
-INPROC_DIRS=(); HTTP_DIRS=()
+INPROC_DIRS=()
 for k in $(seq 1 "$REPEATS"); do
   stage "inproc$k" "$T_RUN" "$PY" -m experiments.run backend=engine "backend.model_path=$CKPT" \
     "backend.device=$DEVICE" "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/inproc$k"
   INPROC_DIRS+=("$WORK/runs/inproc$k")
 done
 
-SERVER_PID=""
-if [ -z "${SERVER_URL:-}" ]; then
-  log "=== [serve] $(date -u +%H:%M:%S): python -m experiments.serve on $URL (log: server.log)"
-  "$PY" -m experiments.serve "backend.model_path=$CKPT" "backend.device=$DEVICE" "max_model_len=$MAX_MODEL_LEN" \
-    serve.host=127.0.0.1 "serve.port=$PORT" > "$OUT_DIR/server.log" 2>&1 &
-  SERVER_PID=$!
-fi
-ready=0
-for _ in $(seq 1 "$SERVER_START_S"); do
-  if "$PY" -c "import httpx,sys; sys.exit(httpx.get('$URL/health', timeout=2).status_code != 200)" 2>/dev/null; then
-    ready=1; break
+# One server per engine layout (ENGINES, default "process thread": the engine in its own process, the default of
+# servelab-serve, then in a thread of the server's process), each given the loadgen and http stages and compared
+# with the same in-process runs. The first layout's files keep the plain names, the others' carry _<layout>.
+FIRST_LAYOUT=""
+for LAYOUT in $ENGINES; do
+  case "$LAYOUT" in process) ENGINE_PROCESS=true ;; thread) ENGINE_PROCESS=false ;;
+    *) log "!!! ENGINES: unknown layout $LAYOUT (process | thread)"; FAILED+=("engines"); continue ;; esac
+  if [ -z "$FIRST_LAYOUT" ]; then FIRST_LAYOUT=$LAYOUT; SUF=""; else SUF="_$LAYOUT"; fi
+  [ -n "${SERVER_URL:-}" ] && SUF=""
+  SERVER_PID=""
+  if [ -z "${SERVER_URL:-}" ]; then
+    log "=== [serve$SUF] $(date -u +%H:%M:%S): python -m experiments.serve serve.engine_process=$ENGINE_PROCESS on $URL" \
+        "(log: server$SUF.log)"
+    "$PY" -m experiments.serve "backend.model_path=$CKPT" "backend.device=$DEVICE" "max_model_len=$MAX_MODEL_LEN" \
+      serve.host=127.0.0.1 "serve.port=$PORT" "serve.engine_process=$ENGINE_PROCESS" > "$OUT_DIR/server$SUF.log" 2>&1 &
+    SERVER_PID=$!
   fi
-  [ -n "$SERVER_PID" ] && ! kill -0 "$SERVER_PID" 2>/dev/null && break
-  sleep 1
-done
-if [ "$ready" = 1 ]; then
-  log "=== [serve] ready after ${SECONDS}s of the script"
-  stage loadgen "$T_LOADGEN" "$PY" benchmarks/loadgen.py --url "$URL" --tokenizer "$CKPT" --rate-rps "$RATE_RPS" \
-    --num-requests "$LOADGEN_REQUESTS" "${LOADGEN[@]}" --max-seconds 120 --out "$WORK/loadgen"
-  cp "$WORK/loadgen/loadgen.json" "$WORK/loadgen/guidellm.json" "$OUT_DIR/" 2>/dev/null
-  tail -n 30 "$WORK/loadgen/guidellm.log" >> "$LOG" 2>/dev/null
-  for k in $(seq 1 "$REPEATS"); do
-    stage "http$k" "$T_RUN" "$PY" -m experiments.run backend=http "backend.url=$URL" "model.vocab_size=$VOCAB" \
-      "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/http$k"
-    HTTP_DIRS+=("$WORK/runs/http$k")
+  ready=0; t_serve=$SECONDS
+  for _ in $(seq 1 "$SERVER_START_S"); do
+    if "$PY" -c "import httpx,sys; sys.exit(httpx.get('$URL/health', timeout=2).status_code != 200)" 2>/dev/null; then
+      ready=1; break
+    fi
+    [ -n "$SERVER_PID" ] && ! kill -0 "$SERVER_PID" 2>/dev/null && break
+    sleep 1
   done
-  "$PY" -c "import httpx; print(httpx.get('$URL/metrics', timeout=10).text)" > "$OUT_DIR/server_metrics.txt" 2>&1
-else
-  FAILED+=(serve); log "!!! [serve] $URL/health did not answer within ${SERVER_START_S}s; server.log ends:"
-  tail -n 20 "$OUT_DIR/server.log" 2>/dev/null | tee -a "$LOG"
-fi
-if [ -n "$SERVER_PID" ]; then
-  kill -INT "$SERVER_PID" 2>/dev/null
-  for _ in $(seq 1 30); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 1; done
-  kill -KILL "$SERVER_PID" 2>/dev/null
-fi
-
-stage compare 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" \
-  --http "${HTTP_DIRS[@]:-$WORK/runs/http1}" \
-  --loadgen "$OUT_DIR/loadgen.json" --out "$OUT_DIR/serve_compare.json" --device "$TAG" \
-  --command "benchmarks/gpu_serve.sh $*"
+  HTTP_DIRS=()
+  if [ "$ready" = 1 ]; then
+    log "=== [serve$SUF] ready after $((SECONDS - t_serve))s"
+    stage "loadgen$SUF" "$T_LOADGEN" "$PY" benchmarks/loadgen.py --url "$URL" --tokenizer "$CKPT" --rate-rps "$RATE_RPS" \
+      --num-requests "$LOADGEN_REQUESTS" "${LOADGEN[@]}" --max-seconds 120 --out "$WORK/loadgen$SUF"
+    cp "$WORK/loadgen$SUF/loadgen.json" "$OUT_DIR/loadgen$SUF.json" 2>/dev/null
+    cp "$WORK/loadgen$SUF/guidellm.json" "$OUT_DIR/guidellm$SUF.json" 2>/dev/null
+    tail -n 30 "$WORK/loadgen$SUF/guidellm.log" >> "$LOG" 2>/dev/null
+    for k in $(seq 1 "$REPEATS"); do
+      stage "http$k$SUF" "$T_RUN" "$PY" -m experiments.run backend=http "backend.url=$URL" "model.vocab_size=$VOCAB" \
+        "${SLICE[@]}" "seed=$((k - 1))" "hydra.run.dir=$WORK/runs/http$k$SUF"
+      HTTP_DIRS+=("$WORK/runs/http$k$SUF")
+    done
+    "$PY" -c "import httpx; print(httpx.get('$URL/metrics', timeout=10).text)" > "$OUT_DIR/server_metrics$SUF.txt" 2>&1
+  else
+    FAILED+=("serve$SUF"); log "!!! [serve$SUF] $URL/health did not answer within ${SERVER_START_S}s; server$SUF.log ends:"
+    tail -n 20 "$OUT_DIR/server$SUF.log" 2>/dev/null | tee -a "$LOG"
+  fi
+  if [ -n "$SERVER_PID" ]; then
+    kill -INT "$SERVER_PID" 2>/dev/null
+    for _ in $(seq 1 30); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 1; done
+    kill -KILL "$SERVER_PID" 2>/dev/null
+  fi
+  stage "compare$SUF" 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" \
+    --http "${HTTP_DIRS[@]:-$WORK/runs/http1$SUF}" \
+    --loadgen "$OUT_DIR/loadgen$SUF.json" --out "$OUT_DIR/serve_compare$SUF.json" --device "$TAG" \
+    --command "ENGINES=$ENGINES benchmarks/gpu_serve.sh $* (serve.engine_process=$ENGINE_PROCESS)"
+  [ -n "${SERVER_URL:-}" ] && break       # someone else's server: one layout, theirs
+done
 
 if [ -d "$WORK/runs" ]; then
   tar czf "$OUT_DIR/runs_serve.tgz" -C "$WORK" runs && log "the runs' folders in $OUT_DIR/runs_serve.tgz"

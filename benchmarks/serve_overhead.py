@@ -4,13 +4,16 @@
     python benchmarks/serve_overhead.py --model-path ~/models/Qwen3-0.6B --device cuda --requests 256 \
         --prompt-len 512 --output-len 256
     python benchmarks/serve_overhead.py --no-stream                       # whole completions instead of SSE
+    python benchmarks/serve_overhead.py --engine thread                   # one layout only (default: both)
 
 All requests are sent at once (greedy, ignore_eos, token-id prompts), first to an in-process LLM,
 then, after the in-process engine is gone, to a server started as `python -m experiments.serve`
-with the same engine options, from asyncio clients in this process (one connection each). It prints
-both wall times and output tokens/s, and the server's CPU seconds per 1,000 output tokens: the
-engine thread's and the rest of the process's (HTTP, JSON, detokenization; read from /proc, Linux
-only), which is what the HTTP path adds to an engine step's host time when both want the GIL.
+with the same engine options, from asyncio clients in this process (one connection each): once with
+the engine in a thread of the server's process (serve.engine_process=false), once in its own process
+(the default). It prints the wall times and output tokens/s, and the server's CPU seconds per 1,000
+output tokens: the engine's (its thread, or its process) and the HTTP side's (HTTP, JSON,
+detokenization; read from /proc, Linux only). In a thread both share one GIL, so the HTTP side's
+seconds are added to an engine step's host time; in a process they run beside it.
 """
 from __future__ import annotations
 
@@ -47,6 +50,8 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--num-kvcache-blocks", type=int, default=None)
     ap.add_argument("--no-stream", action="store_true")
+    ap.add_argument("--engine", choices=("both", "thread", "process"), default="both",
+                    help="where the server's engine steps (default: both, one server after the other)")
     args = ap.parse_args()
 
     ckpt = args.model_path
@@ -75,28 +80,46 @@ def main() -> None:
     overrides = [f"backend.model_path={ckpt}", f"backend.device={args.device}", "serve.port=0",
                  "serve.log_level=info", f"max_num_seqs={args.max_num_seqs}", f"num_kvcache_blocks={blocks}",
                  f"max_model_len={max_len}", "swap_space_gib=0"]
+    print(f"{args.requests} requests x {args.prompt_len} prompt + {args.output_len} output tokens, "
+          f"device {args.device}, {'streaming' if not args.no_stream else 'whole completions'}")
+    print(f"in process          {inproc:8.3f} s  {total / inproc:10.0f} output tok/s")
+    layouts = ("thread", "process") if args.engine == "both" else (args.engine,)
+    for layout in layouts:
+        wall, engine_cpu, http_cpu = serve(overrides + [f"serve.engine_process={layout == 'process'}"], prompts,
+                                           args.output_len, not args.no_stream, total)
+        per_k = 1000 / total
+        print(f"over HTTP, {layout:7s}  {wall:8.3f} s  {total / wall:10.0f} output tok/s  "
+              f"({wall / inproc:.2f}x the wall time); server CPU per 1,000 output tokens: engine "
+              f"{engine_cpu * per_k:.3f} s, HTTP side {http_cpu * per_k:.3f} s")
+
+
+def serve(overrides, prompts, output_len: int, stream: bool, total: int) -> tuple[float, float, float]:
+    """(wall seconds, engine CPU seconds, HTTP side CPU seconds) of the timed run against a fresh server."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", *overrides],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = tid = None
+    base = tid = engine_pid = None
+    lines = []
     for line in proc.stdout:
+        lines.append(line)
         found = re.search(r"engine thread running \(native thread id (\d+)\)", line)
         if found:
             tid = int(found.group(1))
+        found = re.search(r"engine process running \(pid (\d+)\)", line)
+        if found:
+            engine_pid = int(found.group(1))
         found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
         if found:
             base = found.group(1)
             break
     if base is None:
-        raise SystemExit("the server did not start")
+        raise SystemExit("the server did not start:\n" + "".join(lines[-20:]))
     threading.Thread(target=proc.stdout.read, daemon=True).start()     # keep its pipe drained
 
     import httpx
 
-    stream = not args.no_stream
-
     async def one(client, prompt) -> int:
-        body = {"prompt": prompt, "max_tokens": args.output_len, "temperature": 0, "ignore_eos": True,
+        body = {"prompt": prompt, "max_tokens": output_len, "temperature": 0, "ignore_eos": True,
                 "stream": stream, "stream_options": {"include_usage": True}}
         if not stream:
             r = await client.post(f"{base}/v1/completions", json=body)
@@ -115,20 +138,22 @@ def main() -> None:
             done = await asyncio.gather(*[one(client, p) for p in ps])
             return time.perf_counter() - t, sum(done)
 
+    def cpu() -> tuple[float, float]:
+        """(engine, HTTP side) CPU seconds so far."""
+        server = cpu_seconds(proc.pid)
+        if engine_pid is not None:
+            return cpu_seconds(engine_pid), server
+        engine = cpu_seconds(proc.pid, tid) if tid else 0.0
+        return engine, server - engine
+
     asyncio.run(run(prompts[:8]))                               # warm-up
-    cpu0, eng0 = cpu_seconds(proc.pid), cpu_seconds(proc.pid, tid) if tid else 0.0
+    e0, h0 = cpu()
     wall, got = asyncio.run(run(prompts))
-    cpu1, eng1 = cpu_seconds(proc.pid), cpu_seconds(proc.pid, tid) if tid else 0.0
+    e1, h1 = cpu()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     assert got == total, f"server produced {got} tokens, expected {total}"
-    per_k = 1000 / total
-    print(f"{args.requests} requests x {args.prompt_len} prompt + {args.output_len} output tokens, "
-          f"device {args.device}, {'streaming' if stream else 'whole completions'}")
-    print(f"in process  {inproc:8.3f} s  {total / inproc:10.0f} output tok/s")
-    print(f"over HTTP   {wall:8.3f} s  {total / wall:10.0f} output tok/s  ({wall / inproc:.2f}x the wall time)")
-    print(f"server CPU per 1,000 output tokens: engine thread {(eng1 - eng0) * per_k:.3f} s, rest of the "
-          f"process {((cpu1 - cpu0) - (eng1 - eng0)) * per_k:.3f} s")
+    return wall, e1 - e0, h1 - h0
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from typing import Callable
 
 from engine.config import EngineConfig
 from engine.core.scheduler import Scheduler, SchedulerConfig
-from engine.core.sequence import SamplingParams, Sequence
+from engine.core.sequence import SamplingParams, Sequence, SequenceStatus
 from engine.models import load_hf_config
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -47,7 +47,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]               # generated tokens only
     text: str | None                   # decoded output (None when the checkpoint has no tokenizer)
-    finish_reason: str | None          # "length" | "eos"
+    finish_reason: str | None          # "length" | "eos" | "rejected" (the scheduling policy gave up on it)
     arrival_time_s: float
     first_token_time_s: float | None
     finish_time_s: float | None
@@ -55,6 +55,7 @@ class RequestOutput:
     num_preemptions: int
     num_swaps: int
     num_cpu_cached_tokens: int = 0     # of num_cached_tokens, loaded from the prefix cache's CPU tier
+    reject_reason: str | None = None   # why, when finish_reason is "rejected"
 
 
 @dataclass
@@ -272,13 +273,17 @@ class LLM:
     def _output(self, seq: Sequence) -> RequestOutput:
         out_ids = seq.output_token_ids
         text = self.tokenizer.decode(out_ids, skip_special_tokens=True) if self.tokenizer is not None else None
+        rejected = seq.status is SequenceStatus.REJECTED
         return RequestOutput(seq.request_id, seq.token_ids[:seq.num_prompt_tokens], out_ids, text,
-                             seq.finish_reason, seq.arrival_time_s, seq.first_token_time_s, seq.finish_time_s,
-                             seq.num_cached_tokens, seq.num_preemptions, seq.num_swaps, seq.num_cpu_cached_tokens)
+                             "rejected" if rejected else seq.finish_reason, seq.arrival_time_s,
+                             seq.first_token_time_s, seq.finish_time_s, seq.num_cached_tokens, seq.num_preemptions,
+                             seq.num_swaps, seq.num_cpu_cached_tokens, seq.reject_reason if rejected else None)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
-        """Runs prompts (strings or token-id lists; one prompt alone is fine) to completion, in submission order."""
+        """Runs prompts (strings or token-id lists; one prompt alone is fine) to completion, in submission order.
+        A request the scheduling policy rejects while it waits (e.g. scheduler=edf_reject) comes back with
+        finish_reason "rejected" and its reject_reason."""
         if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
                                         and isinstance(prompts[0], int)):
             prompts = [prompts]
@@ -301,9 +306,14 @@ class LLM:
         wanted = {s.request_id for s in seqs}
         shown_at = float("-inf")
         while len(results) < len(seqs):
-            for out in self.step():
-                if out.request_id in wanted:    # requests queued with add_request finish silently here
-                    results[out.request_id] = out
+            if not self.has_unfinished():
+                missing = [s.request_id for s in seqs if s.request_id not in results]
+                raise RuntimeError(f"requests {missing[:5]} left the engine without finishing (aborted while "
+                                   f"generate ran?)")
+            _, finished, rejected = self.step_batch()
+            for seq in (*finished, *rejected):
+                if seq.request_id in wanted:    # requests queued with add_request finish silently here
+                    results[seq.request_id] = self._output(seq)
                     if pbar is not None:
                         pbar.update(1)
             s = self.last_step

@@ -20,3 +20,12 @@ _PLACEHOLDER_END = PLACEHOLDER_BASE + (1 << 40)
 def is_placeholder(token: int) -> bool:
     """Whether token stands for a token sampled by a step still in flight."""
     return token < _PLACEHOLDER_END
+
+
+def settled_tokens(token_ids, start: int) -> list:
+    """token_ids[start:] without the trailing placeholders of a step in flight (the tokens a reader may
+    send on: what follows them is not sampled yet)."""
+    new = list(token_ids[start:])
+    while new and is_placeholder(new[-1]):
+        new.pop()
+    return new

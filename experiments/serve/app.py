@@ -1,6 +1,10 @@
 """The OpenAI-compatible HTTP API over one LLM (FastAPI; uvicorn serves it, experiments/serve/cli.py).
 
     app = create_app(llm, served_model_name="qwen3", options=ServeOptions())
+    app = create_app(ProcessEngine.launch(factory), "qwen3", options)   # the engine in its own process
+
+`llm` is an LLM (stepped in a thread of this process, experiments/serve/engine_loop.py) or a launched
+ProcessEngine (its own process, experiments/serve/engine_client.py): the routes are the same.
 
 Routes: POST /v1/completions, POST /v1/chat/completions (server-sent events with "stream": true),
 GET /v1/models, GET /health (200 while the engine runs, 503 after it failed or while it stops),
@@ -9,7 +13,7 @@ GET /metrics (Prometheus text, experiments/serve/metrics.py).
 A request's life: the body is checked (400 naming the field, experiments/serve/protocol.py), its
 prompts tokenized here (strings through the checkpoint's tokenizer, chat messages through its chat
 template; token-id prompts as given), one Sequence per choice (prompts x n) stamped with its arrival
-time, then queued on the engine thread (experiments/serve/engine_loop.py) unless more than
+time, then queued on the engine unless more than
 serve.max_waiting_requests are waiting (429 with Retry-After). Tokens come back per step and are
 turned into text (experiments/serve/text_stream.py). A request the scheduling policy rejects while
 it waits (a policy with may_reject, e.g. scheduler=edf_reject) is answered 503 with code
@@ -33,6 +37,7 @@ from starlette.requests import ClientDisconnect
 
 from engine.core.sequence import SamplingParams
 from experiments.serve.config import ServeOptions
+from experiments.serve.engine_client import ProcessEngine
 from experiments.serve.engine_loop import AsyncEngine
 from experiments.serve.errors import APIError, error_body
 from experiments.serve.metrics import ServerMetrics
@@ -57,8 +62,10 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
     @asynccontextmanager
     async def lifespan(app):
         server.engine.start(asyncio.get_running_loop())
-        log.info("serving %s (max_model_len %d, %d KV blocks of %d tokens, scheduler %s)", served_model_name,
-                 server.max_model_len, server.num_kv_blocks, server.block_size, llm.scheduler.policy.name)
+        log.info("serving %s (max_model_len %d, %d KV blocks of %d tokens, scheduler %s, engine %s)",
+                 served_model_name, server.max_model_len, server.num_kv_blocks, server.block_size,
+                 server.engine.info.policy_name,
+                 f"process {llm.pid}" if isinstance(llm, ProcessEngine) else "thread")
         yield
         server.engine.stop()
 
@@ -113,16 +120,22 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
 
 class _Server:
     def __init__(self, llm, name: str, options: ServeOptions):
-        self.llm = llm
         self.name = name
         self.options = options
-        self.tokenizer = llm.tokenizer
-        self.metrics = ServerMetrics(name, llm.scheduler)
-        self.engine = AsyncEngine(llm, self.metrics)
-        self.max_model_len = llm.runner.max_model_len
-        self.block_size = llm.config.block_size
-        self.num_kv_blocks = llm.scheduler.config.num_kvcache_blocks
-        self.vocab_size = llm.vocab_size
+        if isinstance(llm, ProcessEngine):
+            self.metrics = ServerMetrics(name, queue_stats=llm.queue_stats)
+            llm.metrics = self.metrics
+            self.engine = llm
+        else:
+            self.metrics = ServerMetrics(name, llm.scheduler)
+            self.engine = AsyncEngine(llm, self.metrics)
+        info = self.engine.info
+        self.tokenizer = self.engine.tokenizer
+        self.model_path = info.model_path
+        self.max_model_len = info.max_model_len
+        self.block_size = info.block_size
+        self.num_kv_blocks = info.num_kv_blocks
+        self.vocab_size = info.vocab_size
         self.created = int(time.time())
         self._warned: set[str] = set()
 
@@ -134,7 +147,7 @@ class _Server:
 
     def model_card(self) -> dict:
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "servelab",
-                "root": str(self.llm.config.model_path), "max_model_len": self.max_model_len}
+                "root": self.model_path, "max_model_len": self.max_model_len}
 
     # -- request bodies -------------------------------------------------------------------------
     async def _parse(self, request: Request, schema):
@@ -215,7 +228,7 @@ class _Server:
                                         seed=None if seed is None else seed + j)  # n > 1: seed, seed + 1, ...
                 index = p * n + j
                 try:
-                    seq = self.llm.make_sequence(ids, params, request_id=f"{rid}-{index}", arrival_time_s=arrival)
+                    seq = self.engine.make_sequence(ids, params, f"{rid}-{index}", arrival)
                 except ValueError as e:
                     raise APIError(400, str(e)) from None
                 seq.priority = priority

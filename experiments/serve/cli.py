@@ -37,6 +37,7 @@ Options are servelab's Hydra overrides:
   backend.device=cuda|cpu backend.dtype=auto|bfloat16|... backend.enforce_eager=true
   serve.host=127.0.0.1 serve.port=8000 serve.served_model_name=NAME
   serve.max_waiting_requests=N serve.retry_after_s=1 serve.shutdown_grace_s=10 serve.log_level=info
+  serve.engine_process=true|false   the engine in its own process (default) or in a thread of the server's
 --cfg prints the composed config; docs/serving.md has the details."""
 
 
@@ -96,6 +97,26 @@ def build_llm(cfg: DictConfig):
     return LLM(EngineRunConfig.from_config(cfg), policy=policy, eviction=eviction)
 
 
+def build_llm_from(config: dict):
+    """build_llm of a resolved config's container (what the spawned engine process receives)."""
+    return build_llm(OmegaConf.create(config))
+
+
+def launch_engine(cfg: DictConfig, options):
+    """The engine in its own process (experiments/serve/engine_client.py), its LLM built there from `cfg`."""
+    import functools
+
+    try:
+        import zmq  # noqa: F401
+    except ModuleNotFoundError as e:
+        raise MissingExtraError("servelab-serve needs the serve extra (pyzmq is not installed): "
+                                "pip install -e '.[serve]'; or serve.engine_process=false") from e
+    from experiments.serve.engine_client import ProcessEngine
+
+    container = OmegaConf.to_container(cfg, resolve=True)
+    return ProcessEngine.launch(functools.partial(build_llm_from, container), log_level=options.log_level)
+
+
 def serve_options(cfg: DictConfig):
     from experiments.serve.config import ServeOptions
     return ServeOptions(**OmegaConf.to_container(cfg.serve, resolve=True))
@@ -125,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         options = serve_options(cfg)
         _logging(options.log_level)
-        llm = build_llm(cfg)
+        llm = launch_engine(cfg, options) if options.engine_process else build_llm(cfg)
     except Exception as e:
         if wanted or not is_user_error(e):
             raise

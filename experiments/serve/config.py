@@ -29,6 +29,10 @@ class ServeOptions:
     api_key: Optional[str] = None
     log_level: str = "info"                     # uvicorn's: critical | error | warning | info | debug
     access_log: bool = False                    # one log line per HTTP request
+    # the engine steps in its own process (HTTP, tokenization and detokenization keep this one's GIL to
+    # themselves); false: in a thread of the server's process. The command's switch: create_app serves
+    # whatever it is given (an LLM: a thread; a launched ProcessEngine: its process)
+    engine_process: bool = True
 
 
 @dataclass

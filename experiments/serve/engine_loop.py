@@ -24,25 +24,14 @@ import logging
 import threading
 from collections import deque
 
-from engine.core.in_flight import is_placeholder
+from engine.core.in_flight import settled_tokens
 from engine.core.sequence import SequenceStatus
+from experiments.serve.delivery import Choice, Deliveries
+from experiments.serve.engine_info import EngineInfo
 from experiments.serve.errors import APIError
 
 log = logging.getLogger("servelab.serve")
 FINISHED = SequenceStatus.FINISHED
-
-
-class Choice:
-    """One sequence of an HTTP request, as the loop follows it."""
-    __slots__ = ("index", "seq", "queue", "num_sent", "last_token_s", "admitted")
-
-    def __init__(self, index: int, seq, queue):
-        self.index = index
-        self.seq = seq
-        self.queue = queue
-        self.num_sent = 0               # output tokens handed to the queue
-        self.last_token_s = 0.0         # engine-clock time of the last of them
-        self.admitted = False
 
 
 class AsyncEngine:
@@ -53,7 +42,10 @@ class AsyncEngine:
         self._inbox: deque = deque()    # ("add", Sequence) | ("abort", request_id, count_as_aborted)
         self._wake = threading.Event()
         self._live: set = set()         # request ids the engine holds (engine thread only)
-        self._choices: dict = {}        # request_id -> Choice (loop only)
+        self._table = Deliveries(metrics)
+        self._choices = self._table.choices     # request_id -> Choice (loop only)
+        self.info = EngineInfo.of(llm)
+        self.tokenizer = llm.tokenizer
         self._loop = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -77,8 +69,7 @@ class AsyncEngine:
         if not self.alive:
             raise APIError(503, f"the engine is not running ({self.error or 'shutting down'}); retry later")
         choices = [Choice(i, seq, queue) for i, seq in entries]
-        for c in choices:
-            self._choices[c.seq.request_id] = c
+        self._table.track(choices)
         self._inbox.extend(("add", c.seq) for c in choices)
         self._wake.set()
         return choices
@@ -99,69 +90,30 @@ class AsyncEngine:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    def make_sequence(self, token_ids, params, request_id, arrival_time_s: float):
+        return self.llm.make_sequence(token_ids, params, request_id=request_id, arrival_time_s=arrival_time_s)
+
     def _on_step(self, seqs, num_preempted: int) -> None:
         """The loop's share of a step: new tokens of `seqs` to their queues, metrics. The engine may have
         run further steps since: a sequence then has more tokens, or finished, and later reads find less."""
-        m, choices = self.metrics, self._choices
-        ttft, itl, e2e = [], [], []
-        num_new = 0
+        choices, records = self._choices, []
         for seq in seqs:
             choice = choices.get(seq.request_id)
             if choice is None:
                 continue            # finished or aborted already
-            if not choice.admitted:
-                choice.admitted = True
-                m.admitted(seq.num_prompt_tokens, seq.num_cached_tokens)
             # status first: a FINISHED sequence has all its tokens, so none is left behind
             done = seq.status is FINISHED
-            new = seq.token_ids[seq.num_prompt_tokens + choice.num_sent:]
-            while new and is_placeholder(new[-1]):     # overlap scheduling: a token of a step still in flight
-                new.pop()
-            if new:
-                last = seq.last_token_time_s
-                k = len(new)
-                if choice.num_sent == 0:
-                    ttft.append(seq.first_token_time_s - seq.arrival_time_s)
-                    if k > 1:       # this read fell behind the engine: the gaps' mean for each
-                        itl += [(last - seq.first_token_time_s) / (k - 1)] * (k - 1)
-                else:
-                    itl += [(last - choice.last_token_s) / k] * k
-                choice.num_sent += k
-                choice.last_token_s = last
-                num_new += k
-            elif not done:
-                continue            # an intermediate prefill chunk
-            reason = None
-            if done:
-                reason = seq.finish_reason
-                del choices[seq.request_id]
-                m.finished("stop" if reason == "eos" else reason)
-                e2e.append(seq.finish_time_s - seq.arrival_time_s)
-            choice.queue.put_nowait((choice.index, new, reason, None))
-        m.ttft.observe(ttft)
-        m.itl.observe(itl)
-        m.e2e.observe(e2e)
-        if num_new:
-            m.generation_tokens.inc(num_new)
-        if num_preempted:
-            m.preemptions.inc(num_preempted)
+            records.append((seq.request_id, settled_tokens(seq.token_ids, seq.num_prompt_tokens + choice.num_sent),
+                            seq.finish_reason if done else None, seq.first_token_time_s, seq.last_token_time_s,
+                            seq.finish_time_s, seq.num_prompt_tokens, seq.num_cached_tokens))
+        self._table.on_step(records, num_preempted)
 
     def _on_end(self, reason: str, error: str | None, failed, failed_as: str = "error") -> None:
         """Ends every request left (shutdown or engine failure); `failed`: (request_id, why) of requests
         the engine refused (failed_as "error") or the scheduling policy rejected ("rejected")."""
-        for rid, msg in failed:
-            choice = self._choices.pop(rid, None)
-            if choice is not None:
-                if failed_as == "rejected":
-                    self.metrics.policy_rejected.inc()
-                choice.queue.put_nowait((choice.index, [], failed_as, msg))
-        if reason is None:
-            return
-        for choice in self._choices.values():
-            if reason == "abort":
-                self.metrics.aborted.inc()
-            choice.queue.put_nowait((choice.index, [], reason, error))
-        self._choices.clear()
+        self._table.fail(failed, failed_as)
+        if reason is not None:
+            self._table.end_all(reason, error)
 
     # -- the engine thread ----------------------------------------------------------------------
     def _run(self) -> None:

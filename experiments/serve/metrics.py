@@ -66,8 +66,17 @@ class BulkHistogram:
         return []
 
 
+# the gauges read from the scheduler, in the order of ServerMetrics' queue_stats
+QUEUE_GAUGES = (("servelab_num_requests_waiting", "Requests queued for admission (preempted ones too)"),
+                ("servelab_num_requests_running", "Requests in the running batch"),
+                ("servelab_num_requests_swapped", "Requests whose KV blocks are swapped to CPU"),
+                ("servelab_kv_cache_usage_perc", "Fraction of GPU KV blocks in use (0-1)"))
+
+
 class ServerMetrics:
-    def __init__(self, model_name: str, scheduler=None):
+    def __init__(self, model_name: str, scheduler=None, queue_stats=None):
+        """The queue and KV gauges read `scheduler` (the engine in this process) or, for an engine in its
+        own process, queue_stats() -> (waiting, running, swapped, KV blocks used / total) of its last step."""
         self.registry = r = CollectorRegistry()
         labels = {"model_name": model_name}
         self._model = model_name
@@ -82,14 +91,14 @@ class ServerMetrics:
 
         s = scheduler
         if s is not None:
-            gauge("servelab_num_requests_waiting", "Requests queued for admission (preempted ones too)",
-                  lambda: len(s.waiting))
-            gauge("servelab_num_requests_running", "Requests in the running batch", lambda: len(s.running))
-            gauge("servelab_num_requests_swapped", "Requests whose KV blocks are swapped to CPU",
-                  lambda: len(s.swapped))
             bm = s.block_manager
-            gauge("servelab_kv_cache_usage_perc", "Fraction of GPU KV blocks in use (0-1)",
-                  lambda: bm.num_used_blocks / bm.num_kvcache_blocks)
+            reads = (lambda: len(s.waiting), lambda: len(s.running), lambda: len(s.swapped),
+                     lambda: bm.num_used_blocks / bm.num_kvcache_blocks)
+            for (name, doc), read in zip(QUEUE_GAUGES, reads):
+                gauge(name, doc, read)
+        elif queue_stats is not None:
+            for i, (name, doc) in enumerate(QUEUE_GAUGES):
+                gauge(name, doc, lambda i=i: queue_stats()[i])
         gauge("servelab_prefix_cache_hit_rate", "Prompt tokens served by the prefix cache / prompt tokens "
                                                 "admitted, since start (0-1)",
               lambda: self._hits / self._queries if self._queries else 0.0)

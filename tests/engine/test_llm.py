@@ -221,3 +221,32 @@ def test_other_architectures_greedy_match_transformers(tmp_path, arch):
               max_num_batched_tokens=32)
     outs = _check(llm, ref, prompts, [24, 30, 12, 20, 16])
     assert sum(o.num_preemptions for o in outs) > 0
+
+
+class _RejectsLongPrompts(VLLMPolicy):
+    name = "rejects_long"
+    may_reject = True
+
+    def reject_reason(self, seq, view):
+        return "prompt longer than 4 tokens" if seq.num_prompt_tokens > 4 else None
+
+
+def test_generate_returns_the_requests_the_policy_rejects(ckpt):
+    import threading
+
+    path, reference = ckpt
+    llm = LLM(path, device="cpu", num_kvcache_blocks=64, max_model_len=128, policy=_RejectsLongPrompts())
+    prompts = [[1, 2, 3], list(range(1, 9)), [4, 5]]
+    done = {}
+    # generate used to step forever once a request was rejected: run it where the test can give up on it
+    worker = threading.Thread(target=lambda: done.update(outs=llm.generate(
+        prompts, SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "LLM.generate did not return after the policy rejected a request"
+    ok1, rejected, ok2 = done["outs"]
+    assert rejected.finish_reason == "rejected" and "longer than 4 tokens" in rejected.reject_reason
+    assert rejected.token_ids == [] and rejected.first_token_time_s is None
+    assert ok1.finish_reason == ok2.finish_reason == "length" and ok1.reject_reason is None
+    assert ok1.token_ids == reference([1, 2, 3], 3) and ok2.token_ids == reference([4, 5], 3)
+    assert not llm.has_unfinished() and not llm._live

@@ -1,0 +1,271 @@
+"""The HTTP server's handle on an engine running in its own process (experiments/serve/engine_process.py).
+
+    engine = ProcessEngine.launch(factory)       # spawns the process, waits until its LLM is built
+    engine.info, engine.tokenizer                # what the routes need (EngineInfo; the checkpoint's tokenizer)
+    engine.metrics = ServerMetrics(...); engine.start(asyncio.get_running_loop())
+    choices = engine.submit([(0, seq)], queue)   # then as experiments/serve/engine_loop.py's AsyncEngine
+    engine.abort(choices); engine.stop(); engine.close()
+
+The same interface as AsyncEngine (the engine in a thread), so the routes do not know which one serves
+them. Requests and aborts leave as one message per call on a ZeroMQ PUSH socket; the engine answers one
+message per step (every sequence's new tokens at once), read on the event loop when the socket's file
+descriptor is readable. The process is started with multiprocessing's spawn method. It failing (a step
+raised, or it died: killed, out of memory) ends every request in flight with finish_reason "error"
+(500, or an error event) and turns /health to 503; stop() aborts what is left and joins it, killing it
+when it does not exit in time; close() (also at interpreter exit) makes sure no process is left behind.
+"""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import logging
+import os
+import pickle
+import shutil
+import tempfile
+import time
+
+from experiments.serve.delivery import Choice, Deliveries
+from experiments.serve.errors import APIError
+
+log = logging.getLogger("servelab.serve")
+
+
+class ProcessEngine:
+    def __init__(self):
+        self.info = None
+        self.tokenizer = None
+        self.metrics = None
+        self.error: str | None = None   # why the engine process failed, when it did
+        self.pid: int | None = None
+        self._table: Deliveries | None = None
+        self._proc = None
+        self._ctx = self._push = self._pull = None
+        self._zmq_fd = None
+        self._dir: str | None = None
+        self._loop = None
+        self._stats = (0, 0, 0, 0.0)    # waiting, running, swapped, KV use (0-1), as of the last step
+        self._num_sent_adds = 0
+        self._num_drained_adds = 0
+        self._stopping = False
+        self._dead = False
+        self._probes: dict = {}
+        self._tokens = itertools.count()
+
+    # -- start --------------------------------------------------------------------------------------
+    @classmethod
+    def launch(cls, factory, log_level: str = "info", start_timeout_s: float = 3600.0) -> "ProcessEngine":
+        """Spawns the engine process, which builds its LLM with factory(); returns once it is ready.
+        ValueError (one line) when the LLM refused the config, RuntimeError when the process failed. Call it
+        from a thread that outlives the engine (the main thread): on Linux the engine dies with that thread."""
+        import multiprocessing as mp
+
+        import zmq
+
+        from engine.llm import _load_tokenizer
+        from experiments.serve.engine_process import engine_main
+
+        self = cls()
+        self._dir = tempfile.mkdtemp(prefix="servelab-engine-")
+        in_addr, out_addr = f"ipc://{self._dir}/in", f"ipc://{self._dir}/out"
+        self._ctx = zmq.Context()
+        self._push = self._ctx.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)
+        self._push.setsockopt(zmq.LINGER, 0)
+        self._push.bind(in_addr)
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.RCVHWM, 0)
+        self._pull.bind(out_addr)
+        atexit.register(self.close)
+        # not a daemon: an engine with tensor_parallel_size > 1 starts worker processes of its own
+        self._proc = mp.get_context("spawn").Process(
+            target=engine_main, args=(factory, in_addr, out_addr, os.getpid(), log_level), name="servelab-engine")
+        try:
+            self._proc.start()
+            self.pid = self._proc.pid
+            msg = self._wait_for(("ready", "start_failed"), start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        if msg is None or msg[0] == "start_failed":
+            self.close()
+            if msg is not None and msg[1]:
+                raise ValueError(msg[2])
+            why = msg[2] if msg is not None else f"it exited with code {self._proc.exitcode}"
+            raise RuntimeError(f"the engine process failed to start: {why}")
+        self.info = msg[1]
+        self.tokenizer = _load_tokenizer(self.info.model_path)
+        return self
+
+    def _wait_for(self, kinds, timeout_s: float):
+        """Reads messages (blocking, before the loop runs) until one of `kinds`; None if the process ended."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._pull.poll(100):
+                msg = pickle.loads(self._pull.recv())
+                if msg[0] in kinds:
+                    return msg
+                self._dispatch(msg)
+            elif not self._proc.is_alive():
+                return None
+        raise TimeoutError(f"the engine process sent none of {kinds} within {timeout_s} s")
+
+    def start(self, loop) -> None:
+        import zmq
+        self._loop = loop
+        self._table = Deliveries(self.metrics)
+        self._zmq_fd = self._pull.getsockopt(zmq.FD)
+        loop.add_reader(self._zmq_fd, self._on_readable)
+        loop.add_reader(self._proc.sentinel, self._on_exit)
+        self._on_readable()         # ZeroMQ's descriptor is edge-triggered: read what came before
+
+    # -- the routes' side (the event loop's thread) ------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self._dead and not self._stopping
+
+    def num_waiting(self) -> int:
+        """Requests not yet running: waiting in the scheduler as of the last step, plus adds not drained yet."""
+        return self._stats[0] + self._num_sent_adds - self._num_drained_adds
+
+    def queue_stats(self) -> tuple:
+        """(waiting, running, swapped, KV blocks used / total) as of the engine's last step."""
+        return self._stats
+
+    def make_sequence(self, token_ids, params, request_id, arrival_time_s: float):
+        """A Sequence for the engine process; the routes have checked its limits (what LLM.make_sequence checks)."""
+        from engine.core.sequence import Sequence
+        return Sequence(request_id, token_ids, params, arrival_time_s=arrival_time_s,
+                        eos_token_id=self.info.eos_token_id)
+
+    def submit(self, entries, queue) -> list[Choice]:
+        if not self.alive:
+            raise APIError(503, f"the engine is not running ({self.error or 'shutting down'}); retry later")
+        choices = [Choice(i, seq, queue) for i, seq in entries]
+        self._table.track(choices)
+        self._num_sent_adds += len(choices)
+        self._send(("add", [c.seq for c in choices]))
+        return choices
+
+    def abort(self, choices, count_as_aborted: bool = True) -> None:
+        gone = [(c.seq.request_id, count_as_aborted) for c in choices
+                if self._table.choices.pop(c.seq.request_id, None) is not None]
+        if gone and not self._dead:
+            self._send(("abort", gone))
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Aborts every request left (each gets finish_reason "abort") and joins the engine process."""
+        self._stopping = True
+        if self._proc is None:
+            return
+        self._unwatch()
+        if not self._dead and self._proc.is_alive():
+            self._send(("stop",))
+            try:
+                self._wait_for(("stopped",), timeout_s)
+            except TimeoutError:
+                log.warning("the engine process did not stop within %s s; killing it", timeout_s)
+        self._end_process(5.0)
+        if self._table is not None:
+            self._table.end_all("abort" if self.error is None else "error", self.error)
+
+    def close(self) -> None:
+        """Ends the process (killed if it does not stop) and frees the sockets. Idempotent."""
+        if self._proc is not None and self._proc.is_alive():
+            self._send(("stop",))
+        self._end_process(5.0)
+        for sock in (self._push, self._pull):
+            if sock is not None:
+                sock.close(linger=0)
+        self._push = self._pull = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        atexit.unregister(self.close)
+
+    def probe(self, timeout_s: float = 30.0) -> dict:
+        """The engine process's bookkeeping (EngineCore.probe); from any thread but the loop's."""
+        return asyncio.run_coroutine_threadsafe(self._probe(), self._loop).result(timeout_s)
+
+    async def _probe(self) -> dict:
+        token = next(self._tokens)
+        fut = self._probes[token] = self._loop.create_future()
+        self._send(("probe", token))
+        return await fut
+
+    # -- messages ----------------------------------------------------------------------------------
+    def _send(self, msg) -> None:
+        if self._push is not None:
+            self._push.send(pickle.dumps(msg, protocol=5))
+
+    def _on_readable(self) -> None:
+        import zmq
+        pull = self._pull
+        while pull is not None and pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            msg = pickle.loads(pull.recv(zmq.NOBLOCK))
+            try:
+                self._dispatch(msg)
+            except Exception:       # a bug, but the messages behind it must still be read: the descriptor
+                log.exception("handling the engine's %r message failed", msg[0])   # fires once per batch
+
+    def _dispatch(self, msg) -> None:
+        kind = msg[0]
+        if kind == "step":
+            _, records, failed, rejected, num_preempted, num_aborted, num_drained, stats = msg
+            self._stats, self._num_drained_adds = stats, num_drained
+            if self._table is None:
+                return
+            if failed:
+                self._table.fail(failed, "error")
+            if rejected:
+                self._table.fail(rejected, "rejected")
+            self._table.on_step(records, num_preempted)
+            if num_aborted:
+                self.metrics.aborted.inc(num_aborted)
+        elif kind == "probe":
+            fut = self._probes.pop(msg[1], None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg[2])
+        elif kind == "fatal":
+            self._fail(msg[1])
+
+    def _on_exit(self) -> None:
+        """The process ended while serving: what it sent first is read, then everything left fails."""
+        self._on_readable()
+        self._unwatch()
+        self._proc.join(1.0)        # its descriptor closes a moment before it can be reaped (exitcode)
+        if not self._stopping:
+            self._fail(f"the engine process exited with code {self._proc.exitcode}")
+
+    def _fail(self, error: str) -> None:
+        if self.error is None:
+            self.error = error
+            log.error("the engine failed (%s); the server stops serving", error)
+        self._dead = True
+        if self._table is not None:
+            self._table.end_all("error", self.error)
+        for fut in self._probes.values():
+            if not fut.done():
+                fut.set_exception(RuntimeError(self.error))
+        self._probes.clear()
+
+    def _unwatch(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            for fd in (self._zmq_fd, self._proc.sentinel):
+                try:
+                    self._loop.remove_reader(fd)
+                except (ValueError, OSError):
+                    pass
+
+    def _end_process(self, timeout_s: float) -> None:
+        proc = self._proc
+        if proc is None or proc.pid is None:
+            return
+        proc.join(timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout_s)

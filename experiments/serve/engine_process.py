@@ -1,0 +1,245 @@
+"""The engine core in its own process: steps the LLM, talks to the HTTP server over two ZeroMQ sockets.
+
+    engine_main(factory, in_addr, out_addr, parent_pid, log_level)   # multiprocessing spawn target
+
+The server (experiments/serve/engine_client.py) binds both IPC sockets; this process connects, builds
+its LLM with `factory()` (a picklable callable, e.g. the CLI's config), and then owns it alone: the
+server's process does tokenization, detokenization and HTTP, so the engine's host work never waits
+for that interpreter's GIL (vLLM's EngineCoreProc layout).
+
+Messages are pickled tuples. In (server -> engine), drained between steps:
+    ("add", [Sequence, ...])        queue these (checked by the server; a refused one comes back in `failed`)
+    ("abort", [(request_id, count_as_aborted), ...])
+    ("probe", token)                the engine's state, for tests and debugging (answered after the drain)
+    ("stop",)                       abort everything left, answer ("stopped",), exit 0
+Out (engine -> server), one message per loop turn that changed anything, never one per token:
+    ("ready", EngineInfo)  |  ("start_failed", is_user_error, message)
+    ("step", records, failed, rejected, num_preempted, num_aborted, num_adds_drained, stats)
+        records: experiments/serve/delivery.py's, for every sequence of the step with news; failed and
+        rejected: (request_id, why); num_aborted: aborts of this turn that count as aborted; num_adds_drained:
+        adds taken since start (the server's waiting count adds those still in flight); stats: (waiting,
+        running, swapped, KV blocks used / total) after the turn, what /metrics' gauges show
+    ("probe", token, {...})  |  ("fatal", message): a step raised; the process exits 1
+SIGINT and SIGTERM are ignored (a terminal's Ctrl-C reaches the whole process group: the server decides
+when its engine stops); the process exits by itself within a second once its parent is gone (on Linux the
+kernel also kills it when the thread that started it ends, _die_with_parent).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import time
+from collections import deque
+
+from engine.core.in_flight import settled_tokens
+from engine.core.sequence import SequenceStatus
+
+log = logging.getLogger("servelab.serve")
+FINISHED = SequenceStatus.FINISHED
+PARENT_CHECK_S = 1.0            # how often a busy or idle engine looks for its parent
+HELD_BACK_WAIT_MS = 5           # the policy held everything back: wait this long for an arrival or abort
+
+
+def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level: str = "info") -> None:
+    import zmq
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent()
+    logging.basicConfig(level=log_level.upper() if log_level != "trace" else "DEBUG",
+                        format="%(levelname)s %(name)s: %(message)s")
+    ctx = zmq.Context()
+    inp = ctx.socket(zmq.PULL)
+    inp.connect(in_addr)
+    out = ctx.socket(zmq.PUSH)
+    out.setsockopt(zmq.SNDHWM, 0)       # never drop or block on a slow reader
+    out.setsockopt(zmq.LINGER, 5000)    # the last messages leave before the process does
+    out.connect(out_addr)
+    try:
+        llm = factory()
+    except BaseException as e:      # noqa: BLE001 (whatever stops the engine is the server's start error)
+        from experiments.user_errors import is_user_error, one_line
+        user = is_user_error(e)
+        if not user:
+            log.exception("the engine failed to start")
+        out.send(pickle.dumps(("start_failed", user, one_line(e)), protocol=5))
+        out.close()
+        ctx.term()
+        os._exit(1)
+    code = 0
+    try:
+        from experiments.serve.engine_info import EngineInfo
+        out.send(pickle.dumps(("ready", EngineInfo.of(llm)), protocol=5))
+        log.info("engine process running (pid %d)", os.getpid())
+        code = EngineCore(llm, inp, out, parent_pid).run()
+    finally:
+        llm.close()
+        inp.close(linger=0)
+        out.close()
+        ctx.term()
+    os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when the thread that started it ends (the server killed while
+    the LLM is still loading, before the parent checks run). Elsewhere only the parent checks apply."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class EngineCore:
+    """The stepping loop of the engine process (module docstring: the messages)."""
+
+    def __init__(self, llm, inp, out, parent_pid: int):
+        self.llm, self.inp, self.out, self.parent_pid = llm, inp, out, parent_pid
+        self._sent: dict = {}               # request_id -> output tokens sent, of every live request
+        self._unreported: set = set()       # live request ids no record named yet (their admission)
+        self._failed: list = []
+        self._num_aborted = 0
+        self._num_drained = 0
+        self._last_stats = None
+        self._stopping = False
+        self._recent: deque = deque(maxlen=64)      # the last sequences queued, for probes
+        self._parent_checked_s = time.monotonic()
+
+    def run(self) -> int:
+        import zmq
+        llm = self.llm
+        try:
+            while True:
+                busy = llm.has_unfinished()
+                self._drain(0 if busy else int(PARENT_CHECK_S * 1000))
+                if self._stopping or self._parent_gone():
+                    break
+                if not llm.has_unfinished():
+                    self._send_step([], [], 0)
+                    continue
+                batch, finished, rejected = llm.step_batch()
+                for seq in rejected:
+                    self._forget(seq.request_id)
+                gone = [(seq.request_id, seq.reject_reason) for seq in rejected]
+                if batch is None:
+                    self._send_step([], gone, 0)
+                    self._drain(HELD_BACK_WAIT_MS)
+                    continue
+                self._send_step(self._records(batch.seqs), gone, len(batch.preempted) + len(batch.swapped_out))
+        except Exception as e:      # the step failed: the server fails every request and /health
+            msg = f"{type(e).__name__}: {e}"
+            log.exception("engine step failed; the server stops serving")
+            self.out.send(pickle.dumps(("fatal", msg), protocol=5))
+            return 1
+        for rid in list(self._sent):
+            llm.abort_request(rid)
+        self._sent.clear()
+        try:
+            self.out.send(pickle.dumps(("stopped",), protocol=5), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        return 0
+
+    def _records(self, seqs) -> list:
+        sent, unreported, records = self._sent, self._unreported, []
+        for seq in seqs:
+            rid = seq.request_id
+            k = sent.get(rid)
+            if k is None:
+                continue            # aborted between the step's start and now (cannot happen) or unknown
+            # status first: a FINISHED sequence has all its tokens
+            done = seq.status is FINISHED
+            new = settled_tokens(seq.token_ids, seq.num_prompt_tokens + k)   # overlap: not the step in flight
+            if not new and not done and rid not in unreported:
+                continue            # an intermediate prefill chunk, admission already reported
+            unreported.discard(rid)
+            records.append((rid, new, seq.finish_reason if done else None, seq.first_token_time_s,
+                            seq.last_token_time_s, seq.finish_time_s, seq.num_prompt_tokens, seq.num_cached_tokens))
+            if done:
+                del sent[rid]
+            else:
+                sent[rid] = k + len(new)
+        return records
+
+    def _send_step(self, records, rejected, num_preempted: int) -> None:
+        s = self.llm.scheduler
+        bm = s.block_manager
+        stats = (len(s.waiting), len(s.running), len(s.swapped), bm.num_used_blocks / bm.num_kvcache_blocks)
+        if not (records or rejected or self._failed or self._num_aborted or stats != self._last_stats):
+            return
+        self._last_stats = stats
+        self.out.send(pickle.dumps(("step", records, self._failed, rejected, num_preempted, self._num_aborted,
+                                    self._num_drained, stats), protocol=5))
+        self._failed = []
+        self._num_aborted = 0
+
+    def _forget(self, rid) -> None:
+        self._sent.pop(rid, None)
+        self._unreported.discard(rid)
+
+    def _drain(self, timeout_ms: int) -> None:
+        """Takes every message waiting (after up to timeout_ms for the first) and applies it."""
+        import zmq
+        inp = self.inp
+        if not inp.poll(timeout_ms):
+            return
+        while True:
+            try:
+                msg = pickle.loads(inp.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            kind = msg[0]
+            if kind == "add":
+                self._add(msg[1])
+            elif kind == "abort":
+                for rid, counted in msg[1]:
+                    if rid in self._sent:
+                        self._forget(rid)
+                        if self.llm.abort_request(rid) and counted:
+                            self._num_aborted += 1
+            elif kind == "probe":
+                self.out.send(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
+            elif kind == "stop":
+                self._stopping = True
+
+    def _add(self, seqs) -> None:
+        llm = self.llm
+        for seq in seqs:
+            self._num_drained += 1
+            try:
+                llm.submit(seq)
+            except ValueError as e:
+                self._failed.append((seq.request_id, str(e)))
+                continue
+            self._sent[seq.request_id] = 0
+            self._unreported.add(seq.request_id)
+            self._recent.append(seq)
+
+    def _parent_gone(self) -> bool:
+        now = time.monotonic()
+        if now - self._parent_checked_s < PARENT_CHECK_S:
+            return False
+        self._parent_checked_s = now
+        if os.getppid() != self.parent_pid:
+            log.warning("the server process is gone; the engine process exits")
+            return True
+        return False
+
+    def probe(self) -> dict:
+        """The engine's bookkeeping: what tests check after requests end (nothing held, invariants)."""
+        llm = self.llm
+        bm = llm.scheduler.block_manager
+        invariants = ""
+        if not llm._live:
+            try:
+                bm.check_invariants([])
+            except AssertionError as e:
+                invariants = f"AssertionError: {e}"
+        return {"live": len(llm._live), "tracked": len(self._sent), "unfinished": llm.scheduler.num_unfinished,
+                "used_blocks": bm.num_used_blocks, "free_blocks": bm.num_free_blocks,
+                "num_blocks": bm.num_kvcache_blocks, "cpu_free_blocks": bm.num_cpu_free_blocks,
+                "cpu_blocks": bm.num_cpu_blocks, "cpu_tables": len(bm.cpu_tables),
+                "generators": len(getattr(llm.runner, "generators", ())), "invariants": invariants,
+                "recent": [(s.request_id, s.status.name, s.num_output_tokens, s.priority) for s in self._recent]}
