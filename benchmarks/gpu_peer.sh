@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# servelab's engine against vLLM 0.26.0 on one H200, same requests and weights, same run: nano-vllm's offline
+# benchmark (benchmarks/peer_vllm.py: servelab, vLLM, servelab again) and the Azure conversation slice online, both
+# engines timed at an asyncio client (benchmarks/peer_online.py: first 300 requests at 6 req/s, 1,024 KV blocks).
+# Or the servelab sides alone on CPU with the tiny test model (--smoke).
+#
+#   benchmarks/gpu_peer.sh --trace shared/traces/AzureLLMInferenceTrace_conv.csv [--out DIR]   # vLLM in /tmp/vsite
+#   benchmarks/gpu_peer.sh --smoke [--trace PATH] [--out DIR]
+#
+# vLLM comes from ../shared/vllm-h200 (its README): two device calls first put it in /tmp/vsite on the machine
+# (a git-ignored .vllm1/ holding xzpart.00, copied to /tmp/vchunks/; then .vllm2/ with xzpart.01, deps/ and
+# setup_vllm.sh, which unpacks and checks the import); this is the third call, on the still-warm machine, carrying
+# .gpuwheels (pyzmq for servelab's engine process). VSITE (default /tmp/vsite) is put on PYTHONPATH.
+# Stages (STAGES, default all): offline (~3 min: three engine starts), online (~3 min: two real-time replays).
+# Outputs (--out, default $OUT, else benchmarks/results/peer): gpu_peer.log, peer_vllm_<tag>.json,
+# peer_online_<tag>.json. Knobs: STAGES, VSITE, MAX_REQUESTS, RATE_RPS.
+set -uo pipefail
+
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_peer benchmarks/results/peer '2,16p' "$0" "$@"
+select_stages "offline online"
+MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"
+
+if [ "$SMOKE" = 1 ]; then
+  TAG=cpu_tiny_smoke
+  OFFLINE=(--preset tiny --device cpu --engines servelab --num-requests 4 --min-len 8 --max-len 32 --repeats 1)
+  ONLINE=(--preset tiny --device cpu --engines servelab --max-requests 8 --rate-rps 20 --max-model-len 512
+          --num-kvcache-blocks 256)
+else
+  TAG=h200
+  VSITE="${VSITE:-/tmp/vsite}"
+  export PYTHONPATH="$VSITE${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
+  if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
+    log "!!! vLLM does not import from $VSITE: run the two install calls of ../shared/vllm-h200/README.md first"
+  fi
+  OFFLINE=(); ONLINE=(--max-requests "$MAX_REQUESTS" --rate-rps "$RATE_RPS")
+fi
+log "gpu_peer: smoke=$SMOKE stages='$STAGES' out=$OUT_DIR trace=${TRACE:-none}"
+
+if has_stage offline; then
+  stage offline 420 "$PY" benchmarks/peer_vllm.py "${OFFLINE[@]}" --out "$OUT_DIR/peer_vllm_$TAG.json"
+fi
+if has_stage online; then
+  if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
+    stage online 420 "$PY" benchmarks/peer_online.py --trace "$TRACE" "${ONLINE[@]}" --out "$OUT_DIR/peer_online_$TAG.json"
+  else
+    FAILED+=(online); log "!!! [online] skipped: no trace file (give --trace PATH)"
+  fi
+fi
+gpu_finish gpu_peer
