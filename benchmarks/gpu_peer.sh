@@ -4,7 +4,7 @@
 # engines timed at an asyncio client (benchmarks/peer_online.py: first 300 requests at 6 req/s, 1,024 KV blocks).
 # Or the servelab sides alone on CPU with the tiny test model (--smoke).
 #
-#   benchmarks/gpu_peer.sh --trace shared/traces/AzureLLMInferenceTrace_conv.csv [--out DIR]   # vLLM in /tmp/vsite
+#   benchmarks/gpu_peer.sh --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv [--out DIR]   # vLLM in /tmp/vsite
 #   benchmarks/gpu_peer.sh --smoke [--trace PATH] [--out DIR]
 #
 # vLLM comes from ../shared/vllm-h200 (its README): two device calls first put it in /tmp/vsite on the machine
