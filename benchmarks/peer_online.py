@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_throughput as et  # noqa: E402
+from peer_children import child_main, parse_engines, run_child  # noqa: E402
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -98,6 +97,18 @@ async def replay(reqs, submit) -> tuple[list[dict], float]:
     return rows, time.perf_counter() - t0
 
 
+def drive(reqs, submit, start=None) -> tuple[list[dict], float]:
+    """On a fresh event loop: start(loop) if given, one warm-up request (3 prompt tokens, 4 outputs), the replay."""
+    async def main():
+        if start is not None:
+            start(asyncio.get_running_loop())
+        if reqs:
+            async for _ in submit(reqs[0][0], [1, 2, 3], max_tokens=4, rid="warm-up"):
+                pass
+        return await replay(reqs, submit)
+    return asyncio.run(main())
+
+
 def child_servelab(args) -> dict:
     from engine.core.sequence import SamplingParams
     from engine.llm import LLM
@@ -127,15 +138,8 @@ def child_servelab(args) -> dict:
             if reason is not None:
                 return
 
-    async def main():
-        engine.start(asyncio.get_running_loop())
-        if reqs:                                                                   # warm-up, as vLLM's
-            async for _ in submit(reqs[0][0], [1, 2, 3], max_tokens=4, rid="warm-up"):
-                pass
-        return await replay(reqs, submit)
-
     try:
-        rows, makespan = asyncio.run(main())
+        rows, makespan = drive(reqs, submit, engine.start)
     finally:
         engine.close()
     return dict(engine="servelab", init_s=init_s, **summarize(rows, makespan))
@@ -166,46 +170,21 @@ def child_vllm(args) -> dict:
         async for o in eng.generate(TokensPrompt(prompt_token_ids=ids), sp, request_id=rid or str(spec.request_id)):
             yield len(o.outputs[0].token_ids)
 
-    async def main():
-        if reqs:
-            async for _ in submit(reqs[0][0], [1, 2, 3], max_tokens=4, rid="warm-up"):
-                pass
-        return await replay(reqs, submit)
-
     try:
-        rows, makespan = asyncio.run(main())
+        rows, makespan = drive(reqs, submit)
     finally:
         eng.shutdown()
     return dict(engine="vllm", vllm=vllm.__version__, init_s=init_s, **summarize(rows, makespan))
 
 
-def run_child(args, engine: str, model: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", engine, "--model", str(model),
-           "--trace", str(args.trace), "--max-requests", str(args.max_requests), "--rate-rps", str(args.rate_rps),
-           "--max-model-len", str(args.max_model_len), "--num-kvcache-blocks", str(args.num_kvcache_blocks),
-           "--max-num-seqs", str(args.max_num_seqs), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-           "--preset", args.preset, "--device", args.device, "--seed", str(args.seed)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    sys.stderr.write(proc.stderr[-4000:])
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return dict(engine=engine, error=f"exit {proc.returncode}: {tail}")
-    return json.loads(lines[-1])
-
-
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    if args.child:
-        res = child_servelab(args) if args.child == "servelab" else child_vllm(args)
-        print(json.dumps(res))
+    if child_main(args, {"servelab": child_servelab, "vllm": child_vllm}):
         return 0
     import torch
 
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = sorted(set(engines) - {"servelab", "vllm"})
-    if unknown:
-        raise SystemExit(f"--engines: unknown {unknown}; give a comma list of servelab, vllm")
+    engines = parse_engines(args.engines)
     if not args.trace.is_file():
         raise SystemExit(f"--trace {args.trace}: no such file (the Azure conversation trace is in ../shared/traces/)")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -217,7 +196,7 @@ def main(argv=None) -> int:
         et.make_checkpoint(args.preset, Path(tmp), args.device,
                            torch.bfloat16 if args.device != "cpu" else torch.float32)
         for engine in engines:
-            run = run_child(args, engine, Path(tmp))
+            run = run_child(__file__, engine, Path(tmp), argv)
             result["runs"].append(run)
             line = run.get("error") or (f"TTFT p50 {run['ttft_s_p50'] * 1e3:.1f} ms, TPOT p50 "
                                         f"{run['tpot_s_p50'] * 1e3:.2f} ms, {run['output_throughput_tps']:,.0f} tok/s")

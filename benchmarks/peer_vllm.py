@@ -17,9 +17,7 @@ the servelab side still lands.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_throughput as et  # noqa: E402
+from peer_children import child_main, parse_engines, run_child  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -97,35 +96,14 @@ def child_vllm(args) -> dict:
                 output_tokens=produced, init_s=init_s)
 
 
-def run_child(args, engine: str, model: Path) -> dict:
-    """One engine in a fresh interpreter (its GPU memory is freed on exit); the error, if it fails."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", engine, "--model", str(model),
-           "--preset", args.preset, "--device", args.device, "--num-requests", str(args.num_requests),
-           "--min-len", str(args.min_len), "--max-len", str(args.max_len), "--seed", str(args.seed),
-           "--max-num-seqs", str(args.max_num_seqs), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-           "--gpu-memory-utilization", str(args.gpu_memory_utilization),
-           "--overlap-scheduling", args.overlap_scheduling]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    sys.stderr.write(proc.stderr[-4000:])
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return dict(engine=engine, error=f"exit {proc.returncode}: {tail}")
-    return json.loads(lines[-1])
-
-
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    if args.child:
-        res = child_servelab(args) if args.child == "servelab" else child_vllm(args)
-        print(json.dumps(res))
+    if child_main(args, {"servelab": child_servelab, "vllm": child_vllm}):
         return 0
     import torch
 
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = sorted(set(engines) - {"servelab", "vllm"})
-    if unknown:
-        raise SystemExit(f"--engines: unknown {unknown}; give a comma list of servelab, vllm")
+    engines = parse_engines(args.engines)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or pass --preset tiny --device cpu --engines servelab)")
     prompts, output_lens = workload(args)
@@ -145,7 +123,7 @@ def main(argv=None) -> int:
         et.make_checkpoint(args.preset, Path(tmp), args.device, torch.bfloat16 if args.device != "cpu"
                            else torch.float32)
         for engine in order:
-            run = run_child(args, engine, Path(tmp))
+            run = run_child(__file__, engine, Path(tmp), argv)
             result["runs"].append(run)
             print(f"[{engine}] " + (f"{run['output_tokens_per_s']:,.0f} output tok/s" if "error" not in run
                                     else run["error"]), flush=True)
