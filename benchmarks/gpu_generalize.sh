@@ -23,7 +23,8 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (1,024), CAL_POLICIES
 # (vllm_swap; a comma list replays each), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
-# checkpoint directory).
+# checkpoint directory), OVERLAP=1 (the workload replays with overlap scheduling, docs/overlap.md; the saved runs
+# record it and experiments.generalize simulates them so; the fit stays on synchronous replays).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -32,6 +33,7 @@ gpu_init gpu_generalize benchmarks/results/generalize '2,25p' "$0" "$@"
 select_stages "fit prefill_heavy decode_heavy prefix_share bursty priority"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
+OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-60}"
@@ -106,7 +108,7 @@ for wl in $ALL_STAGES; do
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
     --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --repeats "$REPEATS" --record-decisions --no-roofline --no-plot \
-    --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl"
+    --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl" "${OVERLAP_FLAG[@]}"
 done
 
 # One archive (a device run returns at most 8 files): real/<workload>/ (runs, repeats, reports) and the calib steps.
