@@ -11,10 +11,11 @@ from experiments.workloads import RequestSpec, prompt_token_ids
 from tests.experiments.cli import QUIET, error_line, in_tmp, servelab  # noqa: F401
 from tests.experiments.openai_stub import DROP_TOKENS, FAIL_TOKENS, StubServer, free_port
 
-TTFT_S, ITL_S = 0.05, 0.01
+TTFT_S, ITL_S = 0.15, 0.03
 # The client is in the same process as the stub (another thread): on a busy 2-core machine a chunk can reach the
-# client this late after the server sent it.
-SLACK_S = 0.03
+# client this late after the server sent it (30 ms was exceeded under load). The server's delays stay well above
+# it, so every timing check still tells a right capture from a wrong one.
+SLACK_S = 0.08
 
 
 @pytest.fixture(scope="module")
