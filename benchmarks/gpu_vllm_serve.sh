@@ -236,7 +236,7 @@ VLLM_CMD=("$VPY" -m vllm.entrypoints.cli.main serve "$CKPT" --host 127.0.0.1 --p
 SERVELAB_CMD=("$PY" -m experiments.serve "backend.model_path=$CKPT" "backend.device=$DEVICE"
               "max_model_len=$MAX_MODEL_LEN" "max_num_seqs=$MAX_NUM_SEQS" "max_num_batched_tokens=$MAX_BATCHED_TOKENS"
               block_size=16 enable_prefix_caching=true serve.host=127.0.0.1 "serve.port=${SERVELAB_PORT:-8011}")
-# chunked prefill: off on both (servelab's default; vLLM warns that it does not officially support that, and runs)
+# chunked prefill: off on both by default (servelab's default; vLLM warns that turning it off is not officially supported)
 if [ "$CHUNKED_PREFILL" = on ]; then
   VLLM_CMD+=(--enable-chunked-prefill); SERVELAB_CMD+=(enable_chunked_prefill=true)
 else

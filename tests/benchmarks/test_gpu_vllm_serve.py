@@ -109,9 +109,10 @@ def test_bad_invocations_are_one_line_errors(tmp_path, repo):
 
 
 def test_a_run_without_vllm_stops_at_once(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "VSITE": str(tmp_path / "no-vsite"), "VLLM_PYTHON": sys.executable,
+           "SERVERS": "vllm", "OUT": ""}
     got = subprocess.run(["bash", str(SCRIPT), "--out", str(tmp_path / "out")], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "VSITE": str(tmp_path / "no-vsite"), "VLLM_PYTHON": sys.executable,
-                              "SERVERS": "vllm", "OUT": ""}, timeout=120)
+                         env=env, timeout=120)
     assert got.returncode == 3, got.stdout + got.stderr
     assert "vLLM's API server does not import from VSITE=" in got.stdout
 

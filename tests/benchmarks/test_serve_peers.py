@@ -19,7 +19,8 @@ def _run(folder: Path, ttft_p50: float, tps: float, tokens: int = 500) -> str:
     folder.mkdir(parents=True)
     metrics = {"num_requests": 10, "num_finished": 10, "num_output_tokens": tokens, "ttft_s_p50": ttft_p50,
                "ttft_s_p90": 2 * ttft_p50, "tpot_s_p50": 0.002, "tpot_s_p90": 0.003, "e2e_s_p50": 0.4,
-               "e2e_s_p90": 0.8, "output_throughput_tps": tps, "request_throughput_rps": 5.0, "makespan_s": tokens / tps}
+               "e2e_s_p90": 0.8, "output_throughput_tps": tps, "request_throughput_rps": 5.0,
+               "makespan_s": tokens / tps}
     (folder / "summary.json").write_text(json.dumps({"metrics": metrics, "meta": {"num_failed": 0}}))
     return str(folder)
 
