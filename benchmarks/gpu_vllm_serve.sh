@@ -22,8 +22,8 @@
 #   call k:  carry [".vllmK"]; command: bash benchmarks/gpu_vllm_serve.sh --receive .vllmK     (k = 1 .. N; the last
 #            one joins the pieces, checks their sha256, unpacks into VSITE=/tmp/vsite, installs the wheels there and
 #            imports vLLM's API server, or exits 1 saying what is missing)
-#   then:    carry [".gpuwheels", ".gtraces"]; command:
-#            bash benchmarks/gpu_vllm_serve.sh --trace .gtraces/AzureLLMInferenceTrace_conv.csv --out $OUT
+#   then:    carry [".gpuwheels", ".gtraces"]; command (PATH: the carried copy of the trace, ../shared stays behind):
+#            bash benchmarks/gpu_vllm_serve.sh --trace PATH/AzureLLMInferenceTrace_conv.csv --out $OUT
 #
 # Stages of a run (each logs, and a failing stage never stops the next; the vLLM import is checked first and a run
 # without it stops at once, exit 3):
