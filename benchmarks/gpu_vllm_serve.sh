@@ -6,7 +6,7 @@
 # on CPU with the tiny test model (--smoke; vLLM's build is CUDA-only, so its part is skipped and says so).
 #
 #   benchmarks/gpu_vllm_serve.sh --trace PATH/AzureLLMInferenceTrace_conv.csv [--out DIR]   # GPU, vLLM in VSITE
-#   benchmarks/gpu_vllm_serve.sh --smoke [--trace PATH] [--out DIR]                         # CPU, ~2 minutes
+#   benchmarks/gpu_vllm_serve.sh --smoke [--trace PATH] [--out DIR]                         # CPU, ~30 s
 #   benchmarks/gpu_vllm_serve.sh --download-wheels     # here: the server's wheels the GPU image lacks -> .vllmserve/
 #   benchmarks/gpu_vllm_serve.sh --stage [VLLM_DIR]    # here: vLLM + wheels in pieces -> .vllm1/ .. .vllmN/
 #   benchmarks/gpu_vllm_serve.sh --receive .vllmK      # GPU: keep piece K; with all N, install vLLM into VSITE
@@ -38,12 +38,12 @@
 # i.e. 262,144 tokens: no preemption on this slice; vLLM's --num-gpu-blocks-override; KV_BLOCKS=auto leaves each to
 # its 0.9 of GPU memory), prefix caching on, chunked prefill CHUNKED_PREFILL (off); vLLM also --generation-config vllm
 # (no sampling defaults from the checkpoint's generation_config.json, as on servelab-serve). OVERLAP=on|off sets vLLM's
-# async scheduling and servelab's overlap_scheduling alike (unset: each its default, vLLM's on, servelab's off).
+# async scheduling and servelab's overlap_scheduling alike (unset: each its own default; servelab's is off).
 # Outputs (--out, default $OUT, else benchmarks/results/vllm_serve): gpu_vllm_serve.log, serve_peers.json,
 # loadgen_NAME.json, guidellm_NAME.json, server_NAME.log, metrics_NAME.txt, runs_vllm_serve.tgz (the replays' folders).
-# Knobs (environment): VSITE, VLLM_PYTHON (python3), MAX_REQUESTS, RATE_RPS, LOADGEN_REQUESTS, MAX_MODEL_LEN, MAX_NUM_SEQS,
-# MAX_BATCHED_TOKENS, KV_BLOCKS, CHUNKED_PREFILL, OVERLAP, SERVERS ("vllm servelab"), BUDGET_S (570: a server that could not finish by then is
-# skipped), VLLM_START_S (300), SERVER_START_S (240), CKPT (reuse a checkpoint directory).
+# Knobs (environment): VSITE, VLLM_PYTHON (python3), MAX_REQUESTS, RATE_RPS, LOADGEN_REQUESTS, MAX_MODEL_LEN,
+# MAX_NUM_SEQS, MAX_BATCHED_TOKENS, KV_BLOCKS, CHUNKED_PREFILL, OVERLAP, SERVERS ("vllm servelab"), BUDGET_S (570: a
+# server that could not finish by then is skipped), VLLM_START_S (300), SERVER_START_S (240), CKPT (a checkpoint).
 set -uo pipefail
 
 HERE_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
