@@ -7,10 +7,11 @@
 #   benchmarks/gpu_peer.sh --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv [--out DIR]   # vLLM in /tmp/vsite
 #   benchmarks/gpu_peer.sh --smoke [--trace PATH] [--out DIR]
 #
-# vLLM comes from ../shared/vllm-h200 (its README): two device calls first put it in /tmp/vsite on the machine
-# (a git-ignored .vllm1/ holding xzpart.00, copied to /tmp/vchunks/; then .vllm2/ with xzpart.01, deps/ and
-# setup_vllm.sh, which unpacks and checks the import); this is the third call, on the still-warm machine, carrying
-# .gpuwheels (pyzmq for servelab's engine process). VSITE (default /tmp/vsite) is put on PYTHONPATH.
+# vLLM comes from ../shared/vllm-h200, installed into /tmp/vsite on the machine by the staged calls that
+# benchmarks/gpu_vllm_serve.sh's header lists (`--stage` here, then one `--receive .vllmK` call per piece: the
+# working tree travels with every call, so the parts go in pieces that fit beside it); this is the next call, on
+# the still-warm machine, carrying .gpuwheels (pyzmq for servelab's engine process). VSITE (default /tmp/vsite)
+# is put on PYTHONPATH.
 # Stages (STAGES, default all): offline (~3 min: three engine starts), online (~3 min: two real-time replays).
 # Outputs (--out, default $OUT, else benchmarks/results/peer): gpu_peer.log, peer_vllm_<tag>.json,
 # peer_online_<tag>.json. Knobs: STAGES, VSITE, MAX_REQUESTS, RATE_RPS.
@@ -32,7 +33,7 @@ else
   VSITE="${VSITE:-/tmp/vsite}"
   export PYTHONPATH="$VSITE${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
   if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
-    log "!!! vLLM does not import from $VSITE: run the two install calls of ../shared/vllm-h200/README.md first"
+    log "!!! vLLM does not import from $VSITE: run the install calls of benchmarks/gpu_vllm_serve.sh first"
   fi
   OFFLINE=(); ONLINE=(--max-requests "$MAX_REQUESTS" --rate-rps "$RATE_RPS")
 fi
