@@ -4,6 +4,7 @@
 #   has_stage NAME                              whether NAME is in STAGES
 #   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
 #   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
+#   make_serving_checkpoint DIR SECONDS VOCAB  the same plus a byte-level tokenizer (servers, load generators)
 #   archive_real HINT                          $WORK/real -> $OUT_DIR/real_<stages>.tgz (HINT: how to read it back)
 #   gpu_finish NAME                            logs the failed stages, lists $OUT_DIR, removes $WORK; status 0 iff none failed
 
@@ -89,6 +90,20 @@ with torch.device('cuda' if torch.cuda.is_available() else 'cpu'):
 model.save_pretrained('$ckpt')
 print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B params in $ckpt')"
   fi
+}
+
+# make_serving_checkpoint DIR SECONDS VOCAB: make_checkpoint plus a byte-level tokenizer covering VOCAB ids
+# (tests/experiments/byte_tokenizer.py: a server detokenizes what it samples, load generators make text); none if
+# DIR already holds a checkpoint.
+make_serving_checkpoint() {
+  local ckpt="$1" limit="$2" vocab="$3"
+  [ -f "$ckpt/config.json" ] && return 0
+  make_checkpoint "$ckpt" "$limit"
+  stage tokenizer 60 "$PY" -c "
+import sys; sys.path.insert(0, '.')
+from tests.experiments.byte_tokenizer import make_byte_tokenizer
+make_byte_tokenizer('$ckpt', vocab_size=$vocab)
+print('byte-level tokenizer ($vocab ids) in $ckpt')"
 }
 
 archive_real() {

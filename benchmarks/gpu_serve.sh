@@ -86,14 +86,7 @@ fi
 TRACE="$(cd "$(dirname "$TRACE")" && pwd)/$(basename "$TRACE")"
 
 CKPT="${CKPT:-$WORK/model}"
-if [ ! -f "$CKPT/config.json" ]; then
-  make_checkpoint "$CKPT" "$T_CKPT"
-  stage tokenizer 60 "$PY" -c "
-import sys; sys.path.insert(0, '.')
-from tests.experiments.byte_tokenizer import make_byte_tokenizer
-make_byte_tokenizer('$CKPT', vocab_size=$VOCAB)
-print('byte-level tokenizer ($VOCAB ids) in $CKPT')"
-fi
+make_serving_checkpoint "$CKPT" "$T_CKPT" "$VOCAB"
 
 # The slice, the same for both replays: the same ids, arrivals, lengths and prompt token ids. Repeat k draws its
 # prompt token ids from root seed k - 1 on both sides: a repeat against the same server would otherwise find the

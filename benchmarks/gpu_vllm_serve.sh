@@ -217,14 +217,7 @@ TRACE="$(cd "$(dirname "$TRACE")" && pwd)/$(basename "$TRACE")"
 
 CKPT="${CKPT:-$WORK/model}"
 mkdir -p "$CKPT" && CKPT="$(cd "$CKPT" && pwd)"      # absolute: vLLM runs from $WORK
-if [ ! -f "$CKPT/config.json" ]; then
-  make_checkpoint "$CKPT" "$T_CKPT"
-  stage tokenizer 60 "$PY" -c "
-import sys; sys.path.insert(0, '.')
-from tests.experiments.byte_tokenizer import make_byte_tokenizer
-make_byte_tokenizer('$CKPT', vocab_size=$VOCAB)
-print('byte-level tokenizer ($VOCAB ids) in $CKPT')"
-fi
+make_serving_checkpoint "$CKPT" "$T_CKPT" "$VOCAB"
 
 SLICE=(workload=azure "workload.path=$TRACE" "workload.max_requests=$MAX_REQUESTS" "workload.target_rate_rps=$RATE_RPS"
        "max_model_len=$MAX_MODEL_LEN" plots=false progress=false seed=0)
