@@ -5,6 +5,7 @@
 #   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
 #   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
 #   make_serving_checkpoint DIR SECONDS VOCAB  the same plus a byte-level tokenizer (servers, load generators)
+#   serve_settings LOADGEN_DEFAULT             the serving scripts' sizes and limits (smoke or H200)
 #   archive_real HINT                          $WORK/real -> $OUT_DIR/real_<stages>.tgz (HINT: how to read it back)
 #   gpu_finish NAME                            logs the failed stages, lists $OUT_DIR, removes $WORK; status 0 iff none failed
 
@@ -104,6 +105,26 @@ import sys; sys.path.insert(0, '.')
 from tests.experiments.byte_tokenizer import make_byte_tokenizer
 make_byte_tokenizer('$ckpt', vocab_size=$vocab)
 print('byte-level tokenizer ($vocab ids) in $ckpt')"
+}
+
+# serve_settings LOADGEN_DEFAULT: the serving scripts' sizes (the Azure slice, the load generator, time limits) for
+# SMOKE=1 (the tiny model on CPU) or the H200; each variable an environment value of the same name overrides.
+serve_settings() {
+  local loadgen_default="$1"
+  if [ "$SMOKE" = 1 ]; then
+    TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN="${MAX_MODEL_LEN:-512}"; VOCAB=512
+    MAX_REQUESTS="${MAX_REQUESTS:-12}"; RATE_RPS="${RATE_RPS:-4}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-6}"
+    LOADGEN=(--prompt-tokens 32 --output-tokens 8 --workers 1); SERVER_START_S="${SERVER_START_S:-120}"
+    T_CKPT=120; T_RUN=200; T_LOADGEN=150
+    # one torch thread in every process: on a small shared CPU two threads a process spin against each other and
+    # the in-process replay (one process) would pay for it more than a server (its engine loop) does
+    export OMP_NUM_THREADS=1
+  else
+    TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"; VOCAB=151936
+    MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-$loadgen_default}"
+    LOADGEN=(--prompt-tokens 256 --output-tokens 128 --workers 4); SERVER_START_S="${SERVER_START_S:-240}"
+    T_CKPT=90; T_RUN=150; T_LOADGEN=150
+  fi
 }
 
 archive_real() {

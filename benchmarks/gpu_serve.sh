@@ -59,20 +59,7 @@ fi
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_serve benchmarks/results/serve '2,35p' "$0" "$@"
 
-if [ "$SMOKE" = 1 ]; then
-  TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN="${MAX_MODEL_LEN:-512}"; VOCAB=512
-  MAX_REQUESTS="${MAX_REQUESTS:-12}"; RATE_RPS="${RATE_RPS:-4}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-6}"
-  LOADGEN=(--prompt-tokens 32 --output-tokens 8 --workers 1); SERVER_START_S="${SERVER_START_S:-120}"
-  T_CKPT=120; T_RUN=200; T_LOADGEN=150
-  # one torch thread in every process: on a small shared CPU two threads a process spin against each other and the
-  # in-process replay (one process) would pay for it more than the server (its engine loop) does
-  export OMP_NUM_THREADS=1
-else
-  TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"; VOCAB=151936
-  MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-120}"
-  LOADGEN=(--prompt-tokens 256 --output-tokens 128 --workers 4); SERVER_START_S="${SERVER_START_S:-240}"
-  T_CKPT=90; T_RUN=150; T_LOADGEN=150
-fi
+serve_settings 120
 PORT="${PORT:-8011}"
 REPEATS="${REPEATS:-1}"
 ENGINES="${ENGINES:-process thread}"

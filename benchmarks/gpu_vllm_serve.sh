@@ -175,19 +175,8 @@ SERVERS="${SERVERS:-vllm servelab}"
 for s in $SERVERS; do
   case "$s" in vllm|servelab) ;; *) log "!!! SERVERS: unknown server $s (allowed: vllm servelab)"; exit 2 ;; esac
 done
-if [ "$SMOKE" = 1 ]; then
-  TAG=cpu_tiny_smoke; DEVICE=cpu; MAX_MODEL_LEN="${MAX_MODEL_LEN:-512}"; VOCAB=512; KV_BLOCKS="${KV_BLOCKS:-1024}"
-  MAX_REQUESTS="${MAX_REQUESTS:-12}"; RATE_RPS="${RATE_RPS:-4}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-6}"
-  LOADGEN=(--prompt-tokens 32 --output-tokens 8 --workers 1); SERVER_START_S="${SERVER_START_S:-120}"
-  T_CKPT=120; T_RUN=200; T_LOADGEN=150
-  export OMP_NUM_THREADS=1
-else
-  TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"; VOCAB=151936
-  KV_BLOCKS="${KV_BLOCKS:-16384}"
-  MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-60}"
-  LOADGEN=(--prompt-tokens 256 --output-tokens 128 --workers 4); SERVER_START_S="${SERVER_START_S:-240}"
-  T_CKPT=90; T_RUN=150; T_LOADGEN=150
-fi
+serve_settings 60
+KV_BLOCKS="${KV_BLOCKS:-$([ "$SMOKE" = 1 ] && echo 1024 || echo 16384)}"
 MAX_NUM_SEQS="${MAX_NUM_SEQS:-256}"; MAX_BATCHED_TOKENS="${MAX_BATCHED_TOKENS:-8192}"
 CHUNKED_PREFILL="${CHUNKED_PREFILL:-off}"; OVERLAP="${OVERLAP:-}"
 case "$CHUNKED_PREFILL" in on|off) ;; *) log "!!! CHUNKED_PREFILL=$CHUNKED_PREFILL: give on or off"; exit 2 ;; esac
