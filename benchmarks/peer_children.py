@@ -8,12 +8,25 @@ A child prints its result as one JSON line; a child that fails (vLLM not importa
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 ENGINES = ("servelab", "vllm")
+
+
+def add_peer_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments both peer benchmarks take: the model preset, device, seed, engines, output file, and the
+    hidden ones run_child gives a child."""
+    p.add_argument("--preset", choices=["qwen3-0.6b", "tiny"], default="qwen3-0.6b")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engines", default="servelab,vllm", help="comma list of " + ", ".join(ENGINES))
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--child", choices=ENGINES, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
 
 
 def parse_engines(text: str) -> list[str]:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_throughput as et  # noqa: E402
-from peer_children import child_main, parse_engines, run_child  # noqa: E402
+from peer_children import add_peer_arguments, child_main, parse_engines, run_child  # noqa: E402
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -48,13 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--num-kvcache-blocks", type=int, default=1024)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=16384, help="vLLM's (servelab: its default)")
-    p.add_argument("--preset", choices=["qwen3-0.6b", "tiny"], default="qwen3-0.6b")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--engines", default="servelab,vllm", help="comma list of servelab, vllm")
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--child", choices=["servelab", "vllm"], default=None, help=argparse.SUPPRESS)
-    p.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
+    add_peer_arguments(p)
     return p.parse_args(argv)
 
 

@@ -27,26 +27,20 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_throughput as et  # noqa: E402
-from peer_children import child_main, parse_engines, run_child  # noqa: E402
+from peer_children import add_peer_arguments, child_main, parse_engines, run_child  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=["qwen3-0.6b", "tiny"], default="qwen3-0.6b")
-    p.add_argument("--device", default="cuda")
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--min-len", type=int, default=100)
     p.add_argument("--max-len", type=int, default=1024)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-num-seqs", type=int, default=512)
     p.add_argument("--max-num-batched-tokens", type=int, default=16384)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--overlap-scheduling", choices=["off", "on"], default="off", help="servelab's loop")
-    p.add_argument("--engines", default="servelab,vllm", help="comma list of servelab, vllm")
     p.add_argument("--repeats", type=int, default=2, help="servelab runs (first and last, vLLM between)")
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--child", choices=["servelab", "vllm"], default=None, help=argparse.SUPPRESS)
-    p.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
+    add_peer_arguments(p)
     return p.parse_args(argv)
 
 
