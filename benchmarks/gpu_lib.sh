@@ -43,6 +43,23 @@ gpu_init() {
     done
   fi
   FAILED=()
+  clock_log_start
+}
+
+# clock_log_start: on a GPU machine, the GPU's clocks, power and temperature every 250 ms into
+# $OUT_DIR/gpu_clocks.csv for the whole script (the engine's step times drift over seconds; this says whether the
+# GPU's clocks move with them). Read only: the GPU's settings are left as they are.
+clock_log_start() {
+  CLOCK_PID=""
+  [ "$SMOKE" = 1 ] && return 0
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  local q="timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu"
+  if nvidia-smi --query-gpu="$q,clocks_event_reasons.active" --format=csv,noheader >/dev/null 2>&1; then
+    q="$q,clocks_event_reasons.active"
+  fi
+  echo "$q" > "$OUT_DIR/gpu_clocks.csv"
+  nvidia-smi --query-gpu="$q" --format=csv,noheader,nounits -lms 250 >> "$OUT_DIR/gpu_clocks.csv" 2>/dev/null &
+  CLOCK_PID=$!
 }
 
 log() { echo "$*" | tee -a "$LOG"; }
@@ -135,6 +152,7 @@ archive_real() {
 }
 
 gpu_finish() {
+  [ -n "${CLOCK_PID:-}" ] && kill "$CLOCK_PID" 2>/dev/null
   log "$1 finished in ${SECONDS}s; failed stages: ${FAILED[*]:-none}"
   ls -la "$OUT_DIR" | tee -a "$LOG"
   rm -rf "$WORK"

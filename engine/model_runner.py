@@ -80,7 +80,7 @@ def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
 
 class LaunchedStep:
     """A step queued on the device (ModelRunner.launch); ModelRunner.collect returns its tokens."""
-    __slots__ = ("tokens", "sample_rows", "num_seqs", "offload", "host", "ready")
+    __slots__ = ("tokens", "sample_rows", "num_seqs", "offload", "host", "ready", "timing")
 
     def __init__(self, tokens, sample_rows, num_seqs: int, offload: bool = False):
         self.tokens = tokens                # [num_sampled] int64 on the device; None: nothing sampled
@@ -89,6 +89,7 @@ class LaunchedStep:
         self.offload = offload              # collect() waits for the CPU tier's offloads
         self.host = None                    # overlap on CUDA: pinned copy of tokens, valid once `ready` passed
         self.ready = None
+        self.timing = None                  # time_device on CUDA: (start, end) timing events around the step
 
 
 class ModelRunner:
@@ -103,6 +104,9 @@ class ModelRunner:
         self.device = resolve_device(config.device, rank, self.tp_size)
         self.dtype = resolve_dtype(config.dtype, hf_config, self.device)
         self.is_cuda = self.device.type == "cuda"
+        # time_device (set by a replay): each CUDA step is timed on the device, last_device_time_s its seconds
+        self.time_device = False
+        self.last_device_time_s: float | None = None
         if self.is_cuda:
             torch.cuda.set_device(self.device)
         if self.tp_size > 1:
@@ -262,6 +266,10 @@ class ModelRunner:
         step = self._prepare(batch, self._graph_size(S) if batch.num_prefill_seqs == 0 else None) if S else None
         if self.workers is not None:
             self.workers.send(("step", batch.swap_out, batch.swap_in, step, batch.offload, batch.load))
+        timing = None
+        if self.time_device and self.is_cuda:
+            timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            timing[0].record()
         try:
             self._copy_blocks(batch.swap_out, batch.swap_in, batch.offload, batch.load)
             if step is None:
@@ -276,6 +284,9 @@ class ModelRunner:
         sample_rows = step.sample_rows
         tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows]))
         out = LaunchedStep(tokens, sample_rows, S, offload=bool(batch.offload))
+        if timing is not None:
+            timing[1].record()
+            out.timing = timing
         if overlap:
             self.last_sampled = tokens
             if self.is_cuda:
@@ -291,6 +302,7 @@ class ModelRunner:
 
     def collect(self, launched: "LaunchedStep") -> list[int | None]:
         """The tokens of a launched step, aligned with its batch.seqs (waits for the device)."""
+        self.last_device_time_s = None
         if launched.tokens is None:
             return []
         if launched.ready is not None:
@@ -300,6 +312,9 @@ class ModelRunner:
             tokens = launched.tokens.tolist()
         if launched.offload:
             self.cpu_tier.finish()      # the offloads' transfer ran beside the forward pass
+        if launched.timing is not None:
+            launched.timing[1].synchronize()
+            self.last_device_time_s = launched.timing[0].elapsed_time(launched.timing[1]) / 1e3   # ms -> s
         out: list[int | None] = [None] * launched.num_seqs
         for i, t in zip(launched.sample_rows.tolist(), tokens):
             out[i] = t

@@ -195,12 +195,15 @@ class EngineReplayer:
         sched = Scheduler(sched_cfg, policy=pol, eviction=evict,
                           cpu_cache_eviction=tier_evict if sched_cfg.cpu_cache_num_blocks else None)
         rec = recorder or Recorder()
+        # CUDA: each step's device time too (two timing events a step), so a step's host share is known
+        self.runner.time_device = getattr(self.runner, "is_cuda", False)
+        device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
         if self.config.overlap_scheduling:
             info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
-                                       release=self.runner.release, max_wall_s=max_wall_s)
+                                       release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time)
         else:
             info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
-                            max_wall_s=max_wall_s)
+                            max_wall_s=max_wall_s, device_time=device_time)
         tier = sched.block_manager.cpu_cache
         info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
                     eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
@@ -220,6 +223,7 @@ class _Intake:
         self.pending = deque(sorted(seqs, key=lambda s: s.arrival_time_s))
         self.sched, self.rec, self.clock, self.sleep, self.max_wall_s = sched, rec, clock, sleep, max_wall_s
         self.t0 = clock()
+        self.start_unix_s = time.time()     # the run clock's 0 on the wall clock (to align GPU clock logs)
         self.num_rejected = 0
 
     def now(self) -> float:
@@ -254,11 +258,13 @@ class _Intake:
 
 
 def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorder, *, release=None,
-             clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None) -> dict:
+             clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None, device_time=None) -> dict:
     """The real-time loop over `seqs` (sorted by arrival); returns facts about the run.
 
     execute(batch) -> tokens and sync() are the executor (the model runner and a device
-    synchronize); clock and sleep are injectable so the loop can be tested on a fake clock.
+    synchronize); clock and sleep are injectable so the loop can be tested on a fake clock;
+    device_time() -> seconds or None, the device's time of the step just executed (the steps'
+    device_time_s column).
     """
     intake = _Intake(seqs, sched, rec, clock, sleep, max_wall_s)
     pending, now = intake.pending, intake.now
@@ -294,6 +300,8 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
         end = now()
         busy_s += end - start
         rec.on_step(start, end - start, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+        if device_time is not None and (dt := device_time()) is not None:
+            rec.set_device_time(rec.num_steps - 1, dt)
         done = sched.postprocess(batch, tokens, end)
         for seq in done:
             if release is not None:
@@ -301,12 +309,14 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
             rec.on_finish(seq)
         last_end = end
     wall = now()
-    return dict(wall_s=wall, busy_s=busy_s, idle_s=idle_s, host_gap_s=host_gap_s, num_requests=len(seqs),
+    return dict(wall_s=wall, busy_s=busy_s, idle_s=idle_s, host_gap_s=host_gap_s, start_unix_s=intake.start_unix_s,
+                num_requests=len(seqs),
                 num_rejected=intake.num_rejected, num_steps=rec.num_steps)
 
 
 def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence], rec: Recorder, *, release=None,
-                        clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None) -> dict:
+                        clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None,
+                        device_time=None) -> dict:
     """run_loop with overlap scheduling (docs/overlap.md): each step is scheduled and launched while the
     one before runs (launch(batch) -> handle, then Scheduler.mark_in_flight), and the one before is then
     collected (collect(handle) -> tokens, Scheduler.postprocess_in_flight).
@@ -349,13 +359,16 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
         end = now()
         begin = scheduled_s if last_end is None else max(scheduled_s, last_end)
         rec.set_step_time(row, begin, end - begin)
+        if device_time is not None and (dt := device_time()) is not None:
+            rec.set_device_time(row, dt)
         busy_s += end - begin
         for seq in sched.postprocess_in_flight(batch, tokens, end):
             if release is not None:
                 release(seq.request_id)
             rec.on_finish(seq)
         last_end, in_flight = end, launched
-    return dict(wall_s=now(), busy_s=busy_s, idle_s=idle_s, host_gap_s=0.0, num_requests=len(seqs),
+    return dict(wall_s=now(), busy_s=busy_s, idle_s=idle_s, host_gap_s=0.0, start_unix_s=intake.start_unix_s,
+                num_requests=len(seqs),
                 num_rejected=intake.num_rejected, num_steps=rec.num_steps)
 
 

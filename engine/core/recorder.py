@@ -64,6 +64,9 @@ STEP_COLUMNS = (
     "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks",
     # num_swap_blocks by direction (device -> host, host -> device): the two copies cost differently per block
     "num_swap_out_blocks", "num_swap_in_blocks",
+    # seconds the device spent on the step (CUDA events from its first copy to its sampled tokens), NaN where
+    # not measured (the simulator, CPU runs): duration_s - device_time_s is the host's share of a step
+    "device_time_s",
 )
 RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
@@ -118,6 +121,8 @@ class Recorder:
         self._step_start = array("d")
         self._step_dur = array("d")
         self._step_used = array("q")
+        self._device_rows = array("q")           # steps whose device time was measured, and those seconds
+        self._device_s = array("d")
         self._run = array("q")                   # len(_RUN) values per run of steps
         self._cached = array("q")                # (step index, kv_blocks_cached) where the count changes
         self._last_cached = None
@@ -192,6 +197,12 @@ class Recorder:
         if self._keep_steps:
             self._step_start[row] = start_s
             self._step_dur[row] = duration_s
+
+    def set_device_time(self, row: int, device_time_s: float) -> None:
+        """The device's seconds of step `row` (the engine's CUDA events; see STEP_COLUMNS' device_time_s)."""
+        if self._keep_steps:
+            self._device_rows.append(row)
+            self._device_s.append(device_time_s)
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached, max_decode_context_tokens=None) -> None:
@@ -350,6 +361,10 @@ class Recorder:
                 "batch_size": sp["num_prefill_seqs"] + d["num_decode_seqs"],
                 "num_batched_tokens": sp["num_prefill_tokens"] + d["num_decode_seqs"], **d, **sp}
         cols["max_context_tokens"] = np.maximum(cols["max_prefill_context_tokens"], cols["max_decode_context_tokens"])
+        device = np.full(n, np.nan)
+        if len(self._device_rows):
+            device[np.frombuffer(self._device_rows, dtype=np.int64)] = np.frombuffer(self._device_s, dtype=np.float64)
+        cols["device_time_s"] = device
         return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
 
     def decisions_frame(self):

@@ -7,7 +7,7 @@ import pytest
 
 from engine.core.recorder import Recorder
 from engine.core.scheduler import Scheduler, SchedulerConfig
-from experiments.runner_engine import make_sequences, run_loop
+from experiments.runner_engine import make_sequences, run_loop, run_loop_overlapped
 from experiments.workloads import Constant, Fixed, synthetic_workload
 
 
@@ -51,6 +51,42 @@ def test_replay_loop_respects_arrivals_and_never_sleeps_with_work():
     assert clock.sleeps == pytest.approx([0.2] * 5)
     assert info["num_steps"] == busy["steps"] == 18
     assert info["busy_s"] == pytest.approx(18 * step_s) and info["idle_s"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_replay_loop_records_each_steps_device_time(overlapped):
+    """device_time() after each step lands in that step's row (device_time_s); a step it has no time for
+    (None) stays NaN, in both loops."""
+    wl = synthetic_workload(3, Constant(2.0), Fixed(20), Fixed(3))
+    clock = FakeClock()
+    times = iter([0.01 * (i + 1) if i != 4 else None for i in range(100)])
+    last = {"t": None}
+
+    def execute(batch):
+        clock.t += 0.1
+        last["t"] = next(times)
+        return [7] * len(batch.seqs)
+
+    rec = Recorder()
+    seqs = make_sequences(wl, vocab_size=100)
+    sched = Scheduler(SchedulerConfig(num_kvcache_blocks=64, max_model_len=256))
+    if overlapped:      # as ModelRunner: launch() times the step, collect() makes it the last one
+        def launch(batch):
+            tokens = execute(batch)
+            return tokens, last["t"]
+
+        def collect(handle):
+            last["t"] = handle[1]
+            return handle[0]
+
+        run_loop_overlapped(sched, launch, collect, seqs, rec, clock=clock, sleep=clock.sleep,
+                            device_time=lambda: last["t"])
+    else:
+        run_loop(sched, execute, lambda: None, seqs, rec, clock=clock, sleep=clock.sleep,
+                 device_time=lambda: last["t"])
+    dev = rec.steps_frame()["device_time_s"].to_numpy()
+    assert len(dev) == 9 and np.isnan(dev[4])
+    assert list(np.delete(dev, 4)) == pytest.approx([0.01 * (i + 1) for i in range(9) if i != 4])
 
 
 @pytest.fixture(scope="module")
