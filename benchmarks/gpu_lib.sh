@@ -47,7 +47,7 @@ gpu_init() {
 }
 
 # clock_log_start: on a GPU machine, the GPU's clocks, power and temperature every 250 ms into
-# $OUT_DIR/gpu_clocks.csv for the whole script (the engine's step times drift over seconds; this says whether the
+# $OUT_DIR/gpu_clocks_${name}.csv for the whole script (the engine's step times drift over seconds; this says whether the
 # GPU's clocks move with them). Read only: the GPU's settings are left as they are.
 clock_log_start() {
   CLOCK_PID=""
@@ -57,8 +57,8 @@ clock_log_start() {
   if nvidia-smi --query-gpu="$q,clocks_event_reasons.active" --format=csv,noheader >/dev/null 2>&1; then
     q="$q,clocks_event_reasons.active"
   fi
-  echo "$q" > "$OUT_DIR/gpu_clocks.csv"
-  nvidia-smi --query-gpu="$q" --format=csv,noheader,nounits -lms 250 >> "$OUT_DIR/gpu_clocks.csv" 2>/dev/null &
+  echo "$q" > "$OUT_DIR/gpu_clocks_${name}.csv"
+  nvidia-smi --query-gpu="$q" --format=csv,noheader,nounits -lms 250 >> "$OUT_DIR/gpu_clocks_${name}.csv" 2>/dev/null &
   CLOCK_PID=$!
 }
 
