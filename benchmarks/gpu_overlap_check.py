@@ -14,9 +14,14 @@ config.overlap_scheduling, each time on a fresh scheduler (so no run sees the ot
       eos        greedy, ending on the most frequent output token of the graphs case
       recompute  a KV cache of 160 blocks: preemption by recompute
       swap       the same with preemption by swap
+      chunked_no_prefill_graphs   chunked with the padded prefill graphs off (where a chunked difference
+                 comes from)
+    Every case also reports each loop's step count, the paths the steps ran (decode graph, padded prefill
+    graph, eager) and the first step whose shape differs between the loops (none: the same batches).
 
     python benchmarks/gpu_overlap_check.py --model CKPT --out overlap_check.json   # exit 1 if an exact case differs
     python benchmarks/gpu_overlap_check.py --model tiny_ckpt --device cpu --num-requests 6   # smoke run
+    python benchmarks/gpu_overlap_check.py --model CKPT --skip-eager      # without the second (eager) engine
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--num-requests", type=int, default=48)
     p.add_argument("--max-len", type=int, default=384, help="longest prompt and output (tokens)")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--skip-eager", action="store_true", help="leave out the eager case (a second engine)")
     return p.parse_args(argv)
 
 
@@ -87,6 +93,7 @@ def main(argv=None) -> int:
         llm.scheduler = Scheduler(cfg, policy=policy or VLLMPolicy())
         llm.config.overlap_scheduling = overlap         # the runner reads it at every launch
         llm.eos_token_id = eos
+        shapes.clear()
         outs = []
         for wave, ps in zip(waves, params):
             outs += llm.generate(wave, ps, use_tqdm=False)
@@ -95,18 +102,42 @@ def main(argv=None) -> int:
         assert bm.num_used_blocks == 0, "blocks leaked"
         return [(o.token_ids, o.finish_reason) for o in outs]
 
+    # each launched step's shape (entries, prefill entries, tokens, the path it runs: decode graph, padded
+    # prefill graph or eager), to tell a numerics difference from a difference in the batches
+    shapes: list[tuple] = []
+
+    def record_shapes(llm):
+        launch = llm.runner.launch
+
+        def logged(batch):
+            S, P = len(batch.seqs), batch.num_prefill_seqs
+            T = sum(batch.num_new_tokens)
+            path = ("decode_graph" if P == 0 and llm.runner._graph_size(S) else
+                    "prefill_graph" if llm.runner.prefill_graphs and llm.runner.prefill_graphs.size_for(T) else "eager")
+            shapes.append((S, P, T, path))
+            return launch(batch)
+        llm.runner.launch = logged
+
     def both(llm, *a, **k) -> tuple[list, dict]:
         t0 = time.perf_counter()
         sync = run(llm, *a, overlap=False, **k)
+        sync_shapes = list(shapes)
         t1 = time.perf_counter()
         over = run(llm, *a, overlap=True, **k)
         res = compare(sync, over)
+        first = next((i for i, (x, y) in enumerate(zip(sync_shapes, shapes)) if x != y), None)
+        if first is None and len(sync_shapes) != len(shapes):
+            first = min(len(sync_shapes), len(shapes))
+        res.update(num_steps=[len(sync_shapes), len(shapes)], first_step_shape_difference=None if first is None else
+                   dict(step=first, sync=sync_shapes[first:first + 3], overlap=shapes[first:first + 3]),
+                   paths=dict(Counter(p for *_, p in sync_shapes)))
         res.update(sync_s=t1 - t0, overlap_s=time.perf_counter() - t1,
                    finish_reasons=dict(Counter(r for _, r in over)))
         return sync, res
 
     cases = {}
     llm = build(overlap_scheduling=True)        # overlap's buffers exist; each run sets the loop
+    record_shapes(llm)
     cases["graphs"] = dict(cuda_graphs=bool(llm.runner.graphs), prefill_graphs=llm.runner.prefill_graphs is not None)
     free_run, res = both(llm, [prompts], [greedy])
     cases["graphs"].update(res)
@@ -122,12 +153,19 @@ def main(argv=None) -> int:
     cases["recompute"] = both(llm, [prompts], [greedy], blocks=blocks)[1]
     cases["swap"] = both(llm, [prompts], [greedy], blocks=blocks, policy=VLLMSwapPolicy())[1]
     cases["chunked"] = both(llm, [prompts], [greedy], chunked=True)[1]
+    # the same with the padded prefill graphs off (mixed steps eager): where a difference comes from
+    graphs, llm.runner.prefill_graphs = llm.runner.prefill_graphs, None
+    cases["chunked_no_prefill_graphs"] = both(llm, [prompts], [greedy], chunked=True)[1]
+    llm.runner.prefill_graphs = graphs
     del llm
     if args.device != "cpu":
         torch.cuda.empty_cache()
-    cases["eager"] = both(build(overlap_scheduling=True, enforce_eager=True), [prompts], [greedy])[1]
+    if not args.skip_eager:
+        eager = build(overlap_scheduling=True, enforce_eager=True)
+        record_shapes(eager)
+        cases["eager"] = both(eager, [prompts], [greedy])[1]
 
-    failed = [c for c in EXACT if not cases[c]["exact"]]
+    failed = [c for c in EXACT if c in cases and not cases[c]["exact"]]
     result = dict(device=torch.cuda.get_device_name() if args.device != "cpu" else "cpu", model=str(args.model),
                   num_requests=n, max_len=hi, cases=cases, exact_cases=list(EXACT), failed=failed, ok=not failed)
     text = json.dumps(result, indent=2)

@@ -49,7 +49,8 @@ TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
     "max_prefill_context_tokens", "max_decode_context_tokens", "max_context_tokens",   # engine.core.recorder
     "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
     "num_offload_blocks", "num_cpu_hit_blocks",         # CPU-tier copies (GPU -> host, host -> GPU)
-    "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s")
+    "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s",
+    "device_time_s")    # median device seconds of the timed repeats (CUDA events; NaN on CPU)
 
 
 @dataclass(frozen=True)
@@ -215,17 +216,22 @@ def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: flo
     return b
 
 
-def time_step(runner, batch: Batch, warmup: int, repeats: int, sync) -> np.ndarray:
+def time_step(runner, batch: Batch, warmup: int, repeats: int, sync) -> tuple[np.ndarray, np.ndarray]:
+    """(wall seconds, device seconds) of each timed repeat; device seconds are NaN where the runner does not
+    time the device (CPU)."""
     for _ in range(warmup):
         runner.execute(batch)
     sync()
-    out = np.empty(repeats)
+    out, dev = np.empty(repeats), np.full(repeats, np.nan)
     for r in range(repeats):
         t0 = time.perf_counter()
         runner.execute(batch)
         sync()
         out[r] = time.perf_counter() - t0
-    return out
+        d = getattr(runner, "last_device_time_s", None)
+        if d is not None:
+            dev[r] = d
+    return out, dev
 
 
 def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, temperature: float = 0.6,
@@ -238,6 +244,7 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
     sync = _device_sync(runner)
+    runner.time_device = getattr(runner, "is_cuda", False)     # device seconds per step too (CUDA events)
     rng = np.random.default_rng(seed)
     bs = runner.block_size
     vocab = runner.model.config.vocab_size
@@ -252,13 +259,14 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
                 f"{getattr(runner, 'cpu_cache_num_blocks', 0)}")
             continue
         batch = build_batch(shape, bs, vocab, temperature, rng)
-        times = time_step(runner, batch, warmup, repeats, sync)
+        times, device_times = time_step(runner, batch, warmup, repeats, sync)
         rec = Recorder()
         rec.on_step(0.0, float(np.median(times)), batch, 0, 0, 0)
         row = rec.steps_frame().iloc[0].to_dict()
         row.update(kind=shape.kind, label=shape.label, block_size=bs, num_repeats=repeats,
                    num_swap_out_blocks=len(batch.swap_out), num_swap_in_blocks=len(batch.swap_in),
-                   duration_min_s=float(times.min()), duration_max_s=float(times.max()))
+                   duration_min_s=float(times.min()), duration_max_s=float(times.max()),
+                   device_time_s=float(np.median(device_times)) if np.isfinite(device_times).all() else np.nan)
         rows.append({c: row[c] for c in TABLE_COLUMNS})
         if k % 20 == 0 or k == len(shapes) - 1:
             log(f"[{k + 1}/{len(shapes)}] {shape.label}: {1e3 * row['duration_s']:.3f} ms "

@@ -59,9 +59,13 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              longest context is a serial critical path. On the H200, batches of ~46 sequences of
                              ~1.4k keys with one of 4k-8k took 5.8 ms, priced 3.9 ms without it
 
-With overlap scheduling (docs/overlap.md) the simulator prices a step as max(step - host, host),
-host = the loop_* terms of the step (`host_time_s`): the serving loop's host work runs while the
-device computes the step before.
+With overlap scheduling (docs/overlap.md) the simulator prices a step as max(step - host, host)
+(`host_time_s`): the host's work runs while the device computes the step before. Where the fit's
+tables hold each step's device seconds (`device_time_s`: CUDA events in the profile and the replays),
+the same terms are also fitted to those alone (the file's `device` model) and host = step - device:
+all of the host's share (input preparation, launches, the sampler's sync, the loop), which on the
+H200 is ~0.3 ms of a 1.9 ms small decode step. Without it, host = the loop_* terms, which miss the
+host work inside the step, so an overlapped step is priced too slow.
 
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
@@ -121,12 +125,15 @@ class CalibratedCostModel(FittedCostModel):
                  knee_tokens: int | None = None, block_size: int = 16, metadata: Mapping | None = None,
                  fitted_range: Mapping | None = None, max_model_len: int | None = None,
                  envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False,
-                 single_split_min_seqs: int | None = None):
+                 single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
         single_split_min_seqs: the decode batch size from which the fitted engine's decode kernel stops
-        splitting keys (calibrated_fit.decode_single_split_min_seqs); None: decode_tail_keys is not priced."""
+        splitting keys (calibrated_fit.decode_single_split_min_seqs); None: decode_tail_keys is not priced.
+        device: the same terms fitted to the steps' device seconds alone (the `device` key of a saved file;
+        experiments.calibrate fits it where the tables have device_time_s): host_time_s is then the rest of a
+        step. None: host_time_s is the loop terms."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -136,6 +143,7 @@ class CalibratedCostModel(FittedCostModel):
             metadata, fitted_range = data.get("metadata"), data.get("fitted_range")
             envelope = data.get("envelope")
             single_split_min_seqs = data.get("single_split_min_seqs")
+            device = data.get("device")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -176,6 +184,11 @@ class CalibratedCostModel(FittedCostModel):
         self.mismatch = self._check_identity(model, hardware, profile)
         # A decode-only step's cost per sequence: the sequence, its LM-head row, its share of the loop.
         self._decode_seq = self._seq + self._lm + self._loop_seq
+        if isinstance(device, Mapping):
+            device = CalibratedCostModel(profile=dict(device), max_model_len=max_model_len)
+        if device is not None and device.device_model is not None:
+            raise ValueError("a calibrated model's device model cannot have a device model of its own")
+        self.device_model: CalibratedCostModel | None = device
 
     def _check_identity(self, model, hardware, source) -> str | None:
         if model is None and hardware is None:
@@ -254,8 +267,12 @@ class CalibratedCostModel(FittedCostModel):
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
 
     def host_time_s(self, batch) -> float:
-        """The loop terms of step_time_s: loop_step, loop_seqs per sequence, loop_prefill_step and
-        loop_prefill_tokens where the step has prefill entries (overlapped_step_time_s)."""
+        """The host's share of step_time_s (overlapped_step_time_s): with a device model, the step less its
+        device seconds (input preparation, launches, the sampler's sync, the loop); without one, the loop
+        terms: loop_step, loop_seqs per sequence, loop_prefill_step and loop_prefill_tokens where the step
+        has prefill entries."""
+        if self.device_model is not None:
+            return max(self.step_time_s(batch) - self.device_model.step_time_s(batch), 0.0)
         if not batch.seqs:
             return self._loop_step if (batch.swap_out or batch.swap_in) else 0.0
         t = self._loop_step + self._loop_seq * len(batch.seqs)
@@ -346,11 +363,14 @@ class CalibratedCostModel(FittedCostModel):
                    single_split_min_seqs=single_split_min_seqs)
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
-                "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
-                "single_split_min_seqs": self.single_split_min_seqs,
-                "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
-                "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
+        d = {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
+             "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
+             "single_split_min_seqs": self.single_split_min_seqs,
+             "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
+             "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
+        if self.device_model is not None:
+            d["device"] = self.device_model.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CalibratedCostModel":

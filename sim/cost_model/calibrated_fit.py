@@ -256,8 +256,10 @@ def source_weights(steps) -> np.ndarray:
     """Per-row weights giving the profile rows (serving_loop 0) and the real runs' rows (1) equal total weight.
 
     A replay has ~100x the rows of a profile grid; unweighted, it decides every shared coefficient alone and
-    the grid's large batches (a replay at a few req/s never reaches them) stop counting."""
-    loop = serving_loop_flags(steps)
+    the grid's large batches (a replay at a few req/s never reaches them) stop counting. A `fit_group` column
+    (0 profile, 1 run), where present, names the sources instead of serving_loop: a device-time table has no
+    serving-loop share in any row (experiments.calibrate.device_table)."""
+    loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     n_run, n_prof = float(loop.sum()), float(len(loop) - loop.sum())
     if n_run == 0 or n_prof == 0:
         return np.ones(len(loop))

@@ -70,3 +70,34 @@ def test_profile_rows_have_no_serving_loop_and_bad_tables_fail_clearly(tmp_path)
         read_step_table(bad)
     with pytest.raises(FileNotFoundError, match="step table not found"):
         read_step_table(tmp_path / "missing.parquet")
+
+
+def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp_path):
+    """A run table with device_time_s: the saved file gets a `device` model fitted on those alone, and an
+    overlapped step is priced max(device, step - device); without the column there is none (loop terms)."""
+    run = _run_table(2)
+    truth_dev = {k: v * 0.8 for k, v in TRUTH.items()}          # the device does 80% of every term
+    dev = CalibratedCostModel(coefficients=truth_dev).predict_table(run.assign(serving_loop=0))
+    path = tmp_path / "steps.parquet"
+    run.assign(device_time_s=dev).to_parquet(path)
+    out = tmp_path / "p.json"
+    assert calibrate.main([str(path), "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["device"]["metadata"]["target"] == "device_time_s"
+    assert data["metadata"]["device_heldout"]["median_rel_err"] < 0.01
+    cm = CalibratedCostModel(data)
+    assert cm.device_model.coefficients["decode_context_sum"] == pytest.approx(
+        truth_dev["decode_context_sum"], rel=0.02)
+    from engine.core.batch import Batch
+    from engine.core.sequence import SamplingParams, Sequence
+    seqs = [Sequence(i, list(range(100)), SamplingParams(max_tokens=5)) for i in range(8)]
+    batch = Batch(seqs=seqs, num_new_tokens=[1] * 8, context_lens=[100] * 8)      # 8 decodes of 100 keys
+    step, device = cm.step_time_s(batch), cm.device_model.step_time_s(batch)
+    assert device < step and cm.host_time_s(batch) == pytest.approx(step - device)
+    assert cm.overlapped_step_time_s(batch) == pytest.approx(max(device, step - device))
+    assert CalibratedCostModel(cm.to_dict()).device_model.coefficients == cm.device_model.coefficients
+    # no device seconds: no device model, the host share is the loop terms
+    path2 = tmp_path / "plain.parquet"
+    run.to_parquet(path2)
+    assert calibrate.main([str(path2), "--out", str(tmp_path / "q.json")]) == 0
+    assert "device" not in json.loads((tmp_path / "q.json").read_text())
