@@ -20,11 +20,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments.saved_runs import SavedReplays  # noqa: E402
-from experiments.step_tables import calibration_table  # noqa: E402
+from experiments.step_tables import priced_steps, run_was_overlapped  # noqa: E402
 from sim.cost_model.calibrated import CalibratedCostModel  # noqa: E402
 
 
-def priced_steps(real_root: Path, cm) -> pd.DataFrame:
+def priced_run_steps(real_root: Path, cm) -> pd.DataFrame:
     rows = []
     for meta in sorted(real_root.glob("*/*_real.json")):
         wl = meta.parent.name
@@ -33,8 +33,9 @@ def priced_steps(real_root: Path, cm) -> pd.DataFrame:
         for d in [meta.parent] + sorted(p for p in meta.parent.glob("repeat*") if p.is_dir()):
             saved = SavedReplays(d, wl)
             for p in saved.policies:
-                st = calibration_table(saved.run(p).steps.assign(block_size=cm.block_size))
-                rows.append(st.assign(pred=cm.predict_table(st), workload=wl, policy=p,
+                run = saved.run(p)
+                st, pred = priced_steps(run.steps, cm, run_was_overlapped(run.info))
+                rows.append(st.assign(pred=pred, workload=wl, policy=p,
                                       run="repeat0" if d == meta.parent else d.name))
     return pd.concat(rows, ignore_index=True)
 
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", required=True)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    a = priced_steps(Path(args.real_root), CalibratedCostModel.load(args.profile))
+    a = priced_run_steps(Path(args.real_root), CalibratedCostModel.load(args.profile))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), pd.option_context("display.width", 200):
         report(a)

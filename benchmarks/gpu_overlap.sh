@@ -13,7 +13,7 @@
 #               output tokens, temperature 0.6; no transformers baseline)        -> engine_throughput_overlap_<tag>.json
 # Both are merged into one file, overlap_<tag>.json (check, throughput off / on, speedup). Outputs (--out, default
 # $OUT, else benchmarks/results/overlap): gpu_overlap.log and the three JSON files. Knobs (environment): STAGES,
-# CKPT (reuse a checkpoint).
+# CKPT (reuse a checkpoint), SKIP_EAGER=1 (the check without its second, eager engine).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -29,6 +29,7 @@ if [ "$SMOKE" = 1 ]; then
 else
   TAG=h200; DEVICE=cuda
   CHECK=(--num-requests 48 --max-len 384)
+  [ "${SKIP_EAGER:-0}" = 1 ] && CHECK+=(--skip-eager)
   BENCH=()
   T_CKPT=90; T_CHECK=420; T_BENCH=420
 fi

@@ -37,6 +37,7 @@ import pandas as pd
 
 from experiments import policy_diff
 from experiments.results import atomic_write_text, write_json, write_parquet
+from experiments.step_tables import run_was_overlapped
 
 # validate flags that belong to the engine side (dropped on re-make), with whether they take a value.
 ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-dir": True, "--steps-out": True,
@@ -80,11 +81,12 @@ def find_workloads(real_root: Path, only=None) -> dict[str, Path]:
     return found
 
 
-def step_kinds(steps: pd.DataFrame, cost_model) -> pd.DataFrame:
-    """Sum of predicted / sum of real cycle times of a real run's steps, by kind and by prefill size."""
-    from experiments.step_tables import calibration_table
-    st = calibration_table(steps.assign(block_size=getattr(cost_model, "block_size", 16)))
-    pred, true = cost_model.predict_table(st), st["duration_s"].to_numpy()
+def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.DataFrame:
+    """Sum of predicted / sum of real cycle times of a real run's steps, by kind and by prefill size
+    (overlapped: priced as overlap scheduling runs them)."""
+    from experiments.step_tables import priced_steps
+    st, pred = priced_steps(steps, cost_model, overlapped)
+    true = st["duration_s"].to_numpy()
     pf, dec = st["num_prefill_seqs"].to_numpy() > 0, st["num_decode_seqs"].to_numpy() > 0
     swap = st["num_swap_blocks"].to_numpy() > 0
     kind = np.where(swap, "swap", np.where(pf & dec, "mixed", np.where(pf, "prefill", "decode")))
@@ -283,7 +285,8 @@ def main(argv=None) -> int:
             sims[policy] = s["summary_sim"]
             rows.append({**table_row(name, policy, s, floor.get(policy, {})),
                          **errors_vs_repeats(wl_dir, name, policy, wl_argv, cm)})
-            kinds.append(step_kinds(saved.run(policy).steps, cm).assign(workload=name, policy=policy))
+            run = saved.run(policy)
+            kinds.append(step_kinds(run.steps, cm, run_was_overlapped(run.info)).assign(workload=name, policy=policy))
         diffs.append(policy_diff.policy_differences(real_summaries, sims).assign(workload=name))
     table = pd.DataFrame(rows)
     kinds_df = pd.concat(kinds, ignore_index=True) if kinds else pd.DataFrame()

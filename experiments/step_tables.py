@@ -74,3 +74,16 @@ def cycle_times(steps: pd.DataFrame, idle_gap_s: float = IDLE_GAP_S) -> np.ndarr
     busy = (gap >= 0) & (gap <= idle_gap_s)
     typical = float(np.median(gap[busy])) if busy.any() else 0.0
     return dur + np.where(busy, gap, typical)
+
+
+def run_was_overlapped(info) -> bool:
+    """Whether a real run (its RunResult.info) ran with overlap scheduling (docs/overlap.md)."""
+    return bool(((info or {}).get("engine") or {}).get("overlap_scheduling"))
+
+
+def priced_steps(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+    """(calibration table of a real run's steps, the cost model's seconds for each): cycle-time targets, and
+    each step priced as the simulator prices it (overlapped: max(device, host), CalibratedCostModel)."""
+    st = calibration_table(steps.assign(block_size=getattr(cost_model, "block_size", 16)))
+    pred = cost_model.predict_table(st, overlapped=True) if overlapped else cost_model.predict_table(st)
+    return st, pred

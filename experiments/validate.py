@@ -55,7 +55,7 @@ from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
 from experiments.runner_sim import make_cpu_cache_eviction
 from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run
-from experiments.step_tables import calibration_table
+from experiments.step_tables import priced_steps, run_was_overlapped
 from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
 from sim.cost_model.envelope import coverage, coverage_warning
@@ -208,8 +208,8 @@ def compare(real: RunResult, sim: RunResult, cost_model=None) -> dict:
     out["step_time"] = None
     if cost_model is not None and hasattr(cost_model, "predict_table") and len(real.steps):
         # Targets are cycle times (step + host gap to the next step): what the simulator's clock advances by.
-        st = calibration_table(real.steps.assign(block_size=getattr(cost_model, "block_size", 16)))
-        pred, true = cost_model.predict_table(st), st["duration_s"].to_numpy()
+        st, pred = priced_steps(real.steps, cost_model, run_was_overlapped(real.info))
+        true = st["duration_s"].to_numpy()
         out["step_time"] = {"median_rel_err": float(np.median(relative_errors(pred, true))),
                             "p90_rel_err": float(np.percentile(relative_errors(pred, true), 90)),
                             "sum_pred_over_real": float(pred.sum() / true.sum()), "num_steps": int(len(true)),

@@ -108,6 +108,8 @@ from sim.cost_model.fit_identity import fit_mismatch
 FORMAT = "servelab.calibrated_cost_model/v3"
 FORMAT_V2 = "servelab.calibrated_cost_model/v2"
 FORMAT_V1 = "servelab.calibrated_cost_model/v1"
+# the host's share of a step without a device model (host_time_s)
+HOST_TERMS = ("loop_step", "loop_seqs", "loop_prefill_step", "loop_prefill_tokens")
 V1_RENAMES = {"prefill_step": ("eager_step",), "swap_blocks": ("swap_out_blocks", "swap_in_blocks")}
 
 __all__ = ["FEATURES", "FORMAT", "KNEE_CANDIDATES", "OBJECTIVES", "CalibratedCostModel", "design_matrix", "nnls",
@@ -321,10 +323,19 @@ class CalibratedCostModel(FittedCostModel):
             fixed += self._dec_tail * max(start_max_context - start_context_sum / num_seqs, 0)
         return fixed + self._dctx * ctx
 
-    def predict_table(self, steps) -> np.ndarray:
-        """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s)."""
+    def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
+        """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s, or with
+        overlapped as overlapped_step_time_s: max(step - host, host))."""
         x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs)
-        return x @ np.array([self.coefficients[f] for f in FEATURES])
+        total = x @ np.array([self.coefficients[f] for f in FEATURES])
+        if not overlapped:
+            return total
+        if self.device_model is not None:
+            host = np.maximum(total - self.device_model.predict_table(steps), 0.0)
+        else:
+            loop = [FEATURES.index(f) for f in HOST_TERMS]
+            host = x[:, loop] @ np.array([self.coefficients[FEATURES[i]] for i in loop])
+        return np.where(host > 0, np.maximum(total - host, host), total)
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod

@@ -96,6 +96,9 @@ def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp
     assert device < step and cm.host_time_s(batch) == pytest.approx(step - device)
     assert cm.overlapped_step_time_s(batch) == pytest.approx(max(device, step - device))
     assert CalibratedCostModel(cm.to_dict()).device_model.coefficients == cm.device_model.coefficients
+    table = run.assign(serving_loop=1)
+    total, dev_pred = cm.predict_table(table), cm.device_model.predict_table(table)
+    np.testing.assert_allclose(cm.predict_table(table, overlapped=True), np.maximum(dev_pred, total - dev_pred))
     # no device seconds: no device model, the host share is the loop terms
     path2 = tmp_path / "plain.parquet"
     run.to_parquet(path2)
