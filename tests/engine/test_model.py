@@ -12,12 +12,19 @@ from engine.models.llama import LlamaConfig
 from engine.models.qwen3 import Qwen3Config
 from tests.engine.tiny_model import ARCHITECTURES, LLAMA3_ROPE, TINY, make_tiny_checkpoint
 
+# (architecture, attention backend, fused_qk_norm_rope_store): the reference backend, and the triton kernels
+# (interpreter) with q/k norm, RoPE and the KV store as one kernel
+VARIANTS = [(arch, "torch", False) for arch in ARCHITECTURES] + [(arch, "triton", True) for arch in ARCHITECTURES]
 
-@pytest.fixture(scope="module", params=ARCHITECTURES)
+
+@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{a}-{b}{'-fused' * f}" for a, b, f in VARIANTS])
 def ckpt(tmp_path_factory, request):
-    path = tmp_path_factory.mktemp(request.param)
-    hf = make_tiny_checkpoint(path, request.param)
-    model = build_model(path, "cpu", torch.float32, get_attention_backend("torch", "cpu"))
+    arch, backend, fused_store = request.param
+    path = tmp_path_factory.mktemp(arch)
+    hf = make_tiny_checkpoint(path, arch)
+    model = build_model(path, "cpu", torch.float32, get_attention_backend(backend, "cpu"),
+                        fused_qk_norm_rope_store=fused_store)
+    assert (model.model.layers[0].self_attn.fused_store is not None) == fused_store     # the path under test
     return path, hf, model
 
 
