@@ -71,27 +71,6 @@ def make_inputs(T: int, heads, dtype, device, seed: int, num_padding: int):
     return qkv, positions, slots.to(device), caches, qw, kw
 
 
-def unfused(qkv, heads, positions, cos_sin, k_cache, v_cache, slots, qw, kw, eps, store):
-    """What engine/models/decoder.py runs with the switch off (fused.* looked up at call time: eager or compiled)."""
-    from engine.layers import fused
-    hq, hkv, d = heads
-    T = qkv.shape[0]
-    if qw is not None:
-        qk = fused.qk_norm_rope(qkv[:, :(hq + hkv) * d].view(T, hq + hkv, d), hq, qw, kw, eps, cos_sin, positions)
-        q, k = qk[:, :hq], qk[:, hq:]
-    else:
-        q, k = fused.rope(qkv[:, :hq * d].view(T, hq, d), qkv[:, hq * d:(hq + hkv) * d].view(T, hkv, d), cos_sin,
-                          positions)
-    store(k, qkv[:, (hq + hkv) * d:].view(T, hkv, d), k_cache, v_cache, slots)
-    return q
-
-
-def step_error(out, ref) -> float:
-    """max |out - ref| per head in steps of 2^-7 of the head's largest |ref|."""
-    scale = ref.float().abs().amax(dim=-1, keepdim=True).clamp_min(1e-6) * 2.0 ** -7
-    return float(((out.float() - ref.float()).abs() / scale).nan_to_num(0.0).max())
-
-
 def rel_error(out, ref32) -> float:
     return float((out.float() - ref32).abs().max() / ref32.abs().max())
 
@@ -101,6 +80,7 @@ def check(device, tokens, rotary) -> list[dict]:
     from engine.kernels.store_kvcache import store_kvcache
     from engine.layers import fused
     from engine.layers.attention_backends.torch_backend import store_kvcache_torch
+    from tests.engine.qkv_cases import bf16_steps, unfused_qk_norm_rope_store
     heads, rows = QWEN3_HEADS, []
     # the eager unfused path, then the torch.compile'd one the engine runs on CUDA (no compiler needed on CPU)
     unfused_paths = ("eager", "compiled") if device.type == "cuda" else ("eager",)
@@ -119,22 +99,19 @@ def check(device, tokens, rotary) -> list[dict]:
                     if name == "compiled":
                         fused.enable_compile()          # last: compiled once, as the engine then uses it
                     ku, vu = (c.clone() for c in caches)
-                    outs[name] = (unfused(qkv, heads, pos, rotary.cos_sin, ku, vu, slots, qw, kw, 1e-6,
-                                          store_kvcache), ku, vu)
+                    q_u = unfused_qk_norm_rope_store(qkv, heads, pos, rotary.cos_sin, ku, vu, slots, qw, kw, 1e-6,
+                                                     store_kvcache)
+                    outs[name] = (q_u, ku, vu)
                 k32, v32 = (c.float() for c in caches)
-                with torch.no_grad():
-                    fused_fns = {n: getattr(fused, n) for n in ("qk_norm_rope", "rope")}
-                    fused.qk_norm_rope, fused.rope = fused._EAGER["qk_norm_rope"], fused._EAGER["rope"]
-                    q32 = unfused(qkv.float(), heads, pos, rotary.cos_sin, k32, v32, slots,
-                                  None if qw is None else qw.float(), None if kw is None else kw.float(), 1e-6,
-                                  store_kvcache_torch)
-                    fused.qk_norm_rope, fused.rope = fused_fns["qk_norm_rope"], fused_fns["rope"]
+                q32 = unfused_qk_norm_rope_store(qkv.float(), heads, pos, rotary.cos_sin, k32, v32, slots,
+                                                 None if qw is None else qw.float(),
+                                                 None if kw is None else kw.float(), 1e-6, store_kvcache_torch)
                 kv32 = k32.view(-1, 8, 128)[slots[kept]]
                 q_f, k_f, v_f = outs["fused"]
                 for name in unfused_paths:
                     q_u, k_u, v_u = outs[name]
-                    row[f"q_steps_vs_{name}"] = step_error(q_f, q_u)
-                    row[f"k_steps_vs_{name}"] = step_error(k_f.view(-1, 8, 128)[slots[kept]],
+                    row[f"q_steps_vs_{name}"] = bf16_steps(q_f, q_u)
+                    row[f"k_steps_vs_{name}"] = bf16_steps(k_f.view(-1, 8, 128)[slots[kept]],
                                                            k_u.view(-1, 8, 128)[slots[kept]])
                     row[f"same_slots_written_as_{name}"] = bool(torch.equal(k_f.isnan(), k_u.isnan())
                                                                 and torch.equal(v_f.isnan(), v_u.isnan()))
@@ -191,6 +168,7 @@ def kernel_times(device, tokens, rotary, iters) -> list[dict]:
     from engine.kernels.qk_norm_rope_store import qk_norm_rope_store
     from engine.kernels.store_kvcache import store_kvcache
     from engine.layers import fused
+    from tests.engine.qkv_cases import unfused_qk_norm_rope_store
     cuda = device.type == "cuda"
     if cuda:
         fused.enable_compile()          # the unfused path as the engine runs it on CUDA
@@ -201,8 +179,8 @@ def kernel_times(device, tokens, rotary, iters) -> list[dict]:
             qw, kw = (qw, kw) if norm else (None, None)
             paths = {
                 "fused": lambda: qk_norm_rope_store(qkv, 16, 8, pos, rotary.cos_sin, kc, vc, slots, qw, kw, 1e-6),
-                "unfused": lambda: unfused(qkv, heads, pos, rotary.cos_sin, kc, vc, slots, qw, kw, 1e-6,
-                                           store_kvcache),
+                "unfused": lambda: unfused_qk_norm_rope_store(qkv, heads, pos, rotary.cos_sin, kc, vc, slots, qw, kw,
+                                                              1e-6, store_kvcache),
             }
             row = dict(T=T, qk_norm=norm)
             try:

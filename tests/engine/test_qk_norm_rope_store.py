@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from engine.kernels.qk_norm_rope_store import qk_norm_rope_store
-from engine.layers import fused
-from engine.layers.attention_backends.torch_backend import store_kvcache_torch
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.layers.rotary import RotaryEmbedding
+from tests.engine.qkv_cases import bf16_steps, unfused_qk_norm_rope_store
 
 HEADS = [(4, 2, 16), (6, 2, 24), (16, 8, 128)]   # (Hq, Hkv, D): D/2 = 12 is no power of two; the last Qwen3-0.6B's
 BLOCK_SIZE, NUM_BLOCKS, MAX_POS = 4, 12, 64
@@ -32,18 +31,6 @@ def _ragged_batch():
     slots = slots[:12] + [-1] + slots[12:] + [-1, -1]
     positions = positions[:12] + [0] + positions[12:] + [0, 0]
     return torch.tensor(positions), torch.tensor(slots)
-
-
-def _unfused(qkv, hq, hkv, d, positions, cos_sin, k_cache, v_cache, slots, qw, kw, eps):
-    T = qkv.shape[0]
-    if qw is not None:
-        qk = fused.qk_norm_rope(qkv[:, :(hq + hkv) * d].view(T, hq + hkv, d), hq, qw, kw, eps, cos_sin, positions)
-        q, k = qk[:, :hq], qk[:, hq:]
-    else:
-        q, k = fused.rope(qkv[:, :hq * d].view(T, hq, d), qkv[:, hq * d:(hq + hkv) * d].view(T, hkv, d), cos_sin,
-                          positions)
-    store_kvcache_torch(k, qkv[:, (hq + hkv) * d:].view(T, hkv, d), k_cache, v_cache, slots)
-    return q
 
 
 def _case(heads, dtype, norm, seed=0):
@@ -64,13 +51,6 @@ def _caches(heads, dtype):
     return [torch.full((NUM_BLOCKS, BLOCK_SIZE, hkv, d), float("nan"), dtype=dtype) for _ in range(2)]
 
 
-def _bf16_error(out, ref):
-    """Largest |out - ref| per head in bf16 steps (2^-7) of the head's largest |ref|: rounding differences stay at
-    a few steps (the interpreter truncates bf16 casts where the GPU rounds), a wrong weight or angle is tens."""
-    scale = ref.float().abs().amax(dim=-1, keepdim=True).clamp_min(1e-6) * 2.0 ** -7
-    return ((out.float() - ref.float()).abs() / scale).nan_to_num(0.0).max().item()
-
-
 @pytest.mark.parametrize("block_h", [None, 4])          # None: one program per token; 4: rows split across programs
 @pytest.mark.parametrize("norm", [True, False], ids=["qk_norm", "no_norm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -79,7 +59,7 @@ def test_fused_equals_unfused_norm_rope_store(heads, dtype, norm, block_h):
     hq, hkv, d = heads
     qkv, positions, slots, qw, kw, cos_sin = _case(heads, dtype, norm)
     k_ref, v_ref = _caches(heads, dtype)
-    q_ref = _unfused(qkv, hq, hkv, d, positions, cos_sin, k_ref, v_ref, slots, qw, kw, 1e-6)
+    q_ref = unfused_qk_norm_rope_store(qkv, heads, positions, cos_sin, k_ref, v_ref, slots, qw, kw, 1e-6)
     k_out, v_out = _caches(heads, dtype)
     q = qk_norm_rope_store(qkv, hq, hkv, positions, cos_sin, k_out, v_out, slots, qw, kw, 1e-6, block_h=block_h)
 
@@ -93,16 +73,18 @@ def test_fused_equals_unfused_norm_rope_store(heads, dtype, norm, block_h):
         torch.testing.assert_close(q, q_ref, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(kv_out, kv_ref, atol=1e-5, rtol=1e-5)
     else:
-        assert _bf16_error(q, q_ref) <= 4 and _bf16_error(kv_out, kv_ref) <= 4
+        assert bf16_steps(q, q_ref) <= 4 and bf16_steps(kv_out, kv_ref) <= 4
 
 
 def test_bf16_error_measure_sees_a_wrong_weight():
-    """The bf16 bound above can fail: a q/k norm weight off by 10% is far outside it."""
+    """The bf16 bound above (a few steps: the interpreter truncates bf16 casts where the GPU rounds) can fail:
+    a q/k norm weight off by 10% is far outside it."""
     heads = (4, 2, 16)
     qkv, positions, slots, qw, kw, cos_sin = _case(heads, torch.bfloat16, True)
-    q_ref = _unfused(qkv, 4, 2, 16, positions, cos_sin, *_caches(heads, torch.bfloat16), slots, qw, kw, 1e-6)
+    q_ref = unfused_qk_norm_rope_store(qkv, heads, positions, cos_sin, *_caches(heads, torch.bfloat16), slots, qw, kw,
+                                       1e-6)
     q = qk_norm_rope_store(qkv, 4, 2, positions, cos_sin, *_caches(heads, torch.bfloat16), slots, qw * 1.1, kw, 1e-6)
-    assert _bf16_error(q, q_ref) > 8
+    assert bf16_steps(q, q_ref) > 8
 
 
 def test_without_tokens_nothing_is_launched():
