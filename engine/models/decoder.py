@@ -13,8 +13,9 @@ shapes above then hold per rank (Hq, Hkv, I local). The residual stream [T, H] i
 ranks: o_proj and down_proj all-reduce their partial sums, and the embedding all-reduces its rows.
 
 fused_qk_norm_rope_store (EngineConfig's switch of that name): with a backend that has `attend`
-(triton), one kernel (engine/kernels/qk_norm_rope_store.py) takes the qkv projection to q and the
-stored k, v, in place of the q/k norm, RoPE and KV-store kernels; other backends ignore it.
+(triton; flash_attn, whose paged paths read the cache too), one kernel (engine/kernels/qk_norm_rope_store.py)
+takes the qkv projection to q and the stored k, v, in place of the q/k norm, RoPE and KV-store kernels; the
+torch backend ignores it.
 """
 from __future__ import annotations
 

@@ -142,3 +142,18 @@ def test_chunks_and_decodes_over_paged_cache_match_full_forward(ckpt):
         meta = AttentionMetadata.build([1], [40], [ta], 0, 16)
         h = model(a[39:40], torch.tensor([39]), meta, kv)
         torch.testing.assert_close(model.compute_logits(h)[0], ref_a[39], atol=1e-4, rtol=0)
+
+
+def test_flash_attn_adapter_with_small_pages_takes_the_fused_path(tmp_path):
+    """The flash_attn adapter (on the triton kernels at 16-token pages) has `attend`: the decoder stores k and v
+    with the fused kernel, and the logits still match transformers."""
+    from tests.engine.test_attention_backends import _flash_attn_adapter_without_the_package
+    hf = make_tiny_checkpoint(tmp_path, "qwen3")
+    model = build_model(tmp_path, "cpu", torch.float32, _flash_attn_adapter_without_the_package(),
+                        fused_qk_norm_rope_store=True)
+    assert model.model.layers[0].self_attn.fused_store is not None
+    ids = torch.randint(0, TINY["vocab_size"], (21,), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ours = model.compute_logits(model(ids, torch.arange(21), AttentionMetadata.build([21], [21], [[4, 1]], 1, 16),
+                                          _kv()))
+        torch.testing.assert_close(ours, hf(ids[None]).logits[0], atol=1e-4, rtol=0)
