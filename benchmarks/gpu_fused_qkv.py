@@ -14,7 +14,8 @@ GPU against the unfused path it replaces; writes one JSON file. About 2-3 minute
    torch.profiler on an eager call.
 3. engine_decode: the engine (random-weight Qwen3-0.6B, triton attention backend, CUDA graphs) with
    fused_qk_norm_rope_store off and on, decode steps at batch 1, 16, 256 (prompts of 256 tokens): median step
-   wall time (LLM.last_step) and median GPU time of ModelRunner.execute (CUDA events).
+   wall time (LLM.last_step) and median GPU time of ModelRunner.execute (CUDA events); kernels in one replay of
+   the batch-1 decode graph (torch.profiler).
 """
 from __future__ import annotations
 
@@ -222,6 +223,10 @@ def engine_decode(path, args, device, batches) -> list[dict]:
                 gpu_ms.append(e0.elapsed_time(e1))
                 return out
             llm.runner.execute = timed_execute
+            if cuda and 1 in llm.runner.graphs:
+                rows.append(dict(fused_qk_norm_rope_store=flag,
+                                 kernels_per_decode_graph_b1=kernels_per_call(llm.runner.graphs[1].replay)))
+                print("engine", rows[-1], flush=True)
             g = torch.Generator().manual_seed(0)
             for b in batches:
                 prompts = torch.randint(0, min(10000, llm.vocab_size), (b, args.prompt_len), generator=g).tolist()
@@ -267,8 +272,12 @@ def summarize(result) -> dict:
     kernels = {(r["T"], r["qk_norm"]): r for r in result["kernel_us"] if "speedup" in r}
     engine = {(r["batch"], r["fused_qk_norm_rope_store"]): r for r in result["engine_decode"]
               if r.get("step_ms_median") is not None}
+    graph_kernels = {r["fused_qk_norm_rope_store"]: r["kernels_per_decode_graph_b1"] for r in result["engine_decode"]
+                     if "kernels_per_decode_graph_b1" in r}
     out = dict(checks_ok=all(r.get("ok") for r in result["check"]),
                kernel_speedup_qk_norm={T: r["speedup"] for (T, n), r in kernels.items() if n})
+    if len(graph_kernels) == 2:
+        out["kernels_per_decode_graph_b1_off_on"] = [graph_kernels[False], graph_kernels[True]]
     for b in sorted({b for b, _ in engine}):
         if (b, False) in engine and (b, True) in engine:
             off, on = engine[(b, False)], engine[(b, True)]
