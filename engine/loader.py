@@ -126,9 +126,10 @@ def _checkpoint_name(model: nn.Module, pname: str, shard: int | None) -> str:
 
 
 def build_model(model_path: str | Path, device: torch.device | str, dtype: torch.dtype, attn_backend,
-                hf_config: dict | None = None, tp_rank: int = 0, tp_size: int = 1) -> nn.Module:
+                hf_config: dict | None = None, tp_rank: int = 0, tp_size: int = 1,
+                fused_qk_norm_rope_store: bool = False) -> nn.Module:
     """Constructs the architecture named in config.json on `device` in `dtype` (rank tp_rank's shards
-    of it when tp_size > 1) and loads its weights."""
+    of it when tp_size > 1) and loads its weights. fused_qk_norm_rope_store: engine/models/decoder.py."""
     from engine.models import get_model_class, load_hf_config
 
     hf_config = hf_config if hf_config is not None else load_hf_config(model_path)
@@ -138,7 +139,8 @@ def build_model(model_path: str | Path, device: torch.device | str, dtype: torch
     torch.set_default_dtype(dtype)           # parameters are created directly in the serving dtype
     try:
         with torch.device(device):
-            model = cls(cfg, attn_backend, tp_rank=tp_rank, tp_size=tp_size)
+            model = cls(cfg, attn_backend, tp_rank=tp_rank, tp_size=tp_size,
+                        fused_qk_norm_rope_store=fused_qk_norm_rope_store)
     finally:
         torch.set_default_dtype(prev_dtype)
     load_weights(model, model_path)

@@ -133,7 +133,8 @@ class ModelRunner:
         if compile_layers:
             fused.enable_compile()
         self.model = build_model(config.model_path, self.device, self.dtype, self.attn_backend, hf_config,
-                                 tp_rank=self.rank, tp_size=self.tp_size)
+                                 tp_rank=self.rank, tp_size=self.tp_size,
+                                 fused_qk_norm_rope_store=config.fused_qk_norm_rope_store)
         mc = self.model.config
         kv_heads = self.model.num_kv_heads_per_rank
         self.max_model_len = config.resolve_max_model_len(mc.max_position_embeddings)

@@ -11,6 +11,11 @@ Tensor parallel (tp_size > 1, rank tp_rank): every rank holds Hq/tp query heads,
 KV heads (engine/layers/linear.py), I/tp of the MLP and V/tp rows of the embedding and head; the
 shapes above then hold per rank (Hq, Hkv, I local). The residual stream [T, H] is the same on all
 ranks: o_proj and down_proj all-reduce their partial sums, and the embedding all-reduces its rows.
+
+fused_qk_norm_rope_store (EngineConfig's switch of that name): with a backend that has `attend`
+(triton; flash_attn, whose paged paths read the cache too), one kernel (engine/kernels/qk_norm_rope_store.py)
+takes the qkv projection to q and the stored k, v, in place of the q/k norm, RoPE and KV-store kernels; the
+torch backend ignores it.
 """
 from __future__ import annotations
 
@@ -86,7 +91,8 @@ class DecoderConfig:
 
 
 class DecoderAttention(nn.Module):
-    def __init__(self, cfg: DecoderConfig, attn_backend, rotary: RotaryEmbedding, tp_rank: int = 0, tp_size: int = 1):
+    def __init__(self, cfg: DecoderConfig, attn_backend, rotary: RotaryEmbedding, tp_rank: int = 0, tp_size: int = 1,
+                 fused_qk_norm_rope_store: bool = False):
         super().__init__()
         if cfg.num_attention_heads % cfg.num_key_value_heads:
             raise ValueError(f"num_attention_heads ({cfg.num_attention_heads}) must be a multiple of "
@@ -104,11 +110,20 @@ class DecoderAttention(nn.Module):
         self.rotary = rotary            # shared by all layers: one cos/sin table
         self.backend = attn_backend
         self.scale = self.head_dim ** -0.5
+        self.fused_store = None
+        if fused_qk_norm_rope_store and getattr(attn_backend, "attend", None) is not None:
+            from engine.kernels.qk_norm_rope_store import qk_norm_rope_store  # imports triton: only when used
+            self.fused_store = qk_norm_rope_store
 
     def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata, kv_cache: tuple[Tensor, Tensor]) -> Tensor:
         T = x.shape[0]
         Hq, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x)                                                    # [T, (Hq + 2 Hkv) * D]
+        if self.fused_store is not None:
+            norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else (None, None, 0.0)
+            q = self.fused_store(qkv, Hq, Hkv, positions, self.rotary.cos_sin, kv_cache[0], kv_cache[1],   # [T, Hq, D]
+                                 meta.slot_mapping, *norm)
+            return self.o_proj(self.backend.attend(q, kv_cache[0], kv_cache[1], meta, self.scale).reshape(T, -1))
         if self.qk_norm:
             qk = fused.qk_norm_rope(qkv[:, :(Hq + Hkv) * D].view(T, Hq + Hkv, D), Hq,   # [T, Hq + Hkv, D]
                                     self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
@@ -134,9 +149,10 @@ class DecoderMLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: DecoderConfig, attn_backend, rotary: RotaryEmbedding, tp_rank: int = 0, tp_size: int = 1):
+    def __init__(self, cfg: DecoderConfig, attn_backend, rotary: RotaryEmbedding, tp_rank: int = 0, tp_size: int = 1,
+                 fused_qk_norm_rope_store: bool = False):
         super().__init__()
-        self.self_attn = DecoderAttention(cfg, attn_backend, rotary, tp_rank, tp_size)
+        self.self_attn = DecoderAttention(cfg, attn_backend, rotary, tp_rank, tp_size, fused_qk_norm_rope_store)
         self.mlp = DecoderMLP(cfg, tp_rank, tp_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -153,11 +169,12 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, cfg: DecoderConfig, attn_backend, tp_rank: int = 0, tp_size: int = 1):
+    def __init__(self, cfg: DecoderConfig, attn_backend, tp_rank: int = 0, tp_size: int = 1,
+                 fused_qk_norm_rope_store: bool = False):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp_rank, tp_size)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, attn_backend, rotary, tp_rank, tp_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, attn_backend, rotary, tp_rank, tp_size, fused_qk_norm_rope_store)
                                     for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -183,11 +200,12 @@ class DecoderForCausalLM(nn.Module):
     }
     config_class = DecoderConfig
 
-    def __init__(self, cfg: DecoderConfig, attn_backend, tp_rank: int = 0, tp_size: int = 1):
+    def __init__(self, cfg: DecoderConfig, attn_backend, tp_rank: int = 0, tp_size: int = 1,
+                 fused_qk_norm_rope_store: bool = False):
         super().__init__()
         self.config = cfg
         self.tp_rank, self.tp_size = tp_rank, tp_size
-        self.model = DecoderModel(cfg, attn_backend, tp_rank, tp_size)
+        self.model = DecoderModel(cfg, attn_backend, tp_rank, tp_size, fused_qk_norm_rope_store)
         self.num_kv_heads_per_rank = self.model.layers[0].self_attn.num_kv_heads if cfg.num_hidden_layers else 0
         self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp_rank, tp_size)
         if cfg.tie_word_embeddings:

@@ -65,6 +65,31 @@ def test_dense_reference_is_sensitive_to_the_cached_prefix():
     assert not torch.allclose(out, dense_attention(prefix_ignored), atol=1e-3)
 
 
+def _flash_attn_adapter_without_the_package():
+    """The flash_attn adapter as it stands with pages smaller than flash_attn's: every call goes to the triton
+    kernels (built without importing flash_attn, which needs CUDA)."""
+    from engine.layers.attention_backends.flash_attn_backend import FlashAttnBackend
+    from engine.layers.attention_backends.triton_backend import TritonAttentionBackend
+    backend = FlashAttnBackend.__new__(FlashAttnBackend)
+    backend._fallback, backend._warned = TritonAttentionBackend(), False
+    return backend
+
+
+@pytest.mark.parametrize("backend", ["triton", "flash_attn_small_pages"])
+def test_attend_is_forward_with_k_and_v_stored_beforehand(backend):
+    """attend (the decoder's call when it stores k and v itself): forward's output without the store."""
+    from engine.layers.attention_backends.torch_backend import store_kvcache_torch
+    c = make_paged_case([4, 6, 1, 1], [4, 10, 9, 22], 2, 4, 2, 16, 4, seed=5, num_pad_tokens=2)
+    b = get_attention_backend("triton") if backend == "triton" else _flash_attn_adapter_without_the_package()
+    k_cache, v_cache = c.k_cache.clone(), c.v_cache.clone()
+    store_kvcache_torch(c.k, c.v, k_cache, v_cache, c.meta.slot_mapping)
+    out = b.attend(c.q, k_cache, v_cache, c.meta, c.scale)
+    torch.testing.assert_close(out, dense_attention(c), atol=2e-5, rtol=1e-4)
+    assert torch.equal(out[-2:], torch.zeros_like(out[-2:]))
+    with pytest.raises(ValueError, match="slot_mapping has"):
+        b.attend(c.q[:-1], k_cache, v_cache, c.meta, c.scale)
+
+
 def test_triton_backend_larger_gqa_group_with_default_tiles():
     """The backend's default tile sizes (block_m 64, block_n 64) on a GQA ratio of 4."""
     c = make_paged_case([9, 1, 1], [20, 40, 3], 1, 8, 2, 32, 16, seed=3)

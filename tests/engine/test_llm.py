@@ -223,6 +223,32 @@ def test_other_architectures_greedy_match_transformers(tmp_path, arch):
     assert sum(o.num_preemptions for o in outs) > 0
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_fused_qk_norm_rope_store_on_and_off_give_the_same_greedy_tokens(tmp_path, arch):
+    """The triton backend (interpreter) with the q/k norm, RoPE and KV store fused into one kernel and
+    without: the same greedy tokens, transformers' tokens, through chunked prefill and a prefix-cache hit.
+    Llama has no q/k norm (the kernel's norm off)."""
+    from tests.engine.tiny_model import make_tiny_checkpoint
+    hf = make_tiny_checkpoint(tmp_path, arch)
+    shared = _prompts(11, [20])[0]
+    prompts = [shared + p for p in _prompts(12, [13, 1])] + _prompts(13, [37, 4])
+    params = [SamplingParams(max_tokens=m, **GREEDY) for m in (6, 9, 5, 7)]
+    tokens = {}
+    for fused_store in (True, False):
+        llm = LLM(tmp_path, attention_backend="triton", fused_qk_norm_rope_store=fused_store, num_kvcache_blocks=32,
+                  max_model_len=128, enable_chunked_prefill=True, max_num_batched_tokens=24)
+        assert (llm.runner.model.model.layers[0].self_attn.fused_store is not None) == fused_store
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        assert sum(o.num_cached_tokens for o in outs) > 0
+        tokens[fused_store] = [o.token_ids for o in outs]
+    assert tokens[True] == tokens[False]
+    with torch.no_grad():
+        ref = [hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                           max_new_tokens=sp.max_tokens, do_sample=False, eos_token_id=None,
+                           pad_token_id=0)[0, len(p):].tolist() for p, sp in zip(prompts, params)]
+    assert tokens[True] == ref
+
+
 class _RejectsLongPrompts(VLLMPolicy):
     name = "rejects_long"
     may_reject = True

@@ -12,12 +12,19 @@ from engine.models.llama import LlamaConfig
 from engine.models.qwen3 import Qwen3Config
 from tests.engine.tiny_model import ARCHITECTURES, LLAMA3_ROPE, TINY, make_tiny_checkpoint
 
+# (architecture, attention backend, fused_qk_norm_rope_store): the reference backend, and the triton kernels
+# (interpreter) with q/k norm, RoPE and the KV store as one kernel
+VARIANTS = [(arch, "torch", False) for arch in ARCHITECTURES] + [(arch, "triton", True) for arch in ARCHITECTURES]
 
-@pytest.fixture(scope="module", params=ARCHITECTURES)
+
+@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{a}-{b}{'-fused' * f}" for a, b, f in VARIANTS])
 def ckpt(tmp_path_factory, request):
-    path = tmp_path_factory.mktemp(request.param)
-    hf = make_tiny_checkpoint(path, request.param)
-    model = build_model(path, "cpu", torch.float32, get_attention_backend("torch", "cpu"))
+    arch, backend, fused_store = request.param
+    path = tmp_path_factory.mktemp(arch)
+    hf = make_tiny_checkpoint(path, arch)
+    model = build_model(path, "cpu", torch.float32, get_attention_backend(backend, "cpu"),
+                        fused_qk_norm_rope_store=fused_store)
+    assert (model.model.layers[0].self_attn.fused_store is not None) == fused_store     # the path under test
     return path, hf, model
 
 
@@ -135,3 +142,18 @@ def test_chunks_and_decodes_over_paged_cache_match_full_forward(ckpt):
         meta = AttentionMetadata.build([1], [40], [ta], 0, 16)
         h = model(a[39:40], torch.tensor([39]), meta, kv)
         torch.testing.assert_close(model.compute_logits(h)[0], ref_a[39], atol=1e-4, rtol=0)
+
+
+def test_flash_attn_adapter_with_small_pages_takes_the_fused_path(tmp_path):
+    """The flash_attn adapter (on the triton kernels at 16-token pages) has `attend`: the decoder stores k and v
+    with the fused kernel, and the logits still match transformers."""
+    from tests.engine.test_attention_backends import _flash_attn_adapter_without_the_package
+    hf = make_tiny_checkpoint(tmp_path, "qwen3")
+    model = build_model(tmp_path, "cpu", torch.float32, _flash_attn_adapter_without_the_package(),
+                        fused_qk_norm_rope_store=True)
+    assert model.model.layers[0].self_attn.fused_store is not None
+    ids = torch.randint(0, TINY["vocab_size"], (21,), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ours = model.compute_logits(model(ids, torch.arange(21), AttentionMetadata.build([21], [21], [[4, 1]], 1, 16),
+                                          _kv()))
+        torch.testing.assert_close(ours, hf(ids[None]).logits[0], atol=1e-4, rtol=0)

@@ -188,4 +188,4 @@ def test_launchers_compose(launcher):
 def test_engine_backend_composes():
     cfg = make_cfg(["backend=engine", "backend.model_path=/models/qwen3"])
     assert set(cfg.backend) == {"name", "model_path", "device", "attention_backend", "enforce_eager", "dtype",
-                               "temperature"}
+                               "temperature", "fused_qk_norm_rope_store"}

@@ -120,3 +120,10 @@ def test_cpu_tier_settings_reach_the_block_manager_from_either_backend():
     assert (rcfg.cpu_cache_num_blocks, rcfg.cpu_cache_max_offload_blocks) == (40, 3)
     sched_cfg = SchedulerConfig.from_settings(rcfg, num_kvcache_blocks=64, num_cpu_blocks=0, max_model_len=256)
     assert (sched_cfg.cpu_cache_num_blocks, sched_cfg.cpu_cache_max_offload_blocks) == (40, 3)
+
+
+def test_fused_qk_norm_rope_store_from_hydra_to_the_decoder_switch():
+    """backend.fused_qk_norm_rope_store keeps its name and EngineConfig's default from conf/ to the engine config."""
+    assert compose_cfg("backend=engine").backend.fused_qk_norm_rope_store == EngineConfig.fused_qk_norm_rope_store
+    cfg = compose_cfg("backend=engine", "backend.model_path=/models/x", "backend.fused_qk_norm_rope_store=false")
+    assert EngineRunConfig.from_config(cfg).fused_qk_norm_rope_store is False

@@ -14,6 +14,10 @@ A backend with padded_prefill = True also serves the padded layout of a graph-ca
 value) and prefill rows past cu_seqlens_q[-1], which come out zero. graph_safe = True: forward
 reads no metadata tensor on the host and sizes no launch by max_seqlen_q / max_seqlen_k, so a CUDA
 graph captured for padded sizes is valid for every step that fits.
+
+A backend whose attention reads this step's keys and values from the cache only (never from k, v)
+may also provide attend(q, k_cache, v_cache, meta, scale): forward without the store, for a caller
+that has stored k and v itself (engine/kernels/qk_norm_rope_store.py, fused into the rotary step).
 """
 from __future__ import annotations
 
@@ -40,14 +44,23 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tens
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError(f"q, k, v must be [num_tokens, heads, head_dim]; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
+    check_cache_inputs(q, k_cache, v_cache, meta)
+    num_tokens, _, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    if k.shape != (num_tokens, num_kv_heads, head_dim) or v.shape != k.shape:
+        raise ValueError(f"k and v must be [{num_tokens}, {num_kv_heads}, {head_dim}] to match q and the cache; "
+                         f"got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
+def check_cache_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> None:
+    """check_inputs without this step's k and v (a backend's `attend`, when they are in the cache already)."""
+    if q.dim() != 3:
+        raise ValueError(f"q must be [num_tokens, heads, head_dim]; got {tuple(q.shape)}")
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise ValueError(f"k_cache and v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim]; "
                          f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, cache_head_dim = k_cache.shape
-    if k.shape != (num_tokens, num_kv_heads, head_dim) or v.shape != k.shape:
-        raise ValueError(f"k and v must be [{num_tokens}, {num_kv_heads}, {head_dim}] to match q and the cache; "
-                         f"got {tuple(k.shape)} and {tuple(v.shape)}")
     if cache_head_dim != head_dim:
         raise ValueError(f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
     if num_q_heads % num_kv_heads:

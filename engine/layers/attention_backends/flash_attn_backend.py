@@ -4,7 +4,8 @@ Prefill: flash_attn_varlen_func over the paged cache with block_table (causal, b
 so cached prefixes and later chunks work). Decode: flash_attn_with_kvcache with cache_seqlens.
 flash_attn's paged path needs a KV page size divisible by 256; with smaller pages (the engine's
 default is 16) this adapter runs our Triton kernels instead and says so once.
-The KV store always uses our Triton store kernel (flash_attn's varlen path does not write the cache).
+The KV store always uses our Triton store kernel (flash_attn's varlen path does not write the cache), or the
+decoder stores k and v itself with engine/kernels/qk_norm_rope_store.py and calls `attend`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from engine.kernels.store_kvcache import store_kvcache
-from engine.layers.attention_backends.base import check_inputs
+from engine.layers.attention_backends.base import check_cache_inputs, check_inputs
 from engine.layers.attention_backends.triton_backend import TritonAttentionBackend
 from engine.layers.attention_metadata import AttentionMetadata
 
@@ -35,16 +36,30 @@ class FlashAttnBackend:
         self._fallback = TritonAttentionBackend()
         self._warned = False
 
+    def _falls_back(self, k_cache: Tensor) -> bool:
+        if k_cache.shape[1] % FLASH_PAGE_MULTIPLE and not self._warned:
+            log.warning("flash_attn needs a KV block size divisible by %d (got %d); using the triton "
+                        "kernels instead", FLASH_PAGE_MULTIPLE, k_cache.shape[1])
+            self._warned = True
+        return bool(k_cache.shape[1] % FLASH_PAGE_MULTIPLE)
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: AttentionMetadata, scale: float) -> Tensor:
-        if k_cache.shape[1] % FLASH_PAGE_MULTIPLE:
-            if not self._warned:
-                log.warning("flash_attn needs a KV block size divisible by %d (got %d); using the triton "
-                            "kernels instead", FLASH_PAGE_MULTIPLE, k_cache.shape[1])
-                self._warned = True
+        if self._falls_back(k_cache):
             return self._fallback.forward(q, k, v, k_cache, v_cache, meta, scale)
         check_inputs(q, k, v, k_cache, v_cache, meta)
         store_kvcache(k, v, k_cache, v_cache, meta.slot_mapping)
+        return self._attend(q, k_cache, v_cache, meta, scale)
+
+    def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+        """forward for a step whose k and v are in the cache already (both flash_attn paths read keys and
+        values from the paged cache only)."""
+        if self._falls_back(k_cache):
+            return self._fallback.attend(q, k_cache, v_cache, meta, scale)
+        check_cache_inputs(q, k_cache, v_cache, meta)
+        return self._attend(q, k_cache, v_cache, meta, scale)
+
+    def _attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
         P, n_dec = meta.num_prefill_tokens, meta.num_decode_seqs
         out = torch.zeros_like(q)
         if meta.num_prefill_seqs:

@@ -13,7 +13,7 @@ from torch import Tensor
 from engine.kernels.paged_decode import paged_decode_attention
 from engine.kernels.paged_prefill import paged_prefill_attention
 from engine.kernels.store_kvcache import store_kvcache
-from engine.layers.attention_backends.base import check_inputs
+from engine.layers.attention_backends.base import check_cache_inputs, check_inputs
 from engine.layers.attention_metadata import AttentionMetadata
 
 
@@ -31,6 +31,15 @@ class TritonAttentionBackend:
                 meta: AttentionMetadata, scale: float) -> Tensor:
         check_inputs(q, k, v, k_cache, v_cache, meta)
         store_kvcache(k, v, k_cache, v_cache, meta.slot_mapping)
+        return self._attend(q, k_cache, v_cache, meta, scale)
+
+    def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+        """forward for a step whose k and v are in the cache already (the kernels read keys and values
+        from the cache only)."""
+        check_cache_inputs(q, k_cache, v_cache, meta)
+        return self._attend(q, k_cache, v_cache, meta, scale)
+
+    def _attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
         P, n_dec = meta.num_prefill_tokens, meta.num_decode_seqs
         # zeros (not empty) so padding rows are defined: rows past the real tokens, and prefill rows past
         # cu_seqlens_q[-1] in a padded graph step (a memset per layer, small next to a prefill)
