@@ -62,7 +62,7 @@ class EngineConfig:
     compile_layers: bool | None = None
     # triton and flash_attn backends: q/k RMSNorm, RoPE and the KV-cache store as one kernel
     # (engine/kernels/qk_norm_rope_store.py) instead of three; False: the separate kernels. torch ignores it
-    fused_qk_norm_rope_store: bool = False
+    fused_qk_norm_rope_store: bool = True
     seed: int = 0                                # generator of unseeded sampled requests
     # schedule and prepare step N+1 while the device runs step N (docs/overlap.md); tensor_parallel_size 1 only
     overlap_scheduling: bool = False
