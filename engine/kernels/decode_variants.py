@@ -42,6 +42,7 @@ class DecodeVariant:
     use_dot: bool = True
     mask_tail_only: bool = False
     heads_fastest: bool = False
+    longest_first: bool = False
     num_splits: int | None = None
     min_partition: int = 256
     direct_single: bool = False
@@ -63,8 +64,8 @@ class DecodeVariant:
     def name(self) -> str:
         """Short stable name from the fields that differ from the default ('default' for none)."""
         short = dict(block_n="n", num_warps="w", num_stages="s", kv_heads_per_program="h", use_dot="dot",
-                     mask_tail_only="tail", heads_fastest="hfast", num_splits="splits", min_partition="minp",
-                     direct_single="direct")
+                     mask_tail_only="tail", heads_fastest="hfast", longest_first="lpt", num_splits="splits",
+                     min_partition="minp", direct_single="direct")
         base = DecodeVariant()
         parts = []
         for f in fields(self):
@@ -105,7 +106,7 @@ def table_literal(table) -> str:
 
 # What benchmarks/decode_tune.py times and tests/engine/test_decode_variants.py checks: every code path of the
 # kernels (tile sizes, warps, stages, heads per program, the multiply-add path, unmasked steady state, grid
-# order, splits for big batches), the default first.
+# order, longest first, splits for big batches), the default first.
 CANDIDATES: tuple[DecodeVariant, ...] = (
     DecodeVariant(),
     DecodeVariant(num_stages=2),
@@ -129,4 +130,8 @@ CANDIDATES: tuple[DecodeVariant, ...] = (
     DecodeVariant(num_splits=2, min_partition=1024, direct_single=True),
     DecodeVariant(num_splits=4, min_partition=1024, direct_single=True),
     DecodeVariant(num_splits=4, min_partition=512, direct_single=True),
+    DecodeVariant(num_splits=4, min_partition=512, direct_single=True, num_stages=3),
+    DecodeVariant(num_splits=8, min_partition=256, direct_single=True, num_stages=3),
+    DecodeVariant(longest_first=True),
+    DecodeVariant(longest_first=True, num_splits=4, min_partition=512, direct_single=True, num_stages=3),
 )

@@ -47,6 +47,7 @@ def _decode_split_kernel(
     k_cache_ptr, v_cache_ptr,      # [num_blocks, BLOCK_SIZE, Hkv, D]
     tables_ptr,                    # [B, max_blocks] int32
     lens_ptr,                      # [B] int32, keys per entry
+    order_ptr,                     # [B] int32 entries longest first (read when LONGEST_FIRST)
     out_ptr,                       # [B, Hq, D]                 (written when SINGLE_SPLIT, or DIRECT_SINGLE)
     mid_o_ptr,                     # [B, Hq, num_splits, D] f32 (written otherwise)
     mid_lse_ptr,                   # [B, Hq, num_splits] f32, log2-sum-exp of each split
@@ -65,6 +66,7 @@ def _decode_split_kernel(
     MASK_TAIL_ONLY: tl.constexpr,  # whole tiles unmasked, then one masked tile
     HEADS_FASTEST: tl.constexpr,   # grid (head programs, B, splits) instead of (B, head programs, splits)
     DIRECT_SINGLE: tl.constexpr,   # several splits: a context that fits in one writes out directly
+    LONGEST_FIRST: tl.constexpr,   # program b serves entry order[b]: the longest contexts start first
 ):
     if HEADS_FASTEST:
         head_prog = tl.program_id(0)
@@ -75,6 +77,8 @@ def _decode_split_kernel(
         head_prog = tl.program_id(1)
         num_head_progs = tl.num_programs(1)
     split = tl.program_id(2)
+    if LONGEST_FIRST:
+        b = tl.load(order_ptr + b)
     ctx = tl.load(lens_ptr + b)
     part = _split_keys(ctx, partition, min_partition, num_splits, BLOCK_N)
     start = split * part
@@ -224,6 +228,25 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, block_
     return max(1, min(wanted, fits, MAX_SPLITS))
 
 
+def program_kv_heads(var: DecodeVariant, num_kv_heads: int) -> int:
+    """kv heads per program: the variant's, or 1 when it does not divide the model's kv heads."""
+    return var.kv_heads_per_program if num_kv_heads % var.kv_heads_per_program == 0 else 1
+
+
+def split_kernel_constexprs(var: DecodeVariant, num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
+                            block_n: int, single: bool, direct: bool, precision: str) -> dict:
+    """_decode_split_kernel's compile-time arguments for a variant and a model's attention shape."""
+    kv_heads = program_kv_heads(var, num_kv_heads)
+    group = num_q_heads // num_kv_heads
+    rows = triton.next_power_of_2(group * kv_heads)
+    # tl.dot needs >= 16 rows; the multiply-add path takes the rows as they are (a power of two)
+    return dict(GROUP=group, BLOCK_G=max(16, rows) if var.use_dot else max(2, rows),
+                HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_SIZE=block_size, BLOCK_N=block_n,
+                SINGLE_SPLIT=single, DOT_PRECISION=precision, KV_HEADS=kv_heads, USE_DOT=var.use_dot,
+                MASK_TAIL_ONLY=var.mask_tail_only, HEADS_FASTEST=var.heads_fastest, DIRECT_SINGLE=direct,
+                LONGEST_FIRST=var.longest_first)
+
+
 def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_lens: Tensor,
                            block_tables: Tensor, scale: float, out: Tensor | None = None,
                            num_splits: int | None = None, block_n: int | None = None,
@@ -253,9 +276,7 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     num_stages = var.num_stages if num_stages is None else num_stages
     num_splits = var.num_splits if num_splits is None else num_splits
     min_partition = var.min_partition if min_partition is None else min_partition
-    kv_heads = var.kv_heads_per_program if num_kv_heads % var.kv_heads_per_program == 0 else 1
-    head_progs = num_kv_heads // kv_heads
-    group = num_q_heads // num_kv_heads
+    head_progs = num_kv_heads // program_kv_heads(var, num_kv_heads)
     max_context = max(block_tables.shape[1] * block_size, 1)
     if num_splits is None:
         num_splits = choose_num_splits(B, head_progs, max_context, block_n, q.device, min_partition)
@@ -275,22 +296,18 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     else:
         mid_o = torch.empty(B, num_q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
         mid_lse = torch.empty(B, num_q_heads, num_splits, dtype=torch.float32, device=q.device)
-    rows = group * kv_heads
-    # tl.dot needs >= 16 rows; the multiply-add path takes the rows as they are (a power of two)
-    block_g = max(16, triton.next_power_of_2(rows)) if var.use_dot else max(2, triton.next_power_of_2(rows))
     grid = (head_progs, B, num_splits) if var.heads_fastest else (B, head_progs, num_splits)
+    # longest first: a device-side sort per call (no host sync, so a CUDA graph can capture it)
+    order = torch.argsort(context_lens, descending=True).to(torch.int32) if var.longest_first else context_lens
     _decode_split_kernel[grid](
-        q, k_cache, v_cache, block_tables, context_lens, out, mid_o, mid_lse,
+        q, k_cache, v_cache, block_tables, context_lens, order, out, mid_o, mid_lse,
         scale * LOG2E, partition, min_partition, num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0),
         out.stride(0), out.stride(1),
-        GROUP=group, BLOCK_G=block_g,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SIZE=block_size, BLOCK_N=block_n,
-        SINGLE_SPLIT=single, DOT_PRECISION=dot_precision(k_cache),
-        KV_HEADS=kv_heads, USE_DOT=var.use_dot, MASK_TAIL_ONLY=var.mask_tail_only,
-        HEADS_FASTEST=var.heads_fastest, DIRECT_SINGLE=direct,
+        **split_kernel_constexprs(var, num_q_heads, num_kv_heads, head_dim, block_size, block_n, single, direct,
+                                  dot_precision(k_cache)),
         num_warps=num_warps, num_stages=num_stages,
     )
     if not single:
