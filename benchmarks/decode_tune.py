@@ -422,11 +422,11 @@ def compile_only() -> int:
                     f.flush()
                     use = subprocess.run([str(dump), "--dump-resource-usage", f.name], capture_output=True,
                                          text=True).stdout
-                regs = next((ln.split()[0] for ln in use.splitlines() if "REG:" in ln), "?")
-                line = next((ln.strip() for ln in use.splitlines() if "REG:" in ln), "")
-                print(f"{var.name:34s} splits={'1' if single else 'n'} ok  {regs:8s} "
-                      f"shared={k.metadata.shared} async_copies={k.asm['ttgir'].count('async_copy_global_to_local')}"
-                      f"  {line.split('STACK')[1].split()[0] if 'STACK' in line else ''}")
+                line = next((ln for ln in use.splitlines() if "REG:" in ln), "")
+                res = dict(kv.split(":") for kv in line.split() if kv.split(":")[0] in ("REG", "STACK", "LOCAL"))
+                print(f"{var.name:34s} splits={'1' if single else 'n'} ok  regs={res.get('REG', '?'):4s} "
+                      f"stack={res.get('STACK', '?'):3s} shared={k.metadata.shared:6d} "
+                      f"async_copies={k.asm['ttgir'].count('async_copy_global_to_local')}")
             except Exception as e:  # noqa: BLE001
                 failures += 1
                 print(f"{var.name:34s} splits={'1' if single else 'n'} FAIL {repr(e)[:300]}")
@@ -457,7 +457,11 @@ def main(argv=None) -> int:
             raise SystemExit("decode_tune.py times CUDA kernels; no CUDA device is visible (use --smoke on CPU)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rows = run_sweep(args)
+    try:
+        rows = run_sweep(args)
+    except KeyboardInterrupt:       # a time limit (SIGINT): report what the rows file holds
+        print("interrupted: summarizing the rows so far", flush=True)
+        rows = read_rows(args.out.with_suffix(".rows.jsonl"))
     shape_list = shapes(args.smoke, args.seed)
     summary = summarize(rows, shape_list)
     print_report(rows, summary, shape_list)

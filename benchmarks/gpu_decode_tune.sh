@@ -3,7 +3,7 @@
 # throughput benchmark with the default kernel and with the sweep's table installed in-process (no code edit).
 # Or the sweep on CPU in the Triton interpreter (--smoke).
 #
-#   benchmarks/gpu_decode_tune.sh [--out DIR]            # H200: ~4 minutes sweep + ~3 minutes throughput
+#   benchmarks/gpu_decode_tune.sh [--out DIR]            # H200: <= ~4.5 minutes sweep, <= ~4.5 minutes throughput
 #   benchmarks/gpu_decode_tune.sh --smoke [--out DIR]    # CPU, tiny shapes, sweep only
 #
 # Stages (STAGES, default all; each logs, and a failing stage never stops the next):
@@ -16,7 +16,8 @@
 # Outputs (--out, default $OUT, else benchmarks/results/decode_tune): gpu_decode_tune.log and the files above.
 # To adopt the result: paste decode_tune_<tag>.json's summary.table_line (also printed last by the sweep) over the
 # DECODE_TABLE line of engine/kernels/decode_variants.py. Knobs (environment): STAGES, BUDGET_S (sweep seconds
-# after which no new variant starts, default 220).
+# after which no new variant starts, default 190), TUNE_JSON (the throughput stage's sweep result when the sweep
+# ran in an earlier call, e.g. STAGES=throughput TUNE_JSON=decode_tune_h200.json).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -27,16 +28,17 @@ select_stages "sweep throughput"
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_smoke; SWEEP=(--smoke); T_SWEEP=300
 else
-  TAG=h200; SWEEP=(--budget-s "${BUDGET_S:-220}"); T_SWEEP=330
+  TAG=h200; SWEEP=(--budget-s "${BUDGET_S:-190}"); T_SWEEP=280
 fi
-T_BENCH=200
-TUNE="$OUT_DIR/decode_tune_$TAG.json"
+T_BENCH=140
+SWEEP_OUT="$OUT_DIR/decode_tune_$TAG.json"
+TUNE="${TUNE_JSON:-$SWEEP_OUT}"
 
 log "gpu_decode_tune: smoke=$SMOKE stages='$STAGES' out=$OUT_DIR"
 [ "$SMOKE" = 0 ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"
 
 if has_stage sweep; then
-  stage sweep "$T_SWEEP" "$PY" benchmarks/decode_tune.py --out "$TUNE" "${SWEEP[@]}"
+  stage sweep "$T_SWEEP" "$PY" benchmarks/decode_tune.py --out "$SWEEP_OUT" "${SWEEP[@]}"
 fi
 
 # $WORK/throughput_with.py TABLE_SOURCE OUT: engine_throughput.py in a process whose DECODE_TABLE is the committed

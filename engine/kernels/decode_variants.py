@@ -124,6 +124,7 @@ CANDIDATES: tuple[DecodeVariant, ...] = (
     DecodeVariant(kv_heads_per_program=2, num_warps=8),
     DecodeVariant(kv_heads_per_program=2, mask_tail_only=True, heads_fastest=True),
     DecodeVariant(kv_heads_per_program=4, block_n=32),
+    DecodeVariant(kv_heads_per_program=8, block_n=16),
     DecodeVariant(use_dot=False, block_n=32),
     DecodeVariant(use_dot=False, block_n=16, num_warps=2),
     DecodeVariant(direct_single=True),
