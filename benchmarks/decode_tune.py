@@ -41,6 +41,7 @@ if "--smoke" in sys.argv:
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))   # gpu_attention_check's helpers
 
 from engine.kernels.decode_variants import CANDIDATES, DecodeVariant, table_literal  # noqa: E402
 
@@ -143,12 +144,8 @@ def graph_us(fn, warmup: int, iters: int, budget_s: float) -> float:
     """Microseconds per call: LAYERS calls of fn in one CUDA graph, median over replays (at least 3, at most
     iters, fewer once budget_s is spent)."""
     import torch
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(LAYERS):
-            fn()
+    from gpu_attention_check import layer_graph
+    graph = layer_graph(fn, LAYERS)
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()
