@@ -134,5 +134,7 @@ CANDIDATES: tuple[DecodeVariant, ...] = (
     DecodeVariant(num_splits=4, min_partition=512, direct_single=True, num_stages=3),
     DecodeVariant(num_splits=8, min_partition=256, direct_single=True, num_stages=3),
     DecodeVariant(longest_first=True),
-    DecodeVariant(longest_first=True, num_splits=4, min_partition=512, direct_single=True, num_stages=3),
+    DecodeVariant(longest_first=True, heads_fastest=True),
+    DecodeVariant(longest_first=True, heads_fastest=True, num_splits=4, min_partition=512, direct_single=True,
+                  num_stages=3),
 )

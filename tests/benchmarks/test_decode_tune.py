@@ -21,12 +21,12 @@ def load_benchmark():
 def test_smoke_sweep_writes_rows_winners_and_a_table_line(tmp_path):
     out = tmp_path / "tune.json"
     proc = subprocess.run([sys.executable, "benchmarks/decode_tune.py", "--smoke", "--out", str(out),
-                           "--variants", "h2,s3_lpt_splits4_minp512_direct,n32_nodot"],
+                           "--variants", "h2,s3_hfast_lpt_splits4_minp512_direct,n32_nodot"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
     ran = {r["variant"] for r in res["rows"]}
-    assert ran == {"default", "h2", "s3_lpt_splits4_minp512_direct", "n32_nodot", "default@end"}
+    assert ran == {"default", "h2", "s3_hfast_lpt_splits4_minp512_direct", "n32_nodot", "default@end"}
     assert all(r["status"] == "ok" and r["max_rel_err"] <= res["rel_tol"] and r["us"] > 0 for r in res["rows"])
     assert {s["name"] for s in res["shapes"]} == {r["shape"] for r in res["rows"]}
     summary = res["summary"]
