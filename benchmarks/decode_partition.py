@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from gpu_attention_check import cuda_time_ms  # noqa: E402
+from gpu_attention_check import cuda_time_ms, layer_graph  # noqa: E402
 
 from engine.kernels.paged_decode import MAX_SPLITS, _num_sms, choose_num_splits, paged_decode_attention  # noqa: E402
 
@@ -35,13 +35,7 @@ PROGRAMS_PER_SM = (4, 8, 16)
 
 def graph_ms(fn, warmup: int, iters: int) -> float:
     """Milliseconds per call of fn, LAYERS calls in one captured CUDA graph."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(LAYERS):
-            fn()
-    return cuda_time_ms(graph.replay, warmup, iters) / LAYERS
+    return cuda_time_ms(layer_graph(fn, LAYERS).replay, warmup, iters) / LAYERS
 
 
 def width_num_splits(num_seqs: int, width_tokens: int, device) -> int:

@@ -91,6 +91,18 @@ def cuda_time_ms(fn: Callable[[], object], warmup: int, iters: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def layer_graph(fn: Callable[[], object], layers: int) -> "torch.cuda.CUDAGraph":
+    """fn called once eagerly (compiles, allocates), then `layers` calls of it captured in one CUDA graph, as a
+    decode step runs one attention call per layer (one eager call would time Triton's host-side launch)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(layers):
+            fn()
+    return graph
+
+
 def guarded(records: list, name: str, fn: Callable[[], dict], **info) -> None:
     """Runs one check/measurement; an exception is recorded, never raised."""
     t0 = time.time()

@@ -22,7 +22,7 @@ class TritonAttentionBackend:
     name: str = "triton"
     prefill_block_m: int = 64       # query rows (tokens x GQA group) per prefill program
     prefill_block_n: int = 64       # keys per prefill tile
-    decode_block_n: int = 64        # keys per decode tile
+    decode_block_n: int | None = None   # keys per decode tile; None: the decode variant table's (64)
     decode_num_splits: int | None = None   # None: chosen from the block-table width and the batch
     padded_prefill: bool = True     # handles engine/prefill_graphs.py's padded layout...
     graph_safe: bool = True         # ...with launches sized by array shapes only (CUDA-graph safe)

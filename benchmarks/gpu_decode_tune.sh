@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The paged decode kernel's variants on one H200 (engine/kernels/decode_variants.py): the sweep, then the offline
+# throughput benchmark with the default kernel and with the sweep's table installed in-process (no code edit).
+# Or the sweep on CPU in the Triton interpreter (--smoke).
+#
+#   benchmarks/gpu_decode_tune.sh [--out DIR]            # H200: <= ~4.5 minutes sweep, <= ~4.5 minutes throughput
+#   benchmarks/gpu_decode_tune.sh --smoke [--out DIR]    # CPU, tiny shapes, sweep only
+#
+# Stages (STAGES, default all; each logs, and a failing stage never stops the next):
+#   sweep       benchmarks/decode_tune.py: every variant checked against a float32 reference and timed in CUDA
+#               graphs of 28 calls on the throughput benchmark's decode batches and small ones
+#                                                                      -> decode_tune_<tag>.json (+ .rows.jsonl)
+#   throughput  benchmarks/engine_throughput.py (256 requests, 100-1,024 prompt and output tokens, no transformers
+#               baseline) with DECODE_TABLE as committed, then with the sweep's table; skipped when the sweep's
+#               table is the default one         -> engine_throughput_<tag>_default.json, ..._tuned.json
+# Outputs (--out, default $OUT, else benchmarks/results/decode_tune): gpu_decode_tune.log and the files above.
+# To adopt the result: paste decode_tune_<tag>.json's summary.table_line (also printed last by the sweep) over the
+# DECODE_TABLE line of engine/kernels/decode_variants.py. Knobs (environment): STAGES, BUDGET_S (sweep seconds
+# after which no new variant starts, default 190), TUNE_JSON (the throughput stage's sweep result when the sweep
+# ran in an earlier call, e.g. STAGES=throughput TUNE_JSON=decode_tune_h200.json).
+set -uo pipefail
+
+# shellcheck source=benchmarks/gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_init gpu_decode_tune benchmarks/results/decode_tune '2,20p' "$0" "$@"
+select_stages "sweep throughput"
+
+if [ "$SMOKE" = 1 ]; then
+  TAG=cpu_smoke; SWEEP=(--smoke); T_SWEEP=300
+else
+  TAG=h200; SWEEP=(--budget-s "${BUDGET_S:-190}"); T_SWEEP=280
+fi
+T_BENCH=140
+SWEEP_OUT="$OUT_DIR/decode_tune_$TAG.json"
+TUNE="${TUNE_JSON:-$SWEEP_OUT}"
+
+log "gpu_decode_tune: smoke=$SMOKE stages='$STAGES' out=$OUT_DIR"
+[ "$SMOKE" = 0 ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"
+
+if has_stage sweep; then
+  stage sweep "$T_SWEEP" "$PY" benchmarks/decode_tune.py --out "$SWEEP_OUT" "${SWEEP[@]}"
+fi
+
+# $WORK/throughput_with.py TABLE_SOURCE OUT: engine_throughput.py in a process whose DECODE_TABLE is the committed
+# one ("committed") or the sweep's table line (a decode_tune JSON).
+cat > "$WORK/throughput_with.py" <<'EOF'
+import json, runpy, sys
+sys.path.insert(0, ".")
+from engine.kernels import decode_variants as dv
+source, out = sys.argv[1], sys.argv[2]
+if source != "committed":
+    exec(json.load(open(source))["summary"]["table_line"], vars(dv))
+print("DECODE_TABLE:", [(bound, variant.name) for bound, variant in dv.DECODE_TABLE], flush=True)
+sys.argv = ["benchmarks/engine_throughput.py", "--hf-requests", "0", "--out", out]
+runpy.run_path("benchmarks/engine_throughput.py", run_name="__main__")
+EOF
+
+if has_stage throughput && [ "$SMOKE" = 0 ]; then
+  if [ ! -f "$TUNE" ]; then
+    FAILED+=(throughput); log "!!! [throughput] skipped: no sweep result $TUNE"
+  elif "$PY" -c "import json, sys; t = json.load(open(sys.argv[1]))['summary']['table']; sys.exit(0 if t == [[None, 'default']] else 1)" "$TUNE"; then
+    log "=== [throughput] skipped: the sweep's table is the default one (nothing to compare)"
+  else
+    stage throughput_default "$T_BENCH" "$PY" "$WORK/throughput_with.py" committed "$OUT_DIR/engine_throughput_${TAG}_default.json"
+    stage throughput_tuned "$T_BENCH" "$PY" "$WORK/throughput_with.py" "$TUNE" "$OUT_DIR/engine_throughput_${TAG}_tuned.json"
+    "$PY" - "$OUT_DIR/engine_throughput_${TAG}_default.json" "$OUT_DIR/engine_throughput_${TAG}_tuned.json" <<'EOF' 2>&1 | tee -a "$LOG"
+import json, sys
+try:
+    a, b = (json.load(open(p))["output_tokens_per_s"] for p in sys.argv[1:3])
+    print(f"throughput: default {a:,.0f} tok/s, tuned {b:,.0f} tok/s ({b / a:.3f}x)")
+except (OSError, KeyError, ValueError) as e:
+    print(f"throughput: no comparison ({e!r})")
+EOF
+  fi
+fi
+
+gpu_finish gpu_decode_tune
