@@ -97,20 +97,20 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in output_lens]
     sync = torch.cuda.synchronize if llm.runner.is_cuda else (lambda: None)
     steps = []                          # (prefill tokens, seconds) of every step, to say where the time went
-    step = llm.step
+    step = llm.step_batch               # what generate() calls once per step
 
     def recorded_step():
         out = step()
         if llm.last_step is not None:
             steps.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
         return out
-    llm.step = recorded_step
+    llm.step_batch = recorded_step
     sync()
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params)
     sync()
     elapsed = time.perf_counter() - t0
-    del llm.step                        # drop the llm -> closure -> llm cycle: the KV cache is freed on return
+    del llm.step_batch                  # drop the llm -> closure -> llm cycle: the KV cache is freed on return
     produced = sum(len(o.token_ids) for o in outs)
     assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
     prefill_s = sum(d for p, d in steps if p)

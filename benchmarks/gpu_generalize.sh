@@ -10,7 +10,8 @@
 # Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
-#                  the fit on both tables                         -> profile_<tag>.{csv,json}, calib steps in the archive
+#                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm: device seconds for the
+#                  device model only), the fit on the tables           -> profile_<tag>.{csv,json}, calib steps in the archive
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
@@ -22,8 +23,8 @@
 # gpu_generalize.log, profile_<tag>.{csv,json} (fit stage), real_<stages>.tgz (real/<workload>/ for
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (1,024), CAL_POLICIES
-# (vllm_swap; a comma list replays each), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
-# checkpoint directory), OVERLAP=1 (the workload replays with overlap scheduling, docs/overlap.md; the saved runs
+# (vllm_swap; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload replays with overlap scheduling, docs/overlap.md; the saved runs
 # record it and experiments.generalize simulates them so; the fit stays on synchronous replays).
 set -uo pipefail
 
@@ -50,6 +51,8 @@ fi
 CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
 CAL_POLICIES="${CAL_POLICIES:-vllm_swap}"
+# replayed again with overlap scheduling, for the device model only (empty: none)
+CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm}"
 
 # workload_flags NAME: the validate flags of one family (prompts, outputs, arrivals, KV cache, policies).
 workload_flags() {
@@ -95,10 +98,19 @@ if has_stage fit; then
   fi
   HW="$([ "$SMOKE" = 1 ] && echo cpu || echo H200)"
   MODEL_NAME="$([ "$SMOKE" = 1 ] && echo tiny-qwen3 || echo Qwen3-0.6B-random)"
+  # the same requests with overlap scheduling: their device seconds (steps back to back) for the device model
+  if [ -n "$CAL_OVERLAP_POLICIES" ] && [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
+    stage calib_overlap "$((T_REPLAY * $(echo "$CAL_OVERLAP_POLICIES" | tr ',' '\n' | wc -l)))" "$PY" -m experiments.validate \
+      --model "$CKPT" --device "$DEVICE" --trace "$TRACE" --skip-requests "$CAL_SKIP" "${CAL[@]}" \
+      --max-model-len "$MAX_MODEL_LEN" --policies "$CAL_OVERLAP_POLICIES" --overlap-scheduling --max-wall-s "$MAX_WALL_S" \
+      --no-roofline --out-dir "$WORK" --name calib_overlap --steps-out "$WORK/real/calib_overlap_steps_$TAG.parquet"
+  fi
   CAL_INPUTS=("$TABLE")
   for f in "$WORK"/real/calib_steps_"$TAG"*.parquet; do [ -f "$f" ] && CAL_INPUTS+=("$f"); done
+  DEVICE_INPUTS=()
+  for f in "$WORK"/real/calib_overlap_steps_"$TAG"*.parquet; do [ -f "$f" ] && DEVICE_INPUTS+=("$f"); done
   stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$OUT_DIR/profile_$TAG.json" \
-    --hardware "$HW" --model "$MODEL_NAME"
+    --hardware "$HW" --model "$MODEL_NAME" ${DEVICE_INPUTS[@]:+--device-tables "${DEVICE_INPUTS[@]}"}
 fi
 
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
@@ -108,7 +120,8 @@ for wl in $ALL_STAGES; do
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
     --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --repeats "$REPEATS" --record-decisions --no-roofline --no-plot \
-    --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl" "${OVERLAP_FLAG[@]}"
+    --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl" "${OVERLAP_FLAG[@]}" \
+    ${POLICIES:+--policies "$POLICIES"}
 done
 
 # One archive (a device run returns at most 8 files): real/<workload>/ (runs, repeats, reports) and the calib steps.

@@ -19,6 +19,11 @@ rows and saved with those errors, the command, the fit date and the profile's
 metadata (device, model) from `<table>.meta.json` when present. `--eval` tables
 are never fitted on: e.g. a real run on another slice of the trace (held out by
 workload).
+
+Where tables hold each step's device seconds (`device_time_s`: the profile's, a replay's with overlap
+scheduling), the same terms are also fitted to those alone and saved as the file's `device` model: the
+simulator's price of a step under overlap scheduling (sim/cost_model/calibrated.py). `--device-tables`
+are fitted for that model only (an overlapped replay's step times are not the synchronous loop's).
 """
 from __future__ import annotations
 
@@ -80,13 +85,16 @@ def _by_source(model, table: pd.DataFrame, rows: np.ndarray) -> dict:
 def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int = 0,
               knee_candidates=KNEE_CANDIDATES, objective: str = "relative", robust: bool = True,
               metadata: dict | None = None, eval_tables: dict | None = None,
-              single_split_min_seqs: int | None = None) -> tuple[CalibratedCostModel, dict]:
+              single_split_min_seqs: int | None = None,
+              device_tables: list | None = None) -> tuple[CalibratedCostModel, dict]:
     """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
 
     table: one calibration table (an optional `source` column names each row's input, for per-source errors).
     eval_tables: name -> table never fitted on, scored with the final model.
     single_split_min_seqs: the decode batch size from which the engine's decode kernel stops splitting keys
     (decode_tail_keys; main() derives it from the profile's SM and KV-head counts).
+    device_tables: tables fitted for the device model only (device_table): e.g. a replay with overlap
+    scheduling, whose step times are not the synchronous loop's but whose device seconds are measured.
     """
     table = _valid(table)
     opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust,
@@ -100,7 +108,7 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
     meta["heldout_by_source"] = {k: v for k, v in heldout.items() if k != "all"}
     model = CalibratedCostModel.fit(table, metadata=meta, **opts)
     model.metadata["train_error_all_rows"] = _by_source(model, table, np.arange(len(table)))["all"]
-    device = device_table(table)
+    device = device_table(pd.concat([table, *[_valid(t) for t in (device_tables or [])]], ignore_index=True))
     if device is not None:
         # the device's share alone: overlap scheduling hides the rest (CalibratedCostModel.host_time_s)
         d_train, d_test = heldout_split(len(device), heldout_fraction, seed)
@@ -158,6 +166,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="model name to record (default: the profile's model path); a "
                     "name sim.specs knows (e.g. Qwen3-0.6B, or Qwen3-0.6B-random) also records its dimensions when "
                     "the profile has no <table>.meta.json")
+    ap.add_argument("--device-tables", nargs="*", default=[], metavar="TABLE",
+                    help="tables fitted for the device model only (their device_time_s): e.g. a replay with overlap "
+                         "scheduling (experiments.validate --overlap-scheduling --steps-out)")
     ap.add_argument("--heldout", type=float, default=0.2, help="fraction of rows held out (default 0.2)")
     ap.add_argument("--objective", default="relative", choices=OBJECTIVES,
                     help="residual weighting: relative (default), sqrt or absolute")
@@ -200,7 +211,8 @@ def main(argv=None) -> int:
     evals = {Path(t).name: read_table(t) for t in args.eval}
     model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, objective=args.objective,
                               robust=not args.no_robust, metadata=meta, eval_tables=evals,
-                              single_split_min_seqs=split_min)
+                              single_split_min_seqs=split_min,
+                              device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables])
     model.save(args.out)
     print(f"{model!r}")
     print(f"held-out: {_fmt(report['heldout'])}")

@@ -195,8 +195,10 @@ class EngineReplayer:
         sched = Scheduler(sched_cfg, policy=pol, eviction=evict,
                           cpu_cache_eviction=tier_evict if sched_cfg.cpu_cache_num_blocks else None)
         rec = recorder or Recorder()
-        # CUDA: each step's device time too (two timing events a step), so a step's host share is known
-        self.runner.time_device = getattr(self.runner, "is_cuda", False)
+        # CUDA with overlap scheduling: each step's device time too (two timing events a step). Only there: run
+        # synchronously, a step's events would also span the host's input copies and launches, which the device
+        # waits for, so they would not be the device's time.
+        self.runner.time_device = getattr(self.runner, "is_cuda", False) and bool(self.config.overlap_scheduling)
         device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
         if self.config.overlap_scheduling:
             info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,

@@ -64,8 +64,9 @@ STEP_COLUMNS = (
     "num_gpu_hit_blocks", "num_cpu_hit_blocks", "num_offload_blocks",
     # num_swap_blocks by direction (device -> host, host -> device): the two copies cost differently per block
     "num_swap_out_blocks", "num_swap_in_blocks",
-    # seconds the device spent on the step (CUDA events from its first copy to its sampled tokens), NaN where
-    # not measured (the simulator, CPU runs): duration_s - device_time_s is the host's share of a step
+    # seconds the device spent on the step (CUDA events from its first copy to its sampled tokens), measured
+    # where the device runs steps back to back (overlap scheduling; the profile queues a second launch); NaN
+    # elsewhere (the simulator, CPU, synchronous replays, where the events would span the host's launches)
     "device_time_s",
 )
 RECORD_STEPS = ("all", "none")

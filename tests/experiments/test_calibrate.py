@@ -99,6 +99,14 @@ def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp
     table = run.assign(serving_loop=1)
     total, dev_pred = cm.predict_table(table), cm.device_model.predict_table(table)
     np.testing.assert_allclose(cm.predict_table(table, overlapped=True), np.maximum(dev_pred, total - dev_pred))
+    # a device-only table adds rows to the device model and none to the step model
+    extra = tmp_path / "overlapped.parquet"
+    _run_table(3).assign(device_time_s=lambda t: CalibratedCostModel(coefficients=truth_dev).predict_table(
+        t.assign(serving_loop=0)), duration_s=1.0).to_parquet(extra)
+    assert calibrate.main([str(path), "--out", str(tmp_path / "r.json"), "--device-tables", str(extra)]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["device"]["metadata"]["num_fit_rows"] == 800 and r["metadata"]["num_fit_rows"] == 400
+    assert r["coefficients"]["step"] == pytest.approx(data["coefficients"]["step"], rel=1e-6)
     # no device seconds: no device model, the host share is the loop terms
     path2 = tmp_path / "plain.parquet"
     run.to_parquet(path2)

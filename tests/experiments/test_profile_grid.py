@@ -67,3 +67,43 @@ def test_dry_run_lists_the_grid_and_prices_it(capsys, tmp_path):
     n = len(grid_shapes("full", 16384, 16384, 256))
     assert len(out) == n + 1 and out[-1].startswith(f"{n} shapes (grid full, max_model_len 16384)")
     assert f"about {4e-3 * n:.0f} s" in out[-1]
+
+
+def test_device_seconds_come_from_a_launch_queued_behind_another():
+    """time_step: the device seconds of each repeat are those of a second launch queued behind a first (the
+    device runs them back to back), not of the timed execute(); a step with block copies, and a runner that
+    does not time its device, are left as they are."""
+    import numpy as np
+
+    from engine.core.batch import Batch
+    from experiments.profile import time_step
+
+    class Runner:
+        time_device = True
+
+        def __init__(self):
+            self.calls, self.last_device_time_s = [], None
+
+        def execute(self, batch):
+            self.calls.append("execute")
+            self.last_device_time_s = 9.0           # the events of a step timed alone: host launches included
+
+        def launch(self, batch):
+            self.calls.append("launch")
+            return len(self.calls)
+
+        def collect(self, handle):
+            self.calls.append("collect")
+            self.last_device_time_s = 0.001 * handle
+
+    r = Runner()
+    wall, dev = time_step(r, Batch(), warmup=1, repeats=2, sync=lambda: None)
+    assert len(wall) == 2 and list(dev) == pytest.approx([0.004, 0.009])    # the second launch of each repeat
+    assert r.calls == ["execute"] + ["execute", "launch", "launch", "collect", "collect"] * 2
+    r = Runner()
+    _, dev = time_step(r, Batch(swap_out=[(0, 1)]), warmup=0, repeats=1, sync=lambda: None)
+    assert r.calls == ["execute"] and list(dev) == [9.0]
+    r = Runner()
+    r.time_device = False
+    _, dev = time_step(r, Batch(), warmup=0, repeats=1, sync=lambda: None)
+    assert r.calls == ["execute"] and np.isnan(dev).all()
