@@ -164,6 +164,7 @@ COMMANDS: dict[str, Run | Excluded] = {
                                                  "it on tiny-model runs"),
     "python benchmarks/swap_speed.py --blocks 8,32,128,256,512": Excluded(NEEDS_CUDA),
     "python benchmarks/decode_partition.py": Excluded(NEEDS_CUDA),
+    "python benchmarks/gpu_fused_qkv.py --out DIR/gpu_fused_qkv_h200.json": Excluded(NEEDS_CUDA),
     "python benchmarks/sim_speed.py": Excluded("a benchmark of minutes (a 1M-request run among them); its figures "
                                                "are measured by hand"),
     FCFS_VS_PREEMPTIVE: Run("sweep", ("scheduler=fcfs,vllm", "workload.target_rate_rps=4",
