@@ -1,4 +1,4 @@
-"""experiments/http_stream.py (the replay's HTTP/1.1 client) and the replay's send timing, against raw loopback servers."""
+"""experiments/http_stream.py (the replay's HTTP/1.1 client) and the replay's send timing, on loopback servers."""
 import asyncio
 import statistics
 import time
