@@ -300,3 +300,7 @@ def test_a_new_sequence_crosses_to_the_engine_as_plain_values():
     for name in SamplingParams.__slots__:
         assert getattr(back.sampling_params, name) == getattr(params, name), name
     assert len(pickle.dumps(to_wire(seq), protocol=5)) < 0.7 * len(pickle.dumps(seq, protocol=5))
+
+
+def test_the_engine_process_freezes_its_startup_heap(srv):
+    assert srv.engine.probe()["gc_frozen"] > 10_000      # the model and the imports, out of the collector's reach
