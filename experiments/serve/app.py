@@ -291,9 +291,14 @@ class _Server:
     async def _respond(self, request, req, rid, kind, entries, prompt_ids, prompts, common):
         self._admit_or_429(len(entries))
         queue: asyncio.Queue = asyncio.Queue()
-        streams = {i: TextStream(self.tokenizer, ids, common["stop"], common["stop_token_ids"], hold_back=req.stream)
-                   for (i, _), ids in zip(entries, prompt_ids)}
+        # queued first: the engine can admit the request while its text streams are set up here
         choices = self.engine.submit(entries, queue)
+        try:
+            streams = {i: TextStream(self.tokenizer, ids, common["stop"], common["stop_token_ids"],
+                                     hold_back=req.stream) for (i, _), ids in zip(entries, prompt_ids)}
+        except BaseException:
+            self.engine.abort(choices)
+            raise
         open_ = {c.index: c for c in choices}       # choices not finished yet
 
         def abort_open():

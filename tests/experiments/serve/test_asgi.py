@@ -123,3 +123,36 @@ def test_event_stream_writes_chunks_and_ends_cleanly_when_the_client_leaves():
     sent = asyncio.run(run(1000, 0.035))        # the client leaves after a few chunks: no error, all closed
     assert 1 < len(sent) < 50 and sent[-1].get("more_body") is True
     assert closed == [3, 1000] and iterator_closed == [3, 1000]
+
+
+def test_a_request_is_queued_on_the_engine_before_its_text_streams_are_built(monkeypatch):
+    from types import SimpleNamespace
+
+    from experiments.serve import app as app_module
+    from experiments.serve.delivery import Choice
+    from experiments.serve.engine_client import ProcessEngine
+
+    order = []
+
+    class Streams(app_module.TextStream):
+        def __init__(self, *args, **kwargs):
+            order.append("text stream")
+            super().__init__(*args, **kwargs)
+
+    engine = ProcessEngine()
+    engine.info = SimpleNamespace(model_path="m", max_model_len=64, block_size=16, num_kv_blocks=8, vocab_size=100,
+                                  eos_token_id=None, policy_name="vllm")
+
+    def submit(entries, queue):
+        order.append("submit")
+        for index, _ in entries:        # the engine's answer: two tokens, then the end
+            queue.put_nowait((index, [5, 6], "length", None))
+        return [Choice(i, seq, queue) for i, seq in entries]
+
+    engine.submit, engine.abort = submit, lambda choices, count_as_aborted=True: None
+    monkeypatch.setattr(app_module, "TextStream", Streams)
+    app = app_module.create_app(engine, "m")
+    body = json.dumps({"prompt": [1, 2], "max_tokens": 2, "stream": True, "return_token_ids": True}).encode()
+    status, _, out = asyncio.run(_call(app, "POST", "/v1/completions", body))
+    assert status == 200 and b'"token_ids":[5,6]' in out and out.endswith(b"data: [DONE]\n\n")
+    assert order == ["submit", "text stream"]
