@@ -7,8 +7,10 @@
 Before the clock starts, `check_server` asks /v1/models (the server is reachable, the model name is served) and sends
 one 1-token completion of the prompt format the replay uses (a server that refuses token-id prompts says so now, in one
 line, not 300 times). Then each request is sent at its arrival_time_s on the replay clock (time.perf_counter; 0 = the
-moment the replay starts), concurrently with every request still in flight (one connection each, no limit: the trace
-alone bounds the concurrency), as
+moment the replay starts; never early, rarely more than tens of microseconds late: sleep_until), concurrently with every
+request still in flight (one connection each, no limit: the trace alone bounds the concurrency; a connection whose
+response ended serves a later request), its body encoded before the clock starts and sent by experiments.http_stream
+(a small HTTP/1.1 client: httpx's own cost per request and chunk is latency the in-process replay does not pay), as
 
     POST {url}/v1/completions {model, prompt, max_tokens, ignore_eos: true, temperature, stream: true,
                                stream_options: {include_usage: true}}
@@ -29,6 +31,8 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+
+from experiments.http_stream import ConnectionPool, RemoteProtocolError
 
 PROMPT_FORMATS = ("token_ids", "text")
 
@@ -226,75 +230,124 @@ async def check_server(target: HttpTarget, probe_prompt) -> str:
         return model
 
 
-async def _one(client, target: HttpTarget, model: str, req: HttpRequest, rec: HttpRecord, t0: float) -> None:
-    import httpx
+def _body(target: HttpTarget, model: str, req: HttpRequest) -> bytes:
+    """The request's JSON body, encoded before the replay clock starts (the in-process replay encodes nothing)."""
     body = {"model": model, "prompt": req.prompt, "max_tokens": int(req.max_tokens), "ignore_eos": True,
             "temperature": target.temperature, "stream": True, "stream_options": {"include_usage": True}}
     if target.return_token_ids:
         body["return_token_ids"] = True
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+SPIN_S = 0.002      # the last stretch before a send is yielded through: the loop's timers wake up to ~1 ms late
+
+
+async def sleep_until(due_s: float, clock=time.perf_counter) -> None:
+    """Returns at clock() >= due_s, rarely more than tens of microseconds later: a timer until SPIN_S before it
+    (asyncio's and uvloop's timers have millisecond resolution), then turns of the event loop (other tasks run)."""
+    while True:
+        left = due_s - clock()
+        if left <= 0:
+            return
+        await asyncio.sleep(left - SPIN_S if left > SPIN_S else 0)
+
+
+async def _one(pool, target: HttpTarget, body: bytes, rec: HttpRecord, t0: float) -> None:
     clock = time.perf_counter
     rec.send_time_s = clock() - t0
     try:
-        async with client.stream("POST", target.api_base + "/completions", json=body) as resp:
-            rec.http_status = resp.status_code
-            if resp.status_code != 200:
-                body = await resp.aread()
-                rec.error = _error_text(resp.status_code, body)
-                rec.rejected = _error_code(body) == POLICY_REJECTED
-                return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                t = clock() - t0
-                try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError:
-                    rec.error = f"malformed event from the server: {data[:120]!r}"
-                    return
-                if chunk.get("error"):
-                    err = chunk["error"]
-                    rec.error = f"error event: {err.get('message', err) if isinstance(err, dict) else err}"
-                    rec.rejected = isinstance(err, dict) and err.get("code") == POLICY_REJECTED
-                    return
-                for choice in chunk.get("choices") or ():
-                    reason = choice.get("finish_reason")
-                    ids = choice.get("token_ids")
-                    if ids is not None:                 # the server says which tokens this chunk carries
-                        n = len(ids)
-                    else:                               # one token a chunk; a bare closing chunk is none
-                        n = 0 if reason and not choice.get("text") else 1
-                    if n:
-                        rec.token_times_s.extend([t] * n)
-                        rec.num_chunks += 1
-                    if reason:
-                        rec.finish_reason, rec.finish_time_s = reason, t
-                if chunk.get("usage"):
-                    rec.usage = chunk["usage"]
-    except httpx.TimeoutException:
+        async with _time_limit(target.request_timeout_s):
+            await _exchange(pool, body, rec, t0)
+    except TimeoutError:
         rec.error = f"timed out after backend.request_timeout_s={target.request_timeout_s} s"
         return
-    except httpx.HTTPError as exc:
+    except (OSError, RemoteProtocolError) as exc:
         rec.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
         return
-    if rec.finish_time_s is None:
+    if rec.error is None and rec.finish_time_s is None:
         rec.error = f"the stream ended without a finish_reason after {len(rec.token_times_s)} tokens"
+
+
+async def _exchange(pool, body: bytes, rec: HttpRecord, t0: float) -> None:
+    clock = time.perf_counter
+    async with pool.post("/completions", body) as resp:
+        rec.http_status = resp.status
+        if resp.status != 200:
+            text = await resp.read()
+            rec.error = _error_text(resp.status, text)
+            rec.rejected = _error_code(text) == POLICY_REJECTED
+            return
+        async for line in resp.lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                await resp.read()       # the body's end: the connection can serve the next request
+                break
+            t = clock() - t0
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError:
+                rec.error = f"malformed event from the server: {data[:120]!r}"
+                return
+            if chunk.get("error"):
+                err = chunk["error"]
+                rec.error = f"error event: {err.get('message', err) if isinstance(err, dict) else err}"
+                rec.rejected = isinstance(err, dict) and err.get("code") == POLICY_REJECTED
+                return
+            for choice in chunk.get("choices") or ():
+                reason = choice.get("finish_reason")
+                ids = choice.get("token_ids")
+                if ids is not None:                 # the server says which tokens this chunk carries
+                    n = len(ids)
+                else:                               # one token a chunk; a bare closing chunk is none
+                    n = 0 if reason and not choice.get("text") else 1
+                if n:
+                    rec.token_times_s.extend([t] * n)
+                    rec.num_chunks += 1
+                if reason:
+                    rec.finish_reason, rec.finish_time_s = reason, t
+            if chunk.get("usage"):
+                rec.usage = chunk["usage"]
+
+
+def _time_limit(seconds: float):
+    """asyncio.timeout (Python >= 3.11), else the same limit by a timer that cancels the task."""
+    if hasattr(asyncio, "timeout"):
+        return asyncio.timeout(seconds)
+    return _TimerLimit(seconds)
+
+
+class _TimerLimit:
+    def __init__(self, seconds: float):
+        self.seconds, self.handle, self.fired = seconds, None, False
+
+    async def __aenter__(self):
+        task = asyncio.current_task()
+
+        def fire():
+            self.fired = True
+            task.cancel()
+        self.handle = asyncio.get_running_loop().call_later(self.seconds, fire)
+
+    async def __aexit__(self, kind, exc, tb):
+        self.handle.cancel()
+        if self.fired and kind is asyncio.CancelledError:
+            raise TimeoutError from None
 
 
 async def _replay(requests: list[HttpRequest], target: HttpTarget, model: str, records: list, started: list,
                   max_wall_s: float | None) -> None:
     clock = time.perf_counter
-    async with _client(target, target.request_timeout_s) as client:
+    bodies = [_body(target, model, req) for req in requests]
+    pool = ConnectionPool(target.api_base, _headers(target), target.connect_timeout_s)
+    try:
         t0 = clock()
         started.append(t0)
         tasks = []
-        for req, rec in zip(requests, records):
-            due = t0 + req.arrival_time_s
-            while clock() < due:        # the loop's timers may wake up to a millisecond early: never send early
-                await asyncio.sleep(due - clock())
-            tasks.append(asyncio.create_task(_one(client, target, model, req, rec, t0)))
+        for req, rec, body in zip(requests, records, bodies):
+            await sleep_until(t0 + req.arrival_time_s)      # never early, rarely more than tens of microseconds late
+            tasks.append(asyncio.create_task(_one(pool, target, body, rec, t0)))
         if not tasks:
             return
         remaining = None if max_wall_s is None else max(0.0, t0 + max_wall_s - clock())
@@ -305,6 +358,8 @@ async def _replay(requests: list[HttpRequest], target: HttpTarget, model: str, r
             if task in pending and rec.error is None:
                 rec.error = f"unfinished when the replay hit max_wall_s={max_wall_s} s"
         await asyncio.gather(*pending, return_exceptions=True)
+    finally:
+        await pool.close()
 
 
 def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float | None = None) -> ReplayOutcome:

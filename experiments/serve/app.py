@@ -30,16 +30,17 @@ import uuid
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from engine.core.sequence import SamplingParams
+from experiments.serve.asgi import EventStream, ServeApp, error_response
 from experiments.serve.config import ServeOptions
 from experiments.serve.engine_client import ProcessEngine
 from experiments.serve.engine_loop import AsyncEngine
-from experiments.serve.errors import APIError, error_body
+from experiments.serve.errors import APIError
 from experiments.serve.metrics import ServerMetrics
 from experiments.serve.protocol import (
     ChatCompletionRequest,
@@ -69,25 +70,14 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
         yield
         server.engine.stop()
 
-    app = FastAPI(title="servelab", lifespan=lifespan)
+    app = ServeApp(title="servelab", lifespan=lifespan)
     app.state.server = server
 
-    @app.exception_handler(APIError)
-    async def api_error(request, exc: APIError):
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    async def error(request, exc):
+        return error_response(exc)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request, exc):
-        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
-
-    @app.exception_handler(ClientDisconnect)
-    async def client_gone(request, exc):
-        return Response(status_code=499)        # left before its body arrived: nothing was queued
-
-    @app.exception_handler(Exception)
-    async def internal_error(request, exc):
-        log.exception("request failed")
-        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}: {exc}"), status_code=500)
+    for kind in (APIError, StarletteHTTPException, ClientDisconnect, Exception):
+        app.add_exception_handler(kind, error)
 
     @app.get("/health")
     async def health():
@@ -115,6 +105,10 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
         server.authorize(request)
         return await server.chat(request)
 
+    # the generation routes skip FastAPI's middleware and request wrapper (experiments/serve/asgi.py); other
+    # methods on their paths still get FastAPI's answers (405)
+    app.direct[("POST", "/v1/completions")] = completions
+    app.direct[("POST", "/v1/chat/completions")] = chat_completions
     return app
 
 
@@ -297,9 +291,14 @@ class _Server:
     async def _respond(self, request, req, rid, kind, entries, prompt_ids, prompts, common):
         self._admit_or_429(len(entries))
         queue: asyncio.Queue = asyncio.Queue()
-        streams = {i: TextStream(self.tokenizer, ids, common["stop"], common["stop_token_ids"], hold_back=req.stream)
-                   for (i, _), ids in zip(entries, prompt_ids)}
+        # queued first: the engine can admit the request while its text streams are set up here
         choices = self.engine.submit(entries, queue)
+        try:
+            streams = {i: TextStream(self.tokenizer, ids, common["stop"], common["stop_token_ids"],
+                                     hold_back=req.stream) for (i, _), ids in zip(entries, prompt_ids)}
+        except BaseException:
+            self.engine.abort(choices)
+            raise
         open_ = {c.index: c for c in choices}       # choices not finished yet
 
         def abort_open():
@@ -315,8 +314,7 @@ class _Server:
             chunks = _chat_chunks if kind == "chat.completion" else _completion_chunks
             sse = chunks(events, head, streams, usage_prompt, include_usage, req.return_token_ids,
                          always=self.tokenizer is None)
-            return _EventStream(sse, abort_open, media_type="text/event-stream",
-                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return EventStream(sse, abort_open, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             results = await _unless_disconnected(request, _collect(events))
         finally:
@@ -374,21 +372,6 @@ class _Server:
             if open_:
                 self.engine.abort(list(open_.values()))
                 open_.clear()
-
-
-class _EventStream(StreamingResponse):
-    """A StreamingResponse that aborts its unfinished choices however it ends (done, client gone,
-    cancelled by shutdown): Starlette stops iterating the body on a disconnect but need not close it."""
-
-    def __init__(self, content, on_close, **kwargs):
-        super().__init__(content, **kwargs)
-        self._on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
 
 
 async def _collect(events) -> dict:

@@ -166,7 +166,10 @@ def run(llm, name: str, options) -> None:
     except ModuleNotFoundError as e:
         raise SystemExit(f"error: servelab-serve needs the serve extra ({e.name} is not installed): "
                          "pip install -e '.[serve]'") from None
+    from experiments.serve.engine_process import freeze_startup_heap
+
     app = create_app(llm, name, options)
+    freeze_startup_heap()       # this process's too (the engine's, with serve.engine_process=false)
     config = uvicorn.Config(app, host=options.host, port=int(options.port), log_level=options.log_level,
                             access_log=options.access_log, timeout_graceful_shutdown=options.shutdown_grace_s,
                             lifespan="on")

@@ -2,7 +2,7 @@
 
     table = Deliveries(metrics)
     table.track(choices)                              # on submit
-    table.on_step(records, num_preempted)             # a step's records: tokens to queues, metrics
+    table.on_step(records, num_preempted)             # a step's records: tokens to queues, then metrics
     table.fail([(request_id, why)], "rejected")       # refused or rejected requests
     table.end_all("abort" | "error", error)           # shutdown or engine failure: every request left
 
@@ -14,6 +14,8 @@ queue receives: (choice index, new token ids, finish reason or None, error text 
 experiments/serve/engine_loop.py describes.
 """
 from __future__ import annotations
+
+import asyncio
 
 
 class Choice:
@@ -41,8 +43,10 @@ class Deliveries:
             self.choices[c.seq.request_id] = c
 
     def on_step(self, records, num_preempted: int) -> None:
-        m, choices = self.metrics, self.choices
-        ttft, itl, e2e = [], [], []
+        """Hands each record's tokens to its request's queue now; the metrics are taken after the requests woken
+        here wrote their chunks (loop.call_soon runs after the tasks the puts woke), off a first token's path."""
+        choices = self.choices
+        ttft, itl, e2e, admitted, finished = [], [], [], [], []
         num_new = 0
         for rid, new, reason, first_s, last_s, finish_s, num_prompt, num_cached in records:
             choice = choices.get(rid)
@@ -50,7 +54,7 @@ class Deliveries:
                 continue            # finished or aborted already
             if not choice.admitted:
                 choice.admitted = True
-                m.admitted(num_prompt, num_cached)
+                admitted.append((num_prompt, num_cached))
             if new:
                 k = len(new)
                 if choice.num_sent == 0:
@@ -66,9 +70,23 @@ class Deliveries:
                 continue            # an intermediate prefill chunk
             if reason is not None:
                 del choices[rid]
-                m.finished("stop" if reason == "eos" else reason)
+                finished.append("stop" if reason == "eos" else reason)
                 e2e.append(finish_s - choice.seq.arrival_time_s)
             choice.queue.put_nowait((choice.index, new, reason, None))
+        if not (admitted or ttft or itl or e2e or finished or num_new or num_preempted):
+            return
+        args = (ttft, itl, e2e, admitted, finished, num_new, num_preempted)
+        try:
+            asyncio.get_running_loop().call_soon(self._account, *args)
+        except RuntimeError:        # no loop running (a step read while the server stops): now
+            self._account(*args)
+
+    def _account(self, ttft, itl, e2e, admitted, finished, num_new: int, num_preempted: int) -> None:
+        m = self.metrics
+        for num_prompt, num_cached in admitted:
+            m.admitted(num_prompt, num_cached)
+        for reason in finished:
+            m.finished(reason)
         m.ttft.observe(ttft)
         m.itl.observe(itl)
         m.e2e.observe(e2e)

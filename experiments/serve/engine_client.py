@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from experiments.serve.delivery import Choice, Deliveries
+from experiments.serve.engine_process import to_wire
 from experiments.serve.errors import APIError
 
 log = logging.getLogger("servelab.serve")
@@ -145,7 +146,7 @@ class ProcessEngine:
         choices = [Choice(i, seq, queue) for i, seq in entries]
         self._table.track(choices)
         self._num_sent_adds += len(choices)
-        self._send(("add", [c.seq for c in choices]))
+        self._send(("add", [to_wire(c.seq) for c in choices]))
         return choices
 
     def abort(self, choices, count_as_aborted: bool = True) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from experiments.serve.errors import APIError
 
@@ -55,7 +55,9 @@ class _GenerationRequest(BaseModel):
 
 
 class CompletionRequest(_GenerationRequest):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
+    # str | list[str] | list[int] | list[list[int]], checked by completion_prompts: pydantic's union tries each
+    # branch on a long token-id list (~30 us a 400-token prompt), the check looks at the first item
+    prompt: Any
     logprobs: Optional[int] = None
     echo: bool = False
     suffix: Optional[str] = None
@@ -79,12 +81,19 @@ _NO_OP = {"presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0
           "echo": (False,), "suffix": (None, ""), "top_logprobs": (None, 0), "tool_choice": (None, "none")}
 
 
+_NO_OP_OF: dict = {}        # request class -> the (name, no-op values) of _NO_OP it has
+
+
 def unsupported(req: _GenerationRequest) -> None:
     """APIError(400) for an OpenAI field set to a value the engine does not implement."""
-    for name, ok in _NO_OP.items():
-        value = getattr(req, name, None)
+    cls = type(req)
+    no_ops = _NO_OP_OF.get(cls)
+    if no_ops is None:
+        no_ops = _NO_OP_OF[cls] = tuple((n, ok) for n, ok in _NO_OP.items() if n in cls.model_fields)
+    for name, ok in no_ops:
+        value = getattr(req, name)
         # by type as well as value: logprobs=0 asks for the sampled token's logprob, it is not False
-        if name in type(req).model_fields and not any(type(value) is type(o) and value == o for o in ok):
+        if not any(type(value) is type(o) and value == o for o in ok):
             raise APIError(400, f"{name}={getattr(req, name)!r} is not supported by this server; leave {name} "
                                 f"out (or at {ok[-1]!r})", param=name)
     if req.logit_bias:
@@ -132,16 +141,27 @@ def check_common(req: _GenerationRequest, vocab_size: int) -> dict:
                 stop=stop, stop_token_ids=stop_ids)
 
 
+_TOKEN_IDS = TypeAdapter(list[int], config=ConfigDict(strict=True))
+_PROMPT_LISTS = TypeAdapter(Union[list[str], list[list[int]]], config=ConfigDict(strict=True))
+
+
 def completion_prompts(prompt) -> list:
-    """The prompts of a completion request: a list of strings and token-id lists (one per prompt)."""
-    if isinstance(prompt, str):
+    """The prompts of a completion request (a string, a list of token ids, or a list of either): a list of
+    strings and token-id lists, one per prompt; APIError(400) naming `prompt` for anything else."""
+    if type(prompt) is str:
         return [prompt]
-    if prompt and all(isinstance(p, int) for p in prompt):
-        return [list(prompt)]
-    if not prompt:
+    if type(prompt) is list and prompt:
+        try:
+            if type(prompt[0]) is int:
+                return [_TOKEN_IDS.validate_python(prompt)]
+            return list(_PROMPT_LISTS.validate_python(prompt))
+        except ValidationError:
+            pass
+    elif type(prompt) is list:
         raise APIError(400, "prompt is empty; give a string, a list of token ids, or a list of either",
                        param="prompt")
-    return list(prompt)
+    raise APIError(400, "prompt must be a string, a list of strings, a list of token ids or a list of "
+                        f"token-id lists, got {str(prompt)[:80]!r}", param="prompt")
 
 
 def chat_messages(messages: list[dict]) -> list[dict]:

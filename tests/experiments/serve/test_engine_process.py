@@ -17,7 +17,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 pytest.importorskip("zmq")
 
-from engine.core.sequence import SamplingParams  # noqa: E402
+from engine.core.sequence import SamplingParams, Sequence  # noqa: E402
 from policies.scheduling.vllm_swap import VLLMSwapPolicy  # noqa: E402
 from tests.experiments.serve import server as server_module  # noqa: E402
 from tests.experiments.serve import test_engine_states, test_errors, test_metrics, test_openai_client  # noqa: E402
@@ -266,14 +266,14 @@ class _Socket:
 
 
 def test_the_engine_sends_one_message_per_step_with_every_requests_tokens(ckpt):
-    from experiments.serve.engine_process import EngineCore
+    from experiments.serve.engine_process import EngineCore, to_wire
     llm = make_llm(ckpt)
     steps = []
     execute = llm.runner.execute
     llm.runner.execute = lambda batch: (steps.append(batch.num_seqs), execute(batch))[1]
     params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     seqs = [llm.make_sequence([1, 2, 3 + i], params, request_id=f"r{i}", arrival_time_s=0.0) for i in range(4)]
-    inp = _Socket([("add", seqs)], when_empty=lambda: not llm.has_unfinished())
+    inp = _Socket([("add", [to_wire(s) for s in seqs])], when_empty=lambda: not llm.has_unfinished())
     out = _Socket()
     assert EngineCore(llm, inp, out, os.getppid()).run() == 0
     step_msgs = [m for m in out.sent if m[0] == "step"]
@@ -284,3 +284,23 @@ def test_the_engine_sends_one_message_per_step_with_every_requests_tokens(ckpt):
         assert all(len(r[1]) == 1 for r in records)             # each step's one new token per request
     assert [r[2] for r in step_msgs[-1][1]] == ["length"] * 4 and step_msgs[-1][-1] == (0, 0, 0, 0.0)
     assert out.sent[-1] == ("stopped",)
+
+
+def test_a_new_sequence_crosses_to_the_engine_as_plain_values():
+    import pickle
+
+    from experiments.serve.engine_process import from_wire, to_wire
+    params = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, max_tokens=12, ignore_eos=True, seed=3)
+    seq = Sequence("cmpl-1-0", list(range(1, 401)), params, arrival_time_s=12.5, eos_token_id=2)
+    seq.priority = -4
+    back = from_wire(pickle.loads(pickle.dumps(to_wire(seq), protocol=5)))
+    for name in ("request_id", "token_ids", "arrival_time_s", "priority", "eos_token_id", "num_prompt_tokens",
+                 "max_output_tokens", "status"):
+        assert getattr(back, name) == getattr(seq, name), name
+    for name in SamplingParams.__slots__:
+        assert getattr(back.sampling_params, name) == getattr(params, name), name
+    assert len(pickle.dumps(to_wire(seq), protocol=5)) < 0.7 * len(pickle.dumps(seq, protocol=5))
+
+
+def test_the_engine_process_freezes_its_startup_heap(srv):
+    assert srv.engine.probe()["gc_frozen"] > 10_000      # the model and the imports, out of the collector's reach
