@@ -82,13 +82,17 @@ def main(argv=None) -> int:
     greedy = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in out_lens]
     max_model_len = 2 * hi + 16
 
+    base_config = {}        # each engine's own scheduler config: a case's cache size or chunking ends with it
+
     def build(**options) -> LLM:
-        return LLM(args.model, device=args.device, max_num_seqs=64, max_model_len=max_model_len,
-                   num_cpu_blocks=1024 if args.device != "cpu" else 256, **options)
+        llm = LLM(args.model, device=args.device, max_num_seqs=64, max_model_len=max_model_len,
+                  num_cpu_blocks=1024 if args.device != "cpu" else 256, **options)
+        base_config[id(llm)] = llm.scheduler.config
+        return llm
 
     def run(llm, waves, params, overlap, eos=None, policy=None, blocks=None, chunked=None):
         """One loop over `waves` (lists of prompts, generated one after the other) on a fresh scheduler."""
-        cfg = llm.scheduler.config
+        cfg = base_config[id(llm)]
         cfg = replace(cfg, num_kvcache_blocks=blocks or cfg.num_kvcache_blocks,
                       enable_chunked_prefill=cfg.enable_chunked_prefill if chunked is None else chunked)
         llm.scheduler = Scheduler(cfg, policy=policy or VLLMPolicy())
@@ -129,7 +133,9 @@ def main(argv=None) -> int:
         first = next((i for i, (x, y) in enumerate(zip(sync_shapes, shapes)) if x != y), None)
         if first is None and len(sync_shapes) != len(shapes):
             first = min(len(sync_shapes), len(shapes))
-        res.update(num_steps=[len(sync_shapes), len(shapes)], first_step_shape_difference=None if first is None else
+        cfg = llm.scheduler.config
+        res.update(num_kvcache_blocks=cfg.num_kvcache_blocks, chunked_prefill=cfg.enable_chunked_prefill,
+                   num_steps=[len(sync_shapes), len(shapes)], first_step_shape_difference=None if first is None else
                    dict(step=first, sync=sync_shapes[first:first + 3], overlap=shapes[first:first + 3]),
                    paths=dict(Counter(p for *_, p in sync_shapes)))
         res.update(sync_s=t1 - t0, overlap_s=time.perf_counter() - t1,
