@@ -29,7 +29,8 @@ card's measured floors (HardwareSpec.measured_*_floor_us, benchmarks/gpu_floor.p
 matmul-like kernel takes at least the GEMM floor (linear: 4 per layer, the packed qkv, o,
 gate_up and down projections; decode attention 2 per layer, split pass and merge; prefill
 attention 1; LM head 1), so a group costs at least its kernels' floors; and every forward
-step pays 5 elementwise kernels per layer (norms, q/k norm + RoPE, KV store, activation) and
+step pays ELEMENTWISE_KERNELS_PER_LAYER (4) elementwise kernels per layer (two add + norms, the
+fused q/k norm + RoPE + KV store, activation) and
 one launch + sync + token readback.
 
 Rates are the hardware's measured ceilings when recorded (use_measured), else
@@ -50,6 +51,10 @@ from sim.specs.capacity import block_bytes_per_gpu, kv_heads_per_gpu
 from sim.specs.hardware import HardwareSpec, get_hardware_spec
 from sim.specs.models import ModelSpec, get_model_spec
 
+# small dependent kernels per decoder layer besides the GEMMs and attention, as the engine runs a step: the two
+# add + RMSNorms, SiLU-and-mul, and q/k RMSNorm + RoPE + KV-cache store fused into one
+# (engine/kernels/qk_norm_rope_store.py; three kernels with EngineConfig.fused_qk_norm_rope_store off)
+ELEMENTWISE_KERNELS_PER_LAYER = 4
 
 class RooflineCostModel(CostModel):
     name = "roofline"
@@ -116,7 +121,7 @@ class RooflineCostModel(CostModel):
         L = m.num_layers
         self.floor_linear, self.floor_lm = 4 * L * g, g                       # seconds
         self.floor_decode_attn, self.floor_prefill_attn = 2 * L * g, L * g
-        self.floor_step = 5 * L * k + sync
+        self.floor_step = ELEMENTWISE_KERNELS_PER_LAYER * L * k + sync
 
     def __repr__(self) -> str:
         return (f"RooflineCostModel({self.model.name}, {self.hardware.name}, tp={self.tensor_parallel_size}, "
