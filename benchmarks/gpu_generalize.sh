@@ -24,13 +24,14 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (1,024), CAL_POLICIES
 # (vllm_swap; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
-# checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload replays with overlap scheduling, docs/overlap.md; the saved runs
-# record it and experiments.generalize simulates them so; the fit stays on synchronous replays).
+# checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
+# replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
+# them so; the fit stays on synchronous replays).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_generalize benchmarks/results/generalize '2,25p' "$0" "$@"
+gpu_init gpu_generalize benchmarks/results/generalize '2,29p' "$0" "$@"
 select_stages "fit prefill_heavy decode_heavy prefix_share bursty priority"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
