@@ -22,10 +22,13 @@
 #   http        servelab backend=http on the slice against the server (token-id prompts, ignore_eos), REPEATS times
 #   compare     the ratios of the first runs, from their summary.json, and each side's spread over its repeats
 #                                                                                 -> serve_compare.json
+#   hops        benchmarks/serve_hops.py: a server of its own (the engine process) with time stamps at every hop,
+#               150 streamed requests one at a time (1,000-token prompts; smoke: 400), each hop's median and what
+#               the HTTP path adds to a first token -> serve_hops.json (HOPS=0 skips it)
 # Outputs (--out, default $OUT, else benchmarks/results/serve): gpu_serve.log, serve_compare.json, loadgen.json,
 # guidellm.json, server.log, server_metrics.txt (a /metrics scrape after the replay), runs_serve.tgz (every run's
 # folder: requests.parquet, summary.json, config.yaml); the second layout's as serve_compare_thread.json, ...
-# Knobs (environment): REPEATS (default 1; 2 gives each side's run-to-run spread, ~2 more minutes on the H200),
+# Knobs (environment): REPEATS (default 1; 2 gives each side's run-to-run spread, ~2 more minutes on the H200), HOPS,
 # ENGINES (default "process thread"; "process" alone saves ~2 minutes on the H200), MAX_REQUESTS, RATE_RPS,
 # MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a checkpoint directory), SERVER_START_S (seconds to
 # wait for /health).
@@ -57,7 +60,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_serve benchmarks/results/serve '2,35p' "$0" "$@"
+gpu_init gpu_serve benchmarks/results/serve '2,38p' "$0" "$@"
 
 serve_settings 120
 PORT="${PORT:-8011}"
@@ -142,6 +145,12 @@ for LAYOUT in $ENGINES; do
     --command "ENGINES=$ENGINES benchmarks/gpu_serve.sh $* (serve.engine_process=$ENGINE_PROCESS)"
   [ -n "${SERVER_URL:-}" ] && break       # someone else's server: one layout, theirs
 done
+
+if [ "${HOPS:-1}" = 1 ]; then
+  HOPS_PROMPT=1000; [ "$SMOKE" = 1 ] && HOPS_PROMPT=400
+  stage hops 300 "$PY" benchmarks/serve_hops.py --model-path "$CKPT" --device "$DEVICE" --prompt-len "$HOPS_PROMPT" \
+    --vocab-size "$VOCAB" --out "$OUT_DIR/serve_hops.json"
+fi
 
 if [ -d "$WORK/runs" ]; then
   tar czf "$OUT_DIR/runs_serve.tgz" -C "$WORK" runs && log "the runs' folders in $OUT_DIR/runs_serve.tgz"

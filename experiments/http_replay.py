@@ -288,6 +288,8 @@ async def _exchange(pool, body: bytes, rec: HttpRecord, t0: float) -> None:
             try:
                 chunk = json.loads(data)
             except json.JSONDecodeError:
+                chunk = None
+            if not isinstance(chunk, dict):
                 rec.error = f"malformed event from the server: {data[:120]!r}"
                 return
             if chunk.get("error"):

@@ -63,10 +63,11 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
     @asynccontextmanager
     async def lifespan(app):
         server.engine.start(asyncio.get_running_loop())
-        log.info("serving %s (max_model_len %d, %d KV blocks of %d tokens, scheduler %s, engine %s)",
+        log.info("serving %s (max_model_len %d, %d KV blocks of %d tokens, scheduler %s, engine %s, event loop %s)",
                  served_model_name, server.max_model_len, server.num_kv_blocks, server.block_size,
                  server.engine.info.policy_name,
-                 f"process {llm.pid}" if isinstance(llm, ProcessEngine) else "thread")
+                 f"process {llm.pid}" if isinstance(llm, ProcessEngine) else "thread",
+                 type(asyncio.get_running_loop()).__module__.split(".")[0])     # uvloop where it is installed
         yield
         server.engine.stop()
 

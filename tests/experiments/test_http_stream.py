@@ -139,3 +139,57 @@ def test_sleep_until_is_never_early_and_rarely_late():
     late = _run(main())
     assert min(late) >= 0
     assert statistics.median(late) < 0.0002, late
+
+
+@pytest.mark.parametrize("limit", ["asyncio", "timer"])
+def test_a_request_past_its_time_limit_is_recorded_as_timed_out(limit, monkeypatch):
+    # the replay's time limit: asyncio.timeout where Python has it (3.11+), else a timer that cancels the task
+    from experiments import http_replay
+    from experiments.http_replay import HttpRecord, HttpTarget
+
+    if limit == "timer":
+        monkeypatch.setattr(http_replay, "_time_limit", http_replay._TimerLimit)
+
+    async def handle(reader, writer):       # headers, one event, then nothing
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\na\r\ndata: {}\n\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async def main():
+        server, url = await _server(handle)
+        target = HttpTarget(url, request_timeout_s=0.2)
+        rec = HttpRecord(0, 0.0, 4, 3)
+        pool = ConnectionPool(target.api_base)
+        t = time.perf_counter()
+        await http_replay._one(pool, target, b"{}", rec, t)
+        took = time.perf_counter() - t
+        await pool.close()
+        server.close()
+        return rec, took
+
+    rec, took = _run(main())
+    assert rec.error == "timed out after backend.request_timeout_s=0.2 s" and rec.http_status == 200
+    assert 0.2 <= took < 2
+
+
+def test_an_event_that_is_not_a_json_object_is_a_malformed_event():
+    from experiments import http_replay
+    from experiments.http_replay import HttpRecord, HttpTarget
+
+    async def handle(reader, writer):
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + _chunked(b"data: 1\n\n"))
+        await writer.drain()
+
+    async def main():
+        server, url = await _server(handle)
+        target = HttpTarget(url)
+        rec = HttpRecord(0, 0.0, 4, 3)
+        pool = ConnectionPool(target.api_base)
+        await http_replay._one(pool, target, b"{}", rec, time.perf_counter())
+        await pool.close()
+        server.close()
+        return rec
+
+    assert _run(main()).error == "malformed event from the server: '1'"
