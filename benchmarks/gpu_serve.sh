@@ -33,7 +33,7 @@
 # MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a checkpoint directory), SERVER_START_S (seconds to
 # wait for /health).
 #
-# The GPU machine has no fastapi, uvicorn, prometheus_client, pydantic, pyzmq, guidellm and their dependencies (nor simpy, hydra-core): carry
+# The GPU machine has no fastapi, uvicorn, prometheus_client, pydantic, pyzmq, aiohttp, guidellm and their dependencies (nor simpy, hydra-core): carry
 # them as wheels in .gpuwheels/ (git ignores it), made here by `benchmarks/gpu_serve.sh --download-wheels`
 # (Python 3.12 manylinux wheels, ~10 MB); gpu_lib.sh installs them there.
 set -uo pipefail
@@ -52,7 +52,9 @@ if [ "${1:-}" = --download-wheels ]; then
     html5tagger==2.0.0 tracerite==2.6.5 ujson==6.1.0 websockets==17.4 Faker==40.63.0 tzdata==2026.6 ftfy==6.3.1 \
     wcwidth==0.9.4 culsans==0.10.0 aiologic==0.17.1 loguru==0.7.3 eval_type_backport==0.4.0 \
     more-itertools==11.2.1 pydantic-settings==2.16.3 python-dotenv==1.2.4 h2==4.4.1 hpack==4.2.0 \
-    hyperframe==6.1.0 opentelemetry-api==1.45.2 pyzmq==27.3.0 || exit 1
+    hyperframe==6.1.0 opentelemetry-api==1.45.2 pyzmq==27.3.0 \
+    aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==6.9.1 \
+    propcache==0.5.4 yarl==1.25.1 idna==3.20 || exit 1
   "${PIP[@]}" antlr4-python3-runtime==4.9.3 || exit 1     # a source archive; it builds offline
   du -sh .gpuwheels; ls .gpuwheels | wc -l
   exit 0

@@ -9,11 +9,11 @@ task starting, the route, the body read, parsed and validated, the prompt checke
 queued on the engine, the engine process receiving and admitting it, its step (first token stamped, step over), the
 step's message sent and read by the server, the tokens handed to the request, text, the chunk framed and written, and
 the client reading it. Then it starts `python -m experiments.serve` from the copy and sends streamed completions one
-at a time, --gap-s apart, with the HTTP replay's client (experiments/http_stream.py): an idle engine, so every hop is
-the path's own cost, nothing queued. It prints each hop's median (a hop between processes can be negative: the
-receiver ran before the sender's stamp after its send) and the HTTP overhead: the client's TTFT minus what the
-in-process replay would count (the engine's admission to its first token). --out writes them as JSON. Only the copy
-has the stamps. A hop whose anchor the code no longer has stops it, naming the anchor.
+at a time, --gap-s apart, with the HTTP replay's client (aiohttp, as experiments/http_replay.py): an idle engine, so
+every hop is the path's own cost, nothing queued. It prints each hop's median (a hop between processes can be
+negative: the receiver ran before the sender's stamp after its send) and the HTTP overhead: the client's TTFT minus
+what the in-process replay would count (the engine's admission to its first token). --out writes them as JSON. Only
+the copy has the stamps. A hop whose anchor the code no longer has stops it, naming the anchor.
 """
 from __future__ import annotations
 
@@ -148,23 +148,24 @@ def copy_tree(dest: Path) -> None:
 
 
 async def client(base: str, args, stamps: dict) -> None:
-    from experiments.http_stream import ConnectionPool
-    pool = ConnectionPool(base + "/v1")
+    from experiments.http_replay import HttpTarget, open_pool
+    session, url = open_pool(HttpTarget(base))
     for i in range(args.requests + args.warmup):
         prompt = [(7 * i + 3 * p) % (args.vocab_size - 1) + 1 for p in range(args.prompt_len)]
         body = json.dumps({"prompt": prompt, "max_tokens": 3, "ignore_eos": True, "temperature": 0.6, "stream": True,
                            "stream_options": {"include_usage": True}, "return_token_ids": True},
                           separators=(",", ":")).encode()
         sent = time.perf_counter()
-        async with pool.post("/completions", body) as resp:
-            async for line in resp.lines():
+        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+            async for raw in resp.content:
+                line = raw.decode()
                 if line.startswith("data: {") and '"token_ids"' in line:
                     t = time.perf_counter()
                     rid = json.loads(line[6:])["id"] + "-0"
                     if i >= args.warmup:
                         stamps.setdefault(rid, {"client_sent": sent, "client_read": t})
         await asyncio.sleep(args.gap_s)
-    await pool.close()
+    await session.close()
 
 
 def report(stamps: dict) -> dict:

@@ -9,8 +9,9 @@ one 1-token completion of the prompt format the replay uses (a server that refus
 line, not 300 times). Then each request is sent at its arrival_time_s on the replay clock (time.perf_counter; 0 = the
 moment the replay starts; never early, rarely more than tens of microseconds late: sleep_until), concurrently with every
 request still in flight (one connection each, no limit: the trace alone bounds the concurrency; a connection whose
-response ended serves a later request), its body encoded before the clock starts and sent by experiments.http_stream
-(a small HTTP/1.1 client: httpx's own cost per request and chunk is latency the in-process replay does not pay), as
+response ended serves a later request), its body encoded before the clock starts and sent by aiohttp's client
+(httpx's own cost per request and chunk, most of a millisecond on a small CPU, is latency the in-process replay
+does not pay: benchmarks/serve_hops.py), as
 
     POST {url}/v1/completions {model, prompt, max_tokens, ignore_eos: true, temperature, stream: true,
                                stream_options: {include_usage: true}}
@@ -32,9 +33,10 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from experiments.http_stream import ConnectionPool, RemoteProtocolError
+import aiohttp
 
 PROMPT_FORMATS = ("token_ids", "text")
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class HttpBackendError(ValueError):
@@ -252,6 +254,15 @@ async def sleep_until(due_s: float, clock=time.perf_counter) -> None:
         await asyncio.sleep(left - SPIN_S if left > SPIN_S else 0)
 
 
+def open_pool(target: HttpTarget) -> tuple:
+    """(aiohttp session, the completions URL) of the replay's streamed POSTs; close the session when done. No
+    connection limit: concurrency is the trace's; a connection whose response was read to its end serves a later
+    request. Call it inside the running event loop."""
+    session = aiohttp.ClientSession(headers=_headers(target), connector=aiohttp.TCPConnector(limit=0),
+                                    timeout=aiohttp.ClientTimeout(total=None, connect=target.connect_timeout_s))
+    return session, target.api_base.rstrip("/") + "/completions"
+
+
 async def _one(pool, target: HttpTarget, body: bytes, rec: HttpRecord, t0: float) -> None:
     clock = time.perf_counter
     rec.send_time_s = clock() - t0
@@ -261,7 +272,7 @@ async def _one(pool, target: HttpTarget, body: bytes, rec: HttpRecord, t0: float
     except TimeoutError:
         rec.error = f"timed out after backend.request_timeout_s={target.request_timeout_s} s"
         return
-    except (OSError, RemoteProtocolError) as exc:
+    except (OSError, aiohttp.ClientError) as exc:
         rec.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
         return
     if rec.error is None and rec.finish_time_s is None:
@@ -270,14 +281,16 @@ async def _one(pool, target: HttpTarget, body: bytes, rec: HttpRecord, t0: float
 
 async def _exchange(pool, body: bytes, rec: HttpRecord, t0: float) -> None:
     clock = time.perf_counter
-    async with pool.post("/completions", body) as resp:
+    session, url = pool
+    async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
         rec.http_status = resp.status
         if resp.status != 200:
             text = await resp.read()
             rec.error = _error_text(resp.status, text)
             rec.rejected = _error_code(text) == POLICY_REJECTED
             return
-        async for line in resp.lines():
+        async for raw in resp.content:          # the body's lines: server-sent events
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
@@ -342,7 +355,8 @@ async def _replay(requests: list[HttpRequest], target: HttpTarget, model: str, r
                   max_wall_s: float | None) -> None:
     clock = time.perf_counter
     bodies = [_body(target, model, req) for req in requests]
-    pool = ConnectionPool(target.api_base, _headers(target), target.connect_timeout_s)
+    pool = open_pool(target)
+    session = pool[0]
     try:
         t0 = clock()
         started.append(t0)
@@ -361,7 +375,7 @@ async def _replay(requests: list[HttpRequest], target: HttpTarget, model: str, r
                 rec.error = f"unfinished when the replay hit max_wall_s={max_wall_s} s"
         await asyncio.gather(*pending, return_exceptions=True)
     finally:
-        await pool.close()
+        await session.close()
 
 
 def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float | None = None) -> ReplayOutcome:
