@@ -19,6 +19,7 @@ this runs: no process group, no messages, no extra copies.
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -107,6 +108,9 @@ class ModelRunner:
         # time_device (set by a replay): each CUDA step is timed on the device, last_device_time_s its seconds
         self.time_device = False
         self.last_device_time_s: float | None = None
+        # overlap scheduling: when the latest launch() had to wait for the device first (block copies), the
+        # time.perf_counter() at which it had drained; else None
+        self.drained_at_s: float | None = None
         if self.is_cuda:
             torch.cuda.set_device(self.device)
         if self.tp_size > 1:
@@ -257,9 +261,11 @@ class ModelRunner:
         this one."""
         S = len(batch.seqs)
         overlap = self.config.overlap_scheduling
+        self.drained_at_s = None
         if overlap and self.is_cuda and (batch.swap_out or batch.swap_in or batch.offload or batch.load):
             # the copies' pinned staging is reused across steps: let every earlier step finish first
             torch.cuda.current_stream(self.device).synchronize()
+            self.drained_at_s = time.perf_counter()     # the step before ended by now (its row ends here)
         if self.inputs_copied is not None:
             # the decode graphs' pinned mirrors (block tables patched in place by _prepare) may still be
             # read by the previous step's queued copies

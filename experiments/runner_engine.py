@@ -202,7 +202,8 @@ class EngineReplayer:
         device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
         if self.config.overlap_scheduling:
             info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
-                                       release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time)
+                                       release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time,
+                                       drained=lambda: getattr(self.runner, "drained_at_s", None))
         else:
             info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
                             max_wall_s=max_wall_s, device_time=device_time)
@@ -318,7 +319,7 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
 
 def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence], rec: Recorder, *, release=None,
                         clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None,
-                        device_time=None) -> dict:
+                        device_time=None, drained=None) -> dict:
     """run_loop with overlap scheduling (docs/overlap.md): each step is scheduled and launched while the
     one before runs (launch(batch) -> handle, then Scheduler.mark_in_flight), and the one before is then
     collected (collect(handle) -> tokens, Scheduler.postprocess_in_flight).
@@ -326,13 +327,16 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
     A step's row is recorded when it is launched; its time once its tokens are on the host
     (Recorder.set_step_time): from the previous step's end (or its own schedule, after an idle
     device) to then, so the rows tile the busy time. host_gap_s is 0: the loop's host work falls
-    inside the rows."""
+    inside the rows. drained() -> a clock() reading or None: when the latest launch first waited for the device to
+    finish the step before (a step with block copies reuses their staging); that step's row ends there, and the
+    copies' time goes to the row of the step they belong to."""
     intake = _Intake(seqs, sched, rec, clock, sleep, max_wall_s)
     pending, now = intake.pending, intake.now
     bm = sched.block_manager
     busy_s = idle_s = 0.0
     last_end = None
     in_flight = None            # (batch, handle, schedule time, recorder row) of the step the device runs
+    drained_s = None            # when the latest launch found the device drained of the in-flight step
 
     while pending or sched.has_unfinished() or in_flight is not None:
         intake.admit()
@@ -344,6 +348,8 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
                 intake.reject(seq)
             if not batch.is_empty:
                 handle = launch(batch)      # reads the batch's inputs before mark_in_flight changes them
+                if drained is not None and in_flight is not None and (at := drained()) is not None:
+                    drained_s = at - intake.t0
                 rec.on_step(start, 0.0, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
                 sched.mark_in_flight(batch)
                 launched = (batch, handle, start, rec.num_steps - 1)
@@ -360,15 +366,17 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
         tokens = collect(handle)
         end = now()
         begin = scheduled_s if last_end is None else max(scheduled_s, last_end)
-        rec.set_step_time(row, begin, end - begin)
+        row_end = end if drained_s is None else max(begin, min(end, drained_s))
+        drained_s = None
+        rec.set_step_time(row, begin, row_end - begin)
         if device_time is not None and (dt := device_time()) is not None:
             rec.set_device_time(row, dt)
-        busy_s += end - begin
+        busy_s += row_end - begin
         for seq in sched.postprocess_in_flight(batch, tokens, end):
             if release is not None:
                 release(seq.request_id)
             rec.on_finish(seq)
-        last_end, in_flight = end, launched
+        last_end, in_flight = row_end, launched
     return dict(wall_s=now(), busy_s=busy_s, idle_s=idle_s, host_gap_s=0.0, start_unix_s=intake.start_unix_s,
                 num_requests=len(seqs),
                 num_rejected=intake.num_rejected, num_steps=rec.num_steps)

@@ -219,3 +219,37 @@ def test_validate_sizes_the_tier_in_gib_or_blocks_never_both():
     both = parse_args(["--model", "ckpt", "--out-dir", "out", "--cpu-cache-gib", "2.5", "--cpu-cache-num-blocks", "9"])
     with pytest.raises(ValueError, match="cpu_cache_num_blocks=9 and cpu_cache_gib=2.5 both size the CPU tier"):
         engine_run_config(both, 0)
+
+
+def test_overlapped_rows_end_where_the_next_launch_found_the_device_drained():
+    """A launch that first waits for the device (block copies) reports when it had drained: the step before ends
+    there, and the copies' time (the rest of that launch) starts the next step's row; rows still tile the busy
+    time."""
+    wl = synthetic_workload(2, Constant(1000.0), Fixed(20), Fixed(4))      # both at ~0 s
+    clock = FakeClock()
+    state = {"drained": None, "n": 0}
+
+    def launch(batch):
+        state["n"] += 1
+        state["drained"] = None
+        if state["n"] == 3:                 # this launch waits for the device, then copies for 0.5 s
+            clock.t += 0.1
+            state["drained"] = clock.t
+            clock.t += 0.5
+        return [7] * len(batch.seqs)
+
+    def collect(tokens):
+        clock.t += 0.01
+        return tokens
+
+    rec = Recorder()
+    sched = Scheduler(SchedulerConfig(num_kvcache_blocks=64, max_model_len=256))
+    info = run_loop_overlapped(sched, launch, collect, make_sequences(wl, vocab_size=100), rec, clock=clock,
+                               sleep=clock.sleep, drained=lambda: state["drained"])
+    st = rec.steps_frame()
+    start, dur = st["start_time_s"].to_numpy(), st["duration_s"].to_numpy()
+    np.testing.assert_allclose(start[1:], start[:-1] + dur[:-1])          # back to back
+    # step 0 [0, 0.01]; step 1 from there to the drain 0.11 (not to its collect at 0.62, after the copies);
+    # step 2 from the drain to its collect at 0.63: the copies' 0.5 s are its own
+    np.testing.assert_allclose(dur[:3], [0.01, 0.10, 0.52], atol=1e-9)
+    assert info["busy_s"] == pytest.approx(dur.sum())
