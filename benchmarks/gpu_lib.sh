@@ -115,8 +115,9 @@ print('random Qwen3-0.6B:', sum(p.numel() for p in model.parameters()) / 1e9, 'B
 # DIR already holds a checkpoint.
 make_serving_checkpoint() {
   local ckpt="$1" limit="$2" vocab="$3"
-  [ -f "$ckpt/config.json" ] && return 0
-  make_checkpoint "$ckpt" "$limit"
+  # a reused checkpoint (CKPT) without a tokenizer gets one: the server detokenizes, guidellm makes text
+  [ -f "$ckpt/config.json" ] && [ -f "$ckpt/tokenizer.json" ] && return 0
+  [ -f "$ckpt/config.json" ] || make_checkpoint "$ckpt" "$limit"
   stage tokenizer 60 "$PY" -c "
 import sys; sys.path.insert(0, '.')
 from tests.experiments.byte_tokenizer import make_byte_tokenizer
