@@ -21,18 +21,17 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_overhead import start_server  # noqa: E402  (the server's start-up, shared with serve_overhead.py)
 
 # each process appends its stamps (key -> {hop: time}) to $HOPS_DIR at its end
 HOP_MODULE = '''
@@ -148,7 +147,7 @@ def copy_tree(dest: Path) -> None:
 
 
 async def client(base: str, args, stamps: dict) -> None:
-    from experiments.http_replay import HttpTarget, open_pool
+    from experiments.http_replay import JSON_HEADERS, HttpTarget, open_pool
     session, url = open_pool(HttpTarget(base))
     for i in range(args.requests + args.warmup):
         prompt = [(7 * i + 3 * p) % (args.vocab_size - 1) + 1 for p in range(args.prompt_len)]
@@ -156,7 +155,7 @@ async def client(base: str, args, stamps: dict) -> None:
                            "stream_options": {"include_usage": True}, "return_token_ids": True},
                           separators=(",", ":")).encode()
         sent = time.perf_counter()
-        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+        async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
             async for raw in resp.content:
                 line = raw.decode()
                 if line.startswith("data: {") and '"token_ids"' in line:
@@ -212,20 +211,9 @@ def main() -> None:
         path = os.pathsep.join(filter(None, [str(copy), os.environ.get("PYTHONPATH")]))   # carried wheels stay found
         env = {**os.environ, "HOPS_DIR": str(hops_dir), "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
         max_len = args.max_model_len or args.prompt_len + 64
-        proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", f"backend.model_path={ckpt}",
-                                 f"backend.device={args.device}", "serve.port=0", f"max_model_len={max_len}",
-                                 "serve.log_level=info"], cwd=copy, env={**env, "PYTHONUNBUFFERED": "1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        base, lines = None, []
-        for line in proc.stdout:
-            lines.append(line)
-            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
-            if found:
-                base = found.group(1)
-                break
-        if base is None:
-            raise SystemExit("the server did not start:\n" + "".join(lines[-20:]))
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        proc, base, _ = start_server([f"backend.model_path={ckpt}", f"backend.device={args.device}", "serve.port=0",
+                                      f"max_model_len={max_len}", "serve.log_level=info"],
+                                     copy, {**env, "PYTHONUNBUFFERED": "1"})
         stamps: dict = {}
         sys.path.insert(0, str(ROOT))
         try:

@@ -93,21 +93,18 @@ def main() -> None:
               f"{engine_cpu * per_k:.3f} s, HTTP side {http_cpu * per_k:.3f} s")
 
 
-def serve(overrides, prompts, output_len: int, stream: bool, total: int) -> tuple[float, float, float]:
-    """(wall seconds, engine CPU seconds, HTTP side CPU seconds) of the timed run against a fresh server."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+def start_server(overrides, cwd, env, watch: dict | None = None) -> tuple[subprocess.Popen, str, dict]:
+    """Starts `python -m experiments.serve *overrides` and waits for uvicorn's start line: (the process, its base
+    URL http://host:port, {name: the first group of watch[name]'s regex, from a line before it}). Its output is
+    drained in a thread from then on."""
     proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", *overrides],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = tid = engine_pid = None
-    lines = []
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base, seen, lines = None, {}, []
     for line in proc.stdout:
         lines.append(line)
-        found = re.search(r"engine thread running \(native thread id (\d+)\)", line)
-        if found:
-            tid = int(found.group(1))
-        found = re.search(r"engine process running \(pid (\d+)\)", line)
-        if found:
-            engine_pid = int(found.group(1))
+        for name, pattern in (watch or {}).items():
+            if name not in seen and (found := re.search(pattern, line)):
+                seen[name] = found.group(1)
         found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
         if found:
             base = found.group(1)
@@ -115,6 +112,16 @@ def serve(overrides, prompts, output_len: int, stream: bool, total: int) -> tupl
     if base is None:
         raise SystemExit("the server did not start:\n" + "".join(lines[-20:]))
     threading.Thread(target=proc.stdout.read, daemon=True).start()     # keep its pipe drained
+    return proc, base, seen
+
+
+def serve(overrides, prompts, output_len: int, stream: bool, total: int) -> tuple[float, float, float]:
+    """(wall seconds, engine CPU seconds, HTTP side CPU seconds) of the timed run against a fresh server."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc, base, seen = start_server(overrides, ROOT, env, watch={
+        "tid": r"engine thread running \(native thread id (\d+)\)", "pid": r"engine process running \(pid (\d+)\)"})
+    tid = int(seen["tid"]) if "tid" in seen else None
+    engine_pid = int(seen["pid"]) if "pid" in seen else None
 
     import httpx
 
