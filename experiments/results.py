@@ -76,8 +76,10 @@ def write_json(path, obj) -> Path:
 
 
 def write_parquet(df, path) -> Path:
+    # zstd: a steps table ~22% smaller than parquet's default snappy and no slower to write (kept real runs travel
+    # to the GPU machine and live in the repository)
     with _atomic_target(path) as tmp:
-        df.to_parquet(tmp, index=False)
+        df.to_parquet(tmp, index=False, compression="zstd")
     return Path(path)
 
 
