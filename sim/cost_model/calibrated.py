@@ -335,7 +335,7 @@ class CalibratedCostModel(FittedCostModel):
         else:
             loop = [FEATURES.index(f) for f in HOST_TERMS]
             host = x[:, loop] @ np.array([self.coefficients[FEATURES[i]] for i in loop])
-        return np.where(host > 0, np.maximum(total - host, host), total)
+        return np.maximum(total - host, host)       # host 0: the step as without overlap
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod
