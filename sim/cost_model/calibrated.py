@@ -58,6 +58,16 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              each context in one program per (sequence, KV head) without splitting it, so the
                              longest context is a serial critical path. On the H200, batches of ~46 sequences of
                              ~1.4k keys with one of 4k-8k took 5.8 ms, priced 3.9 ms without it
+    decode_split_keys        min(longest context, SPLIT_PARTITION_KEYS = 256) in a pure-decode step of fewer than
+                             `single_split_min_seqs` sequences: there the kernel splits each context into
+                             partitions of at least 256 keys, so the step's time rises with its longest context
+                             up to 256 keys and is flat after (the H200 profile: +0.15 ms from 64 to 256 keys at
+                             1-8 sequences)
+    decode_graph_<b>         fixed cost of a pure-decode step whose batch pads to the CUDA graph of b sequences
+                             (calibrated_fit.DECODE_GRAPH_BUCKETS: 1, 2, 4, 8, 16, 32; none above): each graph
+                             splits contexts its own way (32 partitions for 1-4 sequences, 17 for 8, 9 for 16),
+                             so at one context the H200 step took 1.58 / 1.61 / 1.59 / 1.55 / 1.67 ms at 1 / 2 /
+                             4 / 5 / 9 sequences, which no line in the batch size gives
 
 With overlap scheduling (docs/overlap.md) the simulator prices a step as max(step - host, host)
 (`host_time_s`): the host's work runs while the device computes the step before. Where the fit's
@@ -94,6 +104,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from bisect import bisect_left
 from operator import mul
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -101,7 +112,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel, StepShape
-from sim.cost_model.calibrated_fit import FEATURES, KNEE_CANDIDATES, OBJECTIVES, design_matrix, fit_coefficients, nnls
+from sim.cost_model.calibrated_fit import (
+    DECODE_GRAPH_BUCKETS,
+    FEATURES,
+    KNEE_CANDIDATES,
+    OBJECTIVES,
+    SPLIT_PARTITION_KEYS,
+    design_matrix,
+    fit_coefficients,
+    nnls,
+)
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
 
@@ -167,7 +187,7 @@ class CalibratedCostModel(FittedCostModel):
             raise ValueError(f"single_split_min_seqs must be >= 1 or None, got {single_split_min_seqs}")
         self.single_split_min_seqs = None if single_split_min_seqs is None else int(single_split_min_seqs)
         if self.single_split_min_seqs is None:
-            c["decode_tail_keys"] = 0.0
+            c["decode_tail_keys"] = c["decode_split_keys"] = 0.0
         self.coefficients = c
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
         self.block_size = int(block_size)
@@ -180,7 +200,7 @@ class CalibratedCostModel(FittedCostModel):
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
-         self._tier_in, self._dec_tail) = (c[f] for f in FEATURES)
+         self._tier_in, self._dec_tail, self._dec_split, *self._graph) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -226,9 +246,13 @@ class CalibratedCostModel(FittedCostModel):
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
         t = self._step + self._loop_step + self._decode_seq * num_decode_seqs + self._dctx * decode_context_sum
-        if not n_pre and self._dec_tail and max_decode_context_len is not None \
-                and num_decode_seqs >= self.single_split_min_seqs:
-            t += self._dec_tail * max(max_decode_context_len - decode_context_sum / num_decode_seqs, 0)
+        if not n_pre:
+            t += self._graph_s(num_decode_seqs)
+        if not n_pre and max_decode_context_len is not None and (self._dec_tail or self._dec_split):
+            if num_decode_seqs >= self.single_split_min_seqs:
+                t += self._dec_tail * max(max_decode_context_len - decode_context_sum / num_decode_seqs, 0)
+            else:
+                t += self._dec_split * min(max_decode_context_len, SPLIT_PARTITION_KEYS)
         if n_pre:
             pre_tokens = sum(prefill_new_tokens)
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
@@ -245,6 +269,11 @@ class CalibratedCostModel(FittedCostModel):
                     else decode_context_sum / num_decode_seqs
                 t += self._dtail * max(longest - max(prefill_context_lens), 0)
         return t + swap_s
+
+    def _graph_s(self, num_decode_seqs: int) -> float:
+        """A pure-decode step's decode_graph_<b> term: b the smallest DECODE_GRAPH_BUCKETS entry >= the batch."""
+        i = bisect_left(DECODE_GRAPH_BUCKETS, num_decode_seqs)
+        return self._graph[i] if i < len(self._graph) else 0.0
 
     def step_time_from_shape(self, prefill_new_tokens: Sequence[int], prefill_context_lens: Sequence[int],
                              num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,
@@ -294,7 +323,7 @@ class CalibratedCostModel(FittedCostModel):
         """CostModel.step_time_s (the CPU tier's copies included) plus the longest decode context, which only
         this model prices."""
         p = batch.num_prefill_seqs
-        if len(batch.context_lens) == p or not (self._dtail if p else self._dec_tail):
+        if len(batch.context_lens) == p or not (self._dtail if p else self.prices_longest_decode):
             return super().step_time_s(batch)
         shape = StepShape.from_batch(batch)
         if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:
@@ -304,7 +333,7 @@ class CalibratedCostModel(FittedCostModel):
 
     @property
     def prices_longest_decode(self) -> bool:
-        return bool(self._dec_tail)
+        return bool(self._dec_tail or self._dec_split)
 
     def decode_step_times_s(self, num_seqs: int, start_context_sum: int, k: int,
                             start_max_context: int | None = None) -> np.ndarray:
@@ -318,9 +347,12 @@ class CalibratedCostModel(FittedCostModel):
         self.check_shape((), (), num_seqs, start_context_sum, 0, None)
         self.check_shape((), (), num_seqs, start_context_sum + (k - 1) * num_seqs, 0, None)
         ctx = start_context_sum + num_seqs * np.arange(k, dtype=np.float64)            # [k]
-        fixed = self._step + self._loop_step + self._decode_seq * num_seqs
-        if self._dec_tail and start_max_context is not None and num_seqs >= self.single_split_min_seqs:
-            fixed += self._dec_tail * max(start_max_context - start_context_sum / num_seqs, 0)
+        fixed = self._step + self._loop_step + self._decode_seq * num_seqs + self._graph_s(num_seqs)
+        if start_max_context is not None and self.prices_longest_decode:
+            if num_seqs >= self.single_split_min_seqs:
+                fixed += self._dec_tail * max(start_max_context - start_context_sum / num_seqs, 0)
+            else:     # [k]: the longest context grows by 1 a step
+                fixed = fixed + self._dec_split * np.minimum(start_max_context + np.arange(k), SPLIT_PARTITION_KEYS)
         return fixed + self._dctx * ctx
 
     def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
@@ -341,17 +373,19 @@ class CalibratedCostModel(FittedCostModel):
     @classmethod
     def fit(cls, steps: Any, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int | None = None,
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
-            single_split_min_seqs: int | None = None, **options) -> "CalibratedCostModel":
+            single_split_min_seqs: int | None = None, run_share: float = 0.5, **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
         objective: "relative" (default: every row by its relative error), "sqrt" or "absolute".
         single_split_min_seqs: see __init__ (experiments.calibrate derives it from the profile's SM and KV-head
-        counts); None leaves decode_tail_keys out.
+        counts); None leaves decode_tail_keys and decode_split_keys out.
+        run_share: the real runs' share of the row weights where the table mixes profile and run rows
+        (calibrated_fit.source_weights; default: equal shares).
         """
         if options:
             raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
-                            f"metadata, objective, robust, single_split_min_seqs")
+                            f"metadata, objective, robust, single_split_min_seqs, run_share")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
@@ -362,11 +396,12 @@ class CalibratedCostModel(FittedCostModel):
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
         coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
-                                              single_split_min_seqs)
+                                              single_split_min_seqs, run_share)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-        meta.update(num_fit_rows=int(len(table["duration_s"])), objective=objective, robust=bool(robust))
+        meta.update(num_fit_rows=int(len(table["duration_s"])), objective=objective, robust=bool(robust),
+                    run_share=float(run_share))
         if offset is not None:
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,

@@ -32,10 +32,13 @@ import numpy as np
 
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
+# the engine's smallest decode CUDA graph sizes (engine/model_runner.cuda_graph_sizes): a batch pads to the next
+DECODE_GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32)
 FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
-            "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys")
+            "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
+            *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS))
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -147,13 +150,28 @@ def decode_tail_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
     return np.where((p_seqs == 0) & (d_seqs >= single_split_min_seqs), np.maximum(tail, 0.0), 0.0)
 
 
+SPLIT_PARTITION_KEYS = 256   # engine/kernels/paged_decode.MIN_PARTITION: the fewest keys a split program reads
+
+
+def decode_split_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
+    """Per row: in a pure-decode step of fewer than single_split_min_seqs sequences, min(longest decode context,
+    SPLIT_PARTITION_KEYS) (0 otherwise, for single_split_min_seqs None, and for a table without the recorder's
+    max_decode_context_tokens column)."""
+    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    if single_split_min_seqs is None or "max_decode_context_tokens" not in steps:
+        return np.zeros_like(p_seqs)
+    longest = np.nan_to_num(_col(steps, "max_decode_context_tokens"))
+    split = (p_seqs == 0) & (d_seqs > 0) & (d_seqs < single_split_min_seqs)
+    return np.where(split, np.minimum(longest, SPLIT_PARTITION_KEYS), 0.0)
+
+
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                   single_split_min_seqs: int | None = None) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
-    to it: a block twice as large copies twice the bytes). single_split_min_seqs: see decode_tail_keys
-    (None: that column is 0).
+    to it: a block twice as large copies twice the bytes). single_split_min_seqs: see decode_tail_keys and
+    decode_split_keys (None: those columns are 0).
     """
     missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
     if missing:
@@ -181,7 +199,21 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
                             mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
-                            tier_in, decode_tail_keys(steps, single_split_min_seqs)])
+                            tier_in, decode_tail_keys(steps, single_split_min_seqs),
+                            decode_split_keys(steps, single_split_min_seqs),
+                            *decode_graph_buckets(steps)])
+
+
+def decode_graph_buckets(steps) -> list[np.ndarray]:
+    """Per bucket of DECODE_GRAPH_BUCKETS: 1 on pure-decode rows whose batch pads to that CUDA graph size."""
+    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    dec = (p_seqs == 0) & (d_seqs > 0)
+    lo = 0
+    out = []
+    for b in DECODE_GRAPH_BUCKETS:
+        out.append((dec & (d_seqs > lo) & (d_seqs <= b)).astype(np.float64))
+        lo = b
+    return out
 
 
 def _weighted_nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -252,18 +284,21 @@ def fit_loop_terms(steps) -> np.ndarray | None:
     return coef
 
 
-def source_weights(steps) -> np.ndarray:
-    """Per-row weights giving the profile rows (serving_loop 0) and the real runs' rows (1) equal total weight.
+def source_weights(steps, run_share: float = 0.5) -> np.ndarray:
+    """Per-row weights giving the real runs' rows (serving_loop 1) run_share of the total weight and the profile
+    rows (0) the rest (default: equal shares).
 
     A replay has ~100x the rows of a profile grid; unweighted, it decides every shared coefficient alone and
     the grid's large batches (a replay at a few req/s never reaches them) stop counting. A `fit_group` column
     (0 profile, 1 run), where present, names the sources instead of serving_loop: a device-time table has no
     serving-loop share in any row (experiments.calibrate.device_table)."""
+    if not 0.0 < run_share < 1.0:
+        raise ValueError(f"run_share must be in (0, 1), got {run_share}")
     loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     n_run, n_prof = float(loop.sum()), float(len(loop) - loop.sum())
     if n_run == 0 or n_prof == 0:
         return np.ones(len(loop))
-    return np.where(loop == 1, 0.5 * len(loop) / n_run, 0.5 * len(loop) / n_prof)
+    return np.where(loop == 1, run_share * len(loop) / n_run, (1 - run_share) * len(loop) / n_prof)
 
 
 class Fit(NamedTuple):
@@ -283,7 +318,7 @@ def profile_offset_columns(steps) -> np.ndarray | None:
     profile rows takes it, so `step` is the serving loop's; the profile still fixes every slope (batch
     size, context, prefill tokens, swaps). It is not a model term: the simulator prices steps as the
     serving loop runs them. Without run rows it would duplicate `step`."""
-    loop = serving_loop_flags(steps)
+    loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     if loop.all() or not loop.any():
         return None
     seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
@@ -294,17 +329,19 @@ def profile_offset_columns(steps) -> np.ndarray | None:
 
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
                      objective: str = "relative", robust: bool = True,
-                     single_split_min_seqs: int | None = None) -> Fit:
+                     single_split_min_seqs: int | None = None, run_share: float = 0.5) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
-    keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset).
+    keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
+    or a device-time table (a `fit_group` column) that mixes them: the runs' device seconds set the level.
+    run_share: the real runs' share of the row weights (source_weights).
 
     steps: a table with STEP_TABLE_COLUMNS whose duration_s are all finite and > 0 (the caller filters).
     """
     y = np.asarray(steps["duration_s"], dtype=np.float64)
     eager_tokens = np.where(_col(steps, "num_prefill_seqs") > 0,
                             _col(steps, "num_prefill_tokens") + _col(steps, "num_decode_seqs"), 0.0)
-    weights = source_weights(steps)
+    weights = source_weights(steps, run_share)
     loop_coef = fit_loop_terms(steps)
     loop_cols = [FEATURES.index(name) for name in LOOP_TERMS]
     target, row_weights, dropped = y, weights, [FEATURES.index(name) for name in UNFITTED]
@@ -312,8 +349,9 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
         # The loop terms are known: fit the rest on what they leave (the relative weights stay those of y).
         rest = y - design_matrix(steps, None, block_size)[:, loop_cols] @ loop_coef
         target, row_weights, dropped = np.maximum(rest, 1e-3 * y), weights * rest / y, loop_cols
-    # Without the measured step, loop_step is fitted jointly and already takes the run-minus-profile difference.
-    offset_cols = profile_offset_columns(steps) if loop_coef is not None else None
+    # Without the measured step, loop_step is fitted jointly and already takes the run-minus-profile difference;
+    # a device-time table has no loop share, so the offset is fitted there too.
+    offset_cols = profile_offset_columns(steps) if (loop_coef is not None or "fit_group" in steps) else None
     nf = len(FEATURES)
 
     def fit(knee):
