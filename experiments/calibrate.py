@@ -38,7 +38,7 @@ import pandas as pd
 
 from experiments.step_tables import read_step_table
 from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
-from sim.cost_model.calibrated_fit import decode_single_split_min_seqs
+from sim.cost_model.calibrated_fit import decode_single_split_min_seqs, prefill_span_pairs_per_key
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 
 
@@ -85,20 +85,21 @@ def _by_source(model, table: pd.DataFrame, rows: np.ndarray) -> dict:
 def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int = 0,
               knee_candidates=KNEE_CANDIDATES, objective: str = "relative", robust: bool = True,
               metadata: dict | None = None, eval_tables: dict | None = None,
-              single_split_min_seqs: int | None = None,
+              single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
               device_tables: list | None = None) -> tuple[CalibratedCostModel, dict]:
     """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
 
     table: one calibration table (an optional `source` column names each row's input, for per-source errors).
     eval_tables: name -> table never fitted on, scored with the final model.
     single_split_min_seqs: the decode batch size from which the engine's decode kernel stops splitting keys
-    (decode_tail_keys; main() derives it from the profile's SM and KV-head counts).
+    (decode_tail_keys; main() derives it from the profile's SM and KV-head counts). prefill_span_pairs: the
+    divisor of prefill_attention_span (main() derives it from the SM and head counts).
     device_tables: tables fitted for the device model only (device_table): e.g. a replay with overlap
     scheduling, whose step times are not the synchronous loop's but whose device seconds are measured.
     """
     table = _valid(table)
     opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust,
-                single_split_min_seqs=single_split_min_seqs)
+                single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs)
     train, test = heldout_split(len(table), heldout_fraction, seed)
     part = CalibratedCostModel.fit(table.iloc[train], **opts)
     heldout = _by_source(part, table, test)
@@ -216,11 +217,13 @@ def main(argv=None) -> int:
         "num_sms": prof.get("num_sms"),
     }
     # the decode kernel's split rule needs the GPU's SM count (a profile made before it was recorded: none)
-    split_min = decode_single_split_min_seqs(prof.get("num_sms"), (meta["model_dims"] or {}).get("num_kv_heads"))
+    dims = meta["model_dims"] or {}
+    split_min = decode_single_split_min_seqs(prof.get("num_sms"), dims.get("num_kv_heads"))
+    span_pairs = prefill_span_pairs_per_key(prof.get("num_sms"), dims.get("num_q_heads"), dims.get("num_kv_heads"))
     evals = {Path(t).name: read_table(t) for t in args.eval}
     model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, objective=args.objective,
                               robust=not args.no_robust, metadata=meta, eval_tables=evals,
-                              single_split_min_seqs=split_min,
+                              single_split_min_seqs=split_min, prefill_span_pairs=span_pairs,
                               device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables])
     model.save(args.out)
     print(f"{model!r}")

@@ -68,6 +68,13 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              splits contexts its own way (32 partitions for 1-4 sequences, 17 for 8, 9 for 16),
                              so at one context the H200 step took 1.58 / 1.61 / 1.59 / 1.55 / 1.67 ms at 1 / 2 /
                              4 / 5 / 9 sequences, which no line in the batch size gives
+    prefill_attention_span   per key of max(prefill_attention_pairs / `prefill_span_pairs`, longest prefill context)
+                             in a step with prefill entries: the keys the prefill kernel's busiest program slot
+                             reads. A program owns 32 query tokens of one entry and one KV head; with few of them
+                             (a short chunk on a long cached prefix) one serial walk over the longest context
+                             sets the time, with many the pairs spread over the SMs' program slots do
+                             (calibrated_fit.prefill_span_pairs_per_key). On the H200 the terms without it priced
+                             128 new tokens on 16,384 cached at 0.87 of the profile's time and 1,024 at 1.32
 
 With overlap scheduling (docs/overlap.md) the simulator prices a step as max(step - host, host)
 (`host_time_s`): the host's work runs while the device computes the step before. Where the fit's
@@ -147,12 +154,15 @@ class CalibratedCostModel(FittedCostModel):
                  knee_tokens: int | None = None, block_size: int = 16, metadata: Mapping | None = None,
                  fitted_range: Mapping | None = None, max_model_len: int | None = None,
                  envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False,
-                 single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None):
+                 single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None,
+                 prefill_span_pairs: float | None = None):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
         single_split_min_seqs: the decode batch size from which the fitted engine's decode kernel stops
         splitting keys (calibrated_fit.decode_single_split_min_seqs); None: decode_tail_keys is not priced.
+        prefill_span_pairs: the divisor of prefill_attention_span (calibrated_fit.prefill_span_pairs_per_key);
+        None: that term is not priced.
         device: the same terms fitted to the steps' device seconds alone (the `device` key of a saved file;
         experiments.calibrate fits it where the tables have device_time_s): host_time_s is then the rest of a
         step. None: host_time_s is the loop terms."""
@@ -165,6 +175,7 @@ class CalibratedCostModel(FittedCostModel):
             metadata, fitted_range = data.get("metadata"), data.get("fitted_range")
             envelope = data.get("envelope")
             single_split_min_seqs = data.get("single_split_min_seqs")
+            prefill_span_pairs = data.get("prefill_span_pairs")
             device = data.get("device")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
@@ -188,6 +199,11 @@ class CalibratedCostModel(FittedCostModel):
         self.single_split_min_seqs = None if single_split_min_seqs is None else int(single_split_min_seqs)
         if self.single_split_min_seqs is None:
             c["decode_tail_keys"] = c["decode_split_keys"] = 0.0
+        if prefill_span_pairs is not None and not float(prefill_span_pairs) > 0:
+            raise ValueError(f"prefill_span_pairs must be > 0 or None, got {prefill_span_pairs}")
+        self.prefill_span_pairs = None if prefill_span_pairs is None else float(prefill_span_pairs)
+        if self.prefill_span_pairs is None:
+            c["prefill_attention_span"] = 0.0
         self.coefficients = c
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
         self.block_size = int(block_size)
@@ -200,7 +216,7 @@ class CalibratedCostModel(FittedCostModel):
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
-         self._tier_in, self._dec_tail, self._dec_split, *self._graph) = (c[f] for f in FEATURES)
+         self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -261,6 +277,8 @@ class CalibratedCostModel(FittedCostModel):
             t += (self._eager + self._loop_pstep + (self._seq + self._loop_seq) * n_pre
                   + (self._ptok + self._loop_ptok) * pre_tokens + self._pairs * pairs
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
+            if self._span:
+                t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
             if pre_tokens + num_decode_seqs > self._knee:
                 t += self._knee_slope * (pre_tokens + num_decode_seqs - self._knee)
             if num_decode_seqs and self._dtail:
@@ -358,7 +376,7 @@ class CalibratedCostModel(FittedCostModel):
     def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
         """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s, or with
         overlapped as overlapped_step_time_s: max(step - host, host))."""
-        x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs)
+        x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs)
         total = x @ np.array([self.coefficients[f] for f in FEATURES])
         if not overlapped:
             return total
@@ -373,7 +391,8 @@ class CalibratedCostModel(FittedCostModel):
     @classmethod
     def fit(cls, steps: Any, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int | None = None,
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
-            single_split_min_seqs: int | None = None, run_share: float = 0.5, **options) -> "CalibratedCostModel":
+            single_split_min_seqs: int | None = None, run_share: float = 0.5, prefill_span_pairs: float | None = None,
+            **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
@@ -382,10 +401,12 @@ class CalibratedCostModel(FittedCostModel):
         counts); None leaves decode_tail_keys and decode_split_keys out.
         run_share: the real runs' share of the row weights where the table mixes profile and run rows
         (calibrated_fit.source_weights; default: equal shares).
+        prefill_span_pairs: see __init__ (experiments.calibrate derives it from the profile's SM and head counts);
+        None leaves prefill_attention_span out.
         """
         if options:
             raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
-                            f"metadata, objective, robust, single_split_min_seqs, run_share")
+                            f"metadata, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
@@ -396,7 +417,7 @@ class CalibratedCostModel(FittedCostModel):
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
         coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
-                                              single_split_min_seqs, run_share)
+                                              single_split_min_seqs, run_share, prefill_span_pairs)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -406,12 +427,12 @@ class CalibratedCostModel(FittedCostModel):
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
-                   single_split_min_seqs=single_split_min_seqs)
+                   single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs)
 
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
              "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
-             "single_split_min_seqs": self.single_split_min_seqs,
+             "single_split_min_seqs": self.single_split_min_seqs, "prefill_span_pairs": self.prefill_span_pairs,
              "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
              "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
         if self.device_model is not None:

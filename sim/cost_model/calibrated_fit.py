@@ -38,7 +38,7 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
-            *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS))
+            *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span")
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -165,13 +165,41 @@ def decode_split_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
     return np.where(split, np.minimum(longest, SPLIT_PARTITION_KEYS), 0.0)
 
 
+PREFILL_BLOCK_M = 64          # engine/kernels/paged_prefill.paged_prefill_attention's block_m (query rows a program)
+PREFILL_PROGRAMS_PER_SM = 2   # its 64 x 64 tiles, 2 stages: ~80 KB of shared memory a program, two fit an H200 SM
+
+
+def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num_kv_heads: int | None) -> float | None:
+    """The divisor of prefill_attention_span: query-key pairs that the prefill kernel's programs, running side by
+    side (num_sms * PREFILL_PROGRAMS_PER_SM), cover while one of them reads one key. A program owns
+    TOK = block_m // group query tokens of one entry and one KV head (engine/kernels/paged_prefill), so
+    pairs / (TOK * slots / num_kv_heads) are the keys each slot reads. None when a count is unknown."""
+    if not num_sms or not num_q_heads or not num_kv_heads:
+        return None
+    group = int(num_q_heads) // int(num_kv_heads)
+    block_m = max(PREFILL_BLOCK_M, 16, 1 << max(group - 1, 0).bit_length())
+    return float(block_m // group) * int(num_sms) * PREFILL_PROGRAMS_PER_SM / int(num_kv_heads)
+
+
+def prefill_attention_span(steps, pairs_per_key: float | None) -> np.ndarray:
+    """Per row with prefill entries: max(prefill_attention_pairs / pairs_per_key, longest prefill context), the keys
+    the prefill kernel's busiest program slot reads: its work spread over the slots, or one program's serial walk
+    over the longest context when there are too few programs to fill them (0 otherwise, for pairs_per_key None,
+    and for a table without the recorder's max_prefill_context_tokens column)."""
+    p_seqs = _col(steps, "num_prefill_seqs")
+    if pairs_per_key is None or "max_prefill_context_tokens" not in steps:
+        return np.zeros_like(p_seqs)
+    spread = _col(steps, "prefill_attention_pairs") / float(pairs_per_key)
+    return np.where(p_seqs > 0, np.maximum(spread, np.nan_to_num(_col(steps, "max_prefill_context_tokens"))), 0.0)
+
+
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
-                  single_split_min_seqs: int | None = None) -> np.ndarray:
+                  single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
     to it: a block twice as large copies twice the bytes). single_split_min_seqs: see decode_tail_keys and
-    decode_split_keys (None: those columns are 0).
+    decode_split_keys (None: those columns are 0). prefill_span_pairs: see prefill_attention_span (None: 0).
     """
     missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
     if missing:
@@ -201,7 +229,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
                             tier_in, decode_tail_keys(steps, single_split_min_seqs),
                             decode_split_keys(steps, single_split_min_seqs),
-                            *decode_graph_buckets(steps)])
+                            *decode_graph_buckets(steps), prefill_attention_span(steps, prefill_span_pairs)])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
@@ -329,7 +357,8 @@ def profile_offset_columns(steps) -> np.ndarray | None:
 
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
                      objective: str = "relative", robust: bool = True,
-                     single_split_min_seqs: int | None = None, run_share: float = 0.5) -> Fit:
+                     single_split_min_seqs: int | None = None, run_share: float = 0.5,
+                     prefill_span_pairs: float | None = None) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
@@ -355,7 +384,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     nf = len(FEATURES)
 
     def fit(knee):
-        x = design_matrix(steps, knee, block_size, single_split_min_seqs)
+        x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])

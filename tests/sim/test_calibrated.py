@@ -19,7 +19,8 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             loop_prefill_tokens=5e-7, prefill_context_tokens=4e-8,
             loop_prefill_step=3e-4, mixed_decode_tail_keys=6e-8, decode_tail_keys=0.0, tier_step=2e-4,
             tier_out_blocks=6e-5, tier_in_blocks=9e-5, decode_split_keys=3e-7, decode_graph_1=1e-4, decode_graph_2=0.0,
-            decode_graph_4=5e-5, decode_graph_8=0.0, decode_graph_16=0.0, decode_graph_32=2e-5)
+            decode_graph_4=5e-5, decode_graph_8=0.0, decode_graph_16=0.0, decode_graph_32=2e-5,
+            prefill_attention_span=0.0)    # its own test: it needs prefill_span_pairs
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -222,7 +223,7 @@ def test_decode_tail_keys_prices_the_longest_context_of_unsplit_decode_batches()
     shapes = [Shape("decode", (), d) for d in ((50,) * 3 + (900,), (50,) * 7 + (2000,), (300,) * 8, (50, 3000),
                                                 (20,) * 5 + (400,), (700,) * 6, (10,) * 5 + (90,) * 4)]
     table, batches = _table([Shape(s.kind, s.prefills, s.decode_ctx[:-1] + (s.decode_ctx[-1] + 37 * i,))
-                             for i in range(4) for s in shapes], cm, loop=False)
+                             for i in range(5) for s in shapes], cm, loop=False)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
     fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), single_split_min_seqs=4)
     assert fitted.coefficients["decode_tail_keys"] == pytest.approx(4e-7, rel=1e-5)
@@ -259,6 +260,49 @@ def test_decode_graph_and_split_terms_price_small_decode_batches():
     fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), single_split_min_seqs=12)
     for f, v in coef.items():
         assert fitted.coefficients[f] == pytest.approx(v, rel=1e-5), f
+
+
+def test_prefill_attention_span_prices_the_busiest_program_slot():
+    """prefill_attention_span: in a step with prefill entries, max(pairs / prefill_span_pairs, longest prefill
+    context): the kernel's work spread over its program slots, or one program's walk over the longest context
+    (a short chunk on a long cached prefix). The table, batch and shape forms agree; a fit recovers it."""
+    coef = dict(step=1e-3, prefill_tokens=2e-6, prefill_attention_pairs=1e-10, prefill_attention_span=3e-7)
+    cm = CalibratedCostModel(coefficients=coef, prefill_span_pairs=1000.0)
+    rng = np.random.default_rng(0)
+    # 128 new tokens after 16,384 cached: 2,105,408 pairs / 1,000 = 2,105 < 16,512 keys: the walk sets it
+    chunk = build_batch(Shape("prefill", ((128, 16384),)), 16, 1000, 0.0, rng)
+    pairs = 128 * 16512 - (128 * 128 - 128) // 2
+    assert cm.step_time_s(chunk) == pytest.approx(1e-3 + 2e-6 * 128 + 1e-10 * pairs + 3e-7 * 16512)
+    # 4,096 new tokens, nothing cached: 8,390,656 pairs / 1,000 = 8,391 > 4,096 keys: the spread sets it
+    whole = build_batch(Shape("prefill", ((4096, 0),)), 16, 1000, 0.0, rng)
+    pairs = 4096 * 4097 // 2
+    assert cm.step_time_s(whole) == pytest.approx(1e-3 + 2e-6 * 4096 + 1e-10 * pairs + 3e-7 * pairs / 1000)
+    decode = build_batch(Shape("decode", decode_ctx=(900,)), 16, 1000, 0.0, rng)
+    assert cm.step_time_s(decode) == pytest.approx(1e-3)
+    assert CalibratedCostModel(coefficients=coef).step_time_s(chunk) == pytest.approx(
+        1e-3 + 2e-6 * 128 + 1e-10 * (128 * 16512 - (128 * 128 - 128) // 2))      # no divisor: not priced
+    shapes = [Shape("prefill", ((n, c),)) for n in (16, 128, 512, 2048, 4096, 8192) for c in (0, 1024, 8192, 16384)]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4, 8)]
+    table, batches = _table(shapes, cm, loop=False)
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+    fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), prefill_span_pairs=1000.0)
+    for f, v in coef.items():
+        assert fitted.coefficients[f] == pytest.approx(v, rel=1e-5), f
+    assert CalibratedCostModel.from_dict(fitted.to_dict()).prefill_span_pairs == 1000.0
+
+
+def test_the_prefill_span_divisor_follows_the_prefill_kernel():
+    """prefill_span_pairs_per_key: the kernel's query tokens per program (block_m // group, block_m from its own
+    rule) times the program slots, per KV head."""
+    import inspect
+
+    from engine.kernels.paged_prefill import paged_prefill_attention
+    from sim.cost_model.calibrated_fit import PREFILL_BLOCK_M, PREFILL_PROGRAMS_PER_SM, prefill_span_pairs_per_key
+    assert inspect.signature(paged_prefill_attention).parameters["block_m"].default == PREFILL_BLOCK_M
+    assert prefill_span_pairs_per_key(132, 16, 8) == 32 * 132 * PREFILL_PROGRAMS_PER_SM / 8     # Qwen3-0.6B
+    assert prefill_span_pairs_per_key(132, 32, 8) == 16 * 132 * PREFILL_PROGRAMS_PER_SM / 8
+    assert prefill_span_pairs_per_key(132, 24, 8) == 21 * 132 * PREFILL_PROGRAMS_PER_SM / 8    # 64 // 3 tokens
+    assert prefill_span_pairs_per_key(None, 16, 8) is None
 
 
 def test_device_fit_takes_the_runs_level_and_share():
@@ -330,7 +374,7 @@ def test_features_of_hand_built_rows():
     x = pd.DataFrame(design_matrix(rows, knee_tokens=256), columns=FEATURES)
     # no single_split_min_seqs: no decode_split_keys; 5 decode sequences pad to the graph of 8
     no_graphs = dict(decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0, decode_graph_8=0,
-                     decode_graph_16=0, decode_graph_32=0)
+                     decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0)
     assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, num_seqs=2, prefill_tokens=300,
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
