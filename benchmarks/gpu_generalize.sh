@@ -22,7 +22,8 @@
 # recorded; nothing is simulated here. Outputs (--out, default $OUT, else benchmarks/results/generalize):
 # gpu_generalize.log, profile_<tag>.{csv,json} (fit stage), real_<stages>.tgz (real/<workload>/ for
 # `experiments.generalize --real-root`, and the calibration replay's steps).
-# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (1,024), CAL_POLICIES
+# Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (512: the
+# calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
 # (vllm_swap; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
@@ -31,7 +32,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_generalize benchmarks/results/generalize '2,29p' "$0" "$@"
+gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
 select_stages "fit prefill_heavy decode_heavy prefix_share bursty priority"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
@@ -46,7 +47,7 @@ else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
   # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
-  CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-1024}" --num-cpu-blocks 2048)
+  CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-512}" --num-cpu-blocks 2048)
   T_CKPT=90; T_PROFILE=200; T_CAL=60; T_REPLAY=120; T_WL=330
 fi
 CAL_SKIP="${CAL_SKIP:-300}"

@@ -140,12 +140,25 @@ DEVICE_RUN_SHARE = 0.95
 MIN_DEVICE_ROWS = 50     # fewer rows with device seconds than this: no device model
 
 
+def _swap_only_rows(table: pd.DataFrame) -> np.ndarray:
+    seqs = table["num_prefill_seqs"].to_numpy(dtype=float) + table["num_decode_seqs"].to_numpy(dtype=float)
+    return (table["num_swap_blocks"].to_numpy(dtype=float) > 0) & (seqs == 0)
+
+
 def device_table(table: pd.DataFrame) -> pd.DataFrame | None:
     """The rows with measured device seconds, with device_time_s as the target and no serving-loop share
     (the loop is host work); None when the tables have fewer than MIN_DEVICE_ROWS such rows."""
     if "device_time_s" not in table:
         return None
     dev = table["device_time_s"].to_numpy(dtype=float)
+    swap_only = _swap_only_rows(table) & ~np.isfinite(dev)
+    if swap_only.any():
+        # The profile does not time its swap shapes on the device; a swap's copies run on the device's stream
+        # (overlapped replays: 0.99 of a swap step's time is device time on bursty mlfq's 189 swap steps), so
+        # the device model prices them as the step does. Without them its swap terms were 0 and the simulator
+        # hid every swap behind the forward pass.
+        dev = np.where(swap_only, table["duration_s"].to_numpy(dtype=float), dev)
+        table = table.assign(device_time_s=dev)
     rows = np.isfinite(dev) & (dev > 0)
     if rows.sum() < MIN_DEVICE_ROWS:
         return None

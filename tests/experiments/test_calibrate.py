@@ -112,3 +112,17 @@ def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp
     run.to_parquet(path2)
     assert calibrate.main([str(path2), "--out", str(tmp_path / "q.json")]) == 0
     assert "device" not in json.loads((tmp_path / "q.json").read_text())
+
+
+def test_a_profile_swap_shape_without_device_seconds_counts_as_device_time():
+    """The profile does not time swap shapes on the device; device_table gives them their step time (a swap's
+    copies run on the device's stream), so the device model prices swaps and the simulator does not hide them
+    behind the forward pass. Swap rows with seqs, and rows with measured device seconds, keep theirs."""
+    from experiments.calibrate import device_table
+    rows = pd.DataFrame(dict(duration_s=[2e-3, 5e-3, 6e-3, 3e-3], device_time_s=[1.5e-3, np.nan, np.nan, 2.5e-3],
+                             num_prefill_seqs=[0, 0, 0, 0], num_decode_seqs=[4, 0, 4, 0],
+                             num_swap_blocks=[0, 16, 16, 8], serving_loop=[0, 0, 0, 0]))
+    table = pd.concat([rows] * 20, ignore_index=True)
+    dev = device_table(table)
+    assert len(dev) == 60                                     # the swap step with seqs and no device seconds: out
+    np.testing.assert_allclose(dev["duration_s"].to_numpy()[:3], [1.5e-3, 5e-3, 2.5e-3])
