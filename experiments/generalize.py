@@ -331,4 +331,5 @@ def _diff_summary(df: pd.DataFrame) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from experiments.user_errors import run_main
+    sys.exit(run_main(main))

@@ -126,3 +126,14 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, KeyError) and exc.args:
         return _flat(exc.args[0])
     return _flat(exc) or type(exc).__name__
+
+
+def run_main(main, argv=None) -> int:
+    """A module CLI's `main(argv)` with USER_ERRORS printed as `error: <one line>` (exit status 2) instead of a
+    traceback (SERVELAB_FULL_ERROR=1: the traceback); anything else is a bug and keeps its traceback."""
+    try:
+        return main(argv)
+    except USER_ERRORS as e:
+        if tracebacks_wanted():
+            raise
+        fail(" ".join(str(e).split()) or type(e).__name__)

@@ -611,4 +611,5 @@ def _device_name(runner) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from experiments.user_errors import run_main
+    sys.exit(run_main(main))

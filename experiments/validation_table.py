@@ -110,4 +110,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from experiments.user_errors import run_main
+    sys.exit(run_main(main))

@@ -126,3 +126,16 @@ def test_a_profile_swap_shape_without_device_seconds_counts_as_device_time():
     dev = device_table(table)
     assert len(dev) == 60                                     # the swap step with seqs and no device seconds: out
     np.testing.assert_allclose(dev["duration_s"].to_numpy()[:3], [1.5e-3, 5e-3, 2.5e-3])
+
+
+@pytest.mark.parametrize("module, args", [("experiments.calibrate", ["/nonexistent/steps.csv", "--out", "x.json"]),
+                                          ("experiments.validate", ["--from-real", "/nonexistent", "--out-dir", "x"])])
+def test_the_module_clis_print_a_user_error_on_one_line(tmp_path, module, args):
+    """A missing input file: `error: <one line>`, exit status 2, no traceback (experiments.user_errors.run_main)."""
+    import os
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "SERVELAB_FULL_ERROR": "0"})
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1, res.stderr
