@@ -82,7 +82,10 @@ tables hold each step's device seconds (`device_time_s`: CUDA events in the prof
 the same terms are also fitted to those alone (the file's `device` model) and host = step - device:
 all of the host's share (input preparation, launches, the sampler's sync, the loop), which on the
 H200 is ~0.3 ms of a 1.9 ms small decode step. Without it, host = the loop_* terms, which miss the
-host work inside the step, so an overlapped step is priced too slow.
+host work inside the step, so an overlapped step is priced too slow. experiments.calibrate fits the device
+model at the overlapped replays' level (the profile offset below, and 95% of the row weights on the
+replays: DEVICE_RUN_SHARE) and gives the profile's swap shapes their step time as device time (a swap's
+copies run on the device's stream).
 
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
