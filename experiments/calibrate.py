@@ -86,6 +86,7 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
               knee_candidates=KNEE_CANDIDATES, objective: str = "relative", robust: bool = True,
               metadata: dict | None = None, eval_tables: dict | None = None,
               single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
+              prefill_graph_max_tokens: int | None = None,
               device_tables: list | None = None) -> tuple[CalibratedCostModel, dict]:
     """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
 
@@ -93,13 +94,15 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
     eval_tables: name -> table never fitted on, scored with the final model.
     single_split_min_seqs: the decode batch size from which the engine's decode kernel stops splitting keys
     (decode_tail_keys; main() derives it from the profile's SM and KV-head counts). prefill_span_pairs: the
-    divisor of prefill_attention_span (main() derives it from the SM and head counts).
+    divisor of prefill_attention_span (main() derives it from the SM and head counts). prefill_graph_max_tokens:
+    the profiled engine's largest prefill CUDA graph (main(): the profile's record, profile_graph_max_tokens).
     device_tables: tables fitted for the device model only (device_table): e.g. a replay with overlap
     scheduling, whose step times are not the synchronous loop's but whose device seconds are measured.
     """
     table = _valid(table)
     opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust,
-                single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs)
+                single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
+                prefill_graph_max_tokens=prefill_graph_max_tokens)
     train, test = heldout_split(len(table), heldout_fraction, seed)
     part = CalibratedCostModel.fit(table.iloc[train], **opts)
     heldout = _by_source(part, table, test)
@@ -138,6 +141,17 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
 # for this one number (docs/validation.md).
 DEVICE_RUN_SHARE = 0.95
 MIN_DEVICE_ROWS = 50     # fewer rows with device seconds than this: no device model
+
+
+def profile_graph_max_tokens(prof: dict) -> int | None:
+    """The profiled engine's largest prefill CUDA graph: the profile's record, or for a profile made before it was
+    recorded, the engine's default where its CUDA graphs were on (0 without them; None without a sidecar)."""
+    if "prefill_graph_max_tokens" in prof:
+        return prof["prefill_graph_max_tokens"]
+    if "cuda_graphs" not in prof:
+        return None
+    from engine.config import EngineConfig
+    return EngineConfig.prefill_graph_max_tokens if prof["cuda_graphs"] else 0
 
 
 def _swap_only_rows(table: pd.DataFrame) -> np.ndarray:
@@ -237,6 +251,7 @@ def main(argv=None) -> int:
     model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, objective=args.objective,
                               robust=not args.no_robust, metadata=meta, eval_tables=evals,
                               single_split_min_seqs=split_min, prefill_span_pairs=span_pairs,
+                              prefill_graph_max_tokens=profile_graph_max_tokens(prof),
                               device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables])
     model.save(args.out)
     print(f"{model!r}")

@@ -379,6 +379,7 @@ def main(argv=None) -> int:
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         device=device_name(runner), dtype=str(runner.dtype).replace("torch.", ""),
         attention_backend=runner.attn_backend.name, cuda_graphs=bool(runner.graphs), grid=args.grid,
+        prefill_graph_max_tokens=runner.prefill_graphs.sizes[-1] if runner.prefill_graphs is not None else 0,
         threads=__import__("torch").get_num_threads(),
         repeats=args.repeats, warmup=args.warmup, block_size=runner.block_size,
         max_model_len=runner.max_model_len, num_kvcache_blocks=runner.num_kvcache_blocks,

@@ -87,6 +87,11 @@ model at the overlapped replays' level (the profile offset below, and 95% of the
 replays: DEVICE_RUN_SHARE) and gives the profile's swap shapes their step time as device time (a swap's
 copies run on the device's stream).
 
+With `prefill_graph_max_tokens` (the profiled engine's largest prefill CUDA graph) a step with prefill
+entries pays `prefill_tokens` and the knee on the token count of the graph it pads to (steps of 16 to
+256, of 64 to 2,048, of 256 beyond: calibrated_fit.prefill_graph_sizes, engine/prefill_graphs.py): the
+profile's shapes sit on captured counts, a replay's prompts do not (1,163 tokens run 1,216).
+
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
 and -0.13 ms between an H200 profile and the replay after it, in two runs);
@@ -131,6 +136,7 @@ from sim.cost_model.calibrated_fit import (
     design_matrix,
     fit_coefficients,
     nnls,
+    prefill_graph_sizes,
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
@@ -158,14 +164,15 @@ class CalibratedCostModel(FittedCostModel):
                  fitted_range: Mapping | None = None, max_model_len: int | None = None,
                  envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False,
                  single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None,
-                 prefill_span_pairs: float | None = None):
+                 prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
         single_split_min_seqs: the decode batch size from which the fitted engine's decode kernel stops
         splitting keys (calibrated_fit.decode_single_split_min_seqs); None: decode_tail_keys is not priced.
         prefill_span_pairs: the divisor of prefill_attention_span (calibrated_fit.prefill_span_pairs_per_key);
-        None: that term is not priced.
+        None: that term is not priced. prefill_graph_max_tokens: the fitted engine's largest prefill CUDA graph;
+        a step with prefill entries pays prefill_tokens on its padded token count (None or 0: its own).
         device: the same terms fitted to the steps' device seconds alone (the `device` key of a saved file;
         experiments.calibrate fits it where the tables have device_time_s): host_time_s is then the rest of a
         step. None: host_time_s is the loop terms."""
@@ -179,6 +186,7 @@ class CalibratedCostModel(FittedCostModel):
             envelope = data.get("envelope")
             single_split_min_seqs = data.get("single_split_min_seqs")
             prefill_span_pairs = data.get("prefill_span_pairs")
+            prefill_graph_max_tokens = data.get("prefill_graph_max_tokens")
             device = data.get("device")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
@@ -205,6 +213,10 @@ class CalibratedCostModel(FittedCostModel):
         if prefill_span_pairs is not None and not float(prefill_span_pairs) > 0:
             raise ValueError(f"prefill_span_pairs must be > 0 or None, got {prefill_span_pairs}")
         self.prefill_span_pairs = None if prefill_span_pairs is None else float(prefill_span_pairs)
+        if prefill_graph_max_tokens is not None and int(prefill_graph_max_tokens) < 0:
+            raise ValueError(f"prefill_graph_max_tokens must be >= 0 or None, got {prefill_graph_max_tokens}")
+        self.prefill_graph_max_tokens = int(prefill_graph_max_tokens) if prefill_graph_max_tokens else None
+        self._graph_tokens = prefill_graph_sizes(self.prefill_graph_max_tokens or 0)
         if self.prefill_span_pairs is None:
             c["prefill_attention_span"] = 0.0
         self.coefficients = c
@@ -277,19 +289,27 @@ class CalibratedCostModel(FittedCostModel):
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
                 - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
             samples = n_pre if num_prefill_samples is None else num_prefill_samples
+            step_tokens = self._padded_tokens(pre_tokens + num_decode_seqs)      # what the graph's GEMMs run
             t += (self._eager + self._loop_pstep + (self._seq + self._loop_seq) * n_pre
-                  + (self._ptok + self._loop_ptok) * pre_tokens + self._pairs * pairs
+                  + self._ptok * (step_tokens - num_decode_seqs) + self._loop_ptok * pre_tokens + self._pairs * pairs
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
             if self._span:
                 t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
-            if pre_tokens + num_decode_seqs > self._knee:
-                t += self._knee_slope * (pre_tokens + num_decode_seqs - self._knee)
+            if step_tokens > self._knee:
+                t += self._knee_slope * (step_tokens - self._knee)
             if num_decode_seqs and self._dtail:
                 # without the longest decode context, the mean is the bound the sum gives
                 longest = max_decode_context_len if max_decode_context_len is not None \
                     else decode_context_sum / num_decode_seqs
                 t += self._dtail * max(longest - max(prefill_context_lens), 0)
         return t + swap_s
+
+    def _padded_tokens(self, tokens: int) -> int:
+        """A prefill step's token count as its CUDA graph runs it (calibrated_fit.padded_step_tokens)."""
+        sizes = self._graph_tokens
+        if not sizes or tokens > sizes[-1]:
+            return tokens
+        return sizes[bisect_left(sizes, tokens)]
 
     def _graph_s(self, num_decode_seqs: int) -> float:
         """A pure-decode step's decode_graph_<b> term: b the smallest DECODE_GRAPH_BUCKETS entry >= the batch."""
@@ -379,7 +399,8 @@ class CalibratedCostModel(FittedCostModel):
     def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
         """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s, or with
         overlapped as overlapped_step_time_s: max(step - host, host))."""
-        x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs)
+        x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
+                          self.prefill_graph_max_tokens)
         total = x @ np.array([self.coefficients[f] for f in FEATURES])
         if not overlapped:
             return total
@@ -395,7 +416,7 @@ class CalibratedCostModel(FittedCostModel):
     def fit(cls, steps: Any, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int | None = None,
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
             single_split_min_seqs: int | None = None, run_share: float = 0.5, prefill_span_pairs: float | None = None,
-            **options) -> "CalibratedCostModel":
+            prefill_graph_max_tokens: int | None = None, **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
@@ -405,11 +426,12 @@ class CalibratedCostModel(FittedCostModel):
         run_share: the real runs' share of the row weights where the table mixes profile and run rows
         (calibrated_fit.source_weights; default: equal shares).
         prefill_span_pairs: see __init__ (experiments.calibrate derives it from the profile's SM and head counts);
-        None leaves prefill_attention_span out.
+        None leaves prefill_attention_span out. prefill_graph_max_tokens: see __init__ (from the profile).
         """
         if options:
             raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
-                            f"metadata, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs")
+                            f"metadata, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs, "
+                            f"prefill_graph_max_tokens")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
@@ -420,7 +442,8 @@ class CalibratedCostModel(FittedCostModel):
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
         coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
-                                              single_split_min_seqs, run_share, prefill_span_pairs)
+                                              single_split_min_seqs, run_share, prefill_span_pairs,
+                                              prefill_graph_max_tokens)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -430,12 +453,14 @@ class CalibratedCostModel(FittedCostModel):
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
-                   single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs)
+                   single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
+                   prefill_graph_max_tokens=prefill_graph_max_tokens)
 
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
              "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
              "single_split_min_seqs": self.single_split_min_seqs, "prefill_span_pairs": self.prefill_span_pairs,
+             "prefill_graph_max_tokens": self.prefill_graph_max_tokens,
              "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
              "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
         if self.device_model is not None:

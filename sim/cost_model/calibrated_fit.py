@@ -193,13 +193,35 @@ def prefill_attention_span(steps, pairs_per_key: float | None) -> np.ndarray:
     return np.where(p_seqs > 0, np.maximum(spread, np.nan_to_num(_col(steps, "max_prefill_context_tokens"))), 0.0)
 
 
+def prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """The engine's padded token counts for steps with prefill (a torch-free copy of
+    engine/prefill_graphs.prefill_graph_sizes): steps of 16 up to 256, of 64 up to 2048, of 256 beyond."""
+    sizes = list(range(16, min(max_tokens, 256) + 1, 16))
+    sizes += list(range(320, min(max_tokens, 2048) + 1, 64))
+    return sizes + list(range(2304, max_tokens + 1, 256))
+
+
+def padded_step_tokens(tokens: np.ndarray, graph_max_tokens: int | None) -> np.ndarray:
+    """Per step with prefill entries: the token count its CUDA graph runs (the next prefill_graph_sizes entry;
+    a step above the largest, or without graphs, runs eagerly at its own count)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    sizes = np.asarray(prefill_graph_sizes(int(graph_max_tokens or 0)), dtype=np.float64)
+    if not len(sizes):
+        return tokens
+    i = np.searchsorted(sizes, tokens)
+    return np.where(tokens <= sizes[-1], sizes[np.minimum(i, len(sizes) - 1)], tokens)
+
+
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
-                  single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None) -> np.ndarray:
+                  single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
+                  prefill_graph_max_tokens: int | None = None) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
     to it: a block twice as large copies twice the bytes). single_split_min_seqs: see decode_tail_keys and
     decode_split_keys (None: those columns are 0). prefill_span_pairs: see prefill_attention_span (None: 0).
+    prefill_graph_max_tokens: the engine's largest prefill CUDA graph; a step with prefill entries pays
+    prefill_tokens and tokens_over_knee on its padded token count (padded_step_tokens; None or 0: its own).
     """
     missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
     if missing:
@@ -207,6 +229,9 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                          f"(as experiments.profile and engine.core.recorder write them)")
     p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     p_tok = _col(steps, "num_prefill_tokens")
+    # the GEMMs run the padded graph: [rows] tokens priced per token, decode entries' own rows apart
+    step_tok = np.where(p_seqs > 0, padded_step_tokens(p_tok + d_seqs, prefill_graph_max_tokens), p_tok + d_seqs)
+    p_tok_run = np.where(p_seqs > 0, step_tok - d_seqs, p_tok)
     seqs = p_seqs + d_seqs
     forward = (seqs > 0).astype(np.float64)
     eager = (p_seqs > 0).astype(np.float64)
@@ -220,9 +245,9 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     if block_size is not None and "block_size" in steps:
         tier_out, tier_in = tier_out * scale, tier_in * scale
     nonempty = ((seqs > 0) | (sw_out + sw_in + tier_out + tier_in > 0)).astype(np.float64)
-    over = eager * np.maximum(p_tok + d_seqs - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
+    over = eager * np.maximum(step_tok - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
     loop = serving_loop_flags(steps)
-    return np.column_stack([forward, eager, seqs, p_tok, _col(steps, "prefill_attention_pairs"),
+    return np.column_stack([forward, eager, seqs, p_tok_run, _col(steps, "prefill_attention_pairs"),
                             _col(steps, "decode_context_sum"), _col(steps, "num_prefill_samples") + d_seqs, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
@@ -358,7 +383,7 @@ def profile_offset_columns(steps) -> np.ndarray | None:
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
                      objective: str = "relative", robust: bool = True,
                      single_split_min_seqs: int | None = None, run_share: float = 0.5,
-                     prefill_span_pairs: float | None = None) -> Fit:
+                     prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
@@ -384,7 +409,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     nf = len(FEATURES)
 
     def fit(knee):
-        x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs)
+        x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs, prefill_graph_max_tokens)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])

@@ -139,3 +139,13 @@ def test_the_module_clis_print_a_user_error_on_one_line(tmp_path, module, args):
                          env={**os.environ, "SERVELAB_FULL_ERROR": "0"})
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_the_profiled_engines_largest_prefill_graph():
+    """The profile's record; before it was recorded, the engine's default where its CUDA graphs were on."""
+    from engine.config import EngineConfig
+    from experiments.calibrate import profile_graph_max_tokens
+    assert profile_graph_max_tokens({"prefill_graph_max_tokens": 4096, "cuda_graphs": True}) == 4096
+    assert profile_graph_max_tokens({"cuda_graphs": True}) == EngineConfig.prefill_graph_max_tokens
+    assert profile_graph_max_tokens({"cuda_graphs": False}) == 0
+    assert profile_graph_max_tokens({}) is None

@@ -305,6 +305,31 @@ def test_the_prefill_span_divisor_follows_the_prefill_kernel():
     assert prefill_span_pairs_per_key(None, 16, 8) is None
 
 
+def test_prefill_steps_pay_their_graphs_padded_tokens():
+    """With prefill_graph_max_tokens, a step with prefill entries pays prefill_tokens (and the knee) on the token
+    count of the CUDA graph it pads to; the serving loop's per-token cost stays on its own tokens. Above the
+    largest graph, and without graphs, a step pays its own count. Table and batch forms agree."""
+    from engine.prefill_graphs import prefill_graph_sizes as engine_sizes
+    from sim.cost_model.calibrated_fit import padded_step_tokens, prefill_graph_sizes
+    assert prefill_graph_sizes(8192) == engine_sizes(8192) and prefill_graph_sizes(1000) == engine_sizes(1000)
+    np.testing.assert_array_equal(padded_step_tokens([1, 16, 17, 257, 1163, 3376, 8192, 8193], 8192),
+                                  [16, 16, 32, 320, 1216, 3584, 8192, 8193])
+    coef = dict(step=1e-3, prefill_tokens=2e-6, loop_prefill_tokens=5e-7, num_seqs=1e-5, tokens_over_knee=1e-6)
+    cm = CalibratedCostModel(coefficients=coef, knee_tokens=1024, prefill_graph_max_tokens=8192)
+    rng = np.random.default_rng(0)
+    one = build_batch(Shape("mixed", ((1160, 0),), (500, 700, 900)), 16, 1000, 0.0, rng)     # 1,163 -> 1,216
+    assert cm.step_time_s(one) == pytest.approx(1e-3 + 4e-5 + 2e-6 * (1216 - 3) + 5e-7 * 1160 + 1e-6 * (1216 - 1024))
+    big = build_batch(Shape("prefill", ((9000, 0),)), 16, 1000, 0.0, rng)                     # eager: its own
+    assert cm.step_time_s(big) == pytest.approx(1e-3 + 1e-5 + 2e-6 * 9000 + 5e-7 * 9000 + 1e-6 * (9000 - 1024))
+    eager = CalibratedCostModel(coefficients=coef, knee_tokens=1024)
+    assert eager.step_time_s(one) == pytest.approx(1e-3 + 4e-5 + 2.5e-6 * 1160 + 1e-6 * (1163 - 1024))
+    shapes = [Shape("prefill", ((n, 0),)) for n in (5, 300, 1163, 3376, 9000)]
+    shapes += [Shape("mixed", ((100, 0),), (40, 50)), Shape("decode", (), (30, 60))]
+    table, batches = _table(shapes, cm)
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+    assert CalibratedCostModel.from_dict(cm.to_dict()).prefill_graph_max_tokens == 8192
+
+
 def test_device_fit_takes_the_runs_level_and_share():
     """A device-time table (fit_group 0 profile, 1 run) whose run rows take 0.2 ms more than the profile's
     same shapes: the profile offset absorbs the difference, so the fit prices the runs' level exactly; and
