@@ -112,6 +112,9 @@ def test_cpu_validation_loop(tiny, tmp_path):
     assert calibrate.main([str(table), "--out", str(prof), "--hardware", "cpu"]) == 0
     fit = json.loads(prof.read_text())
     assert fit["metadata"]["heldout"]["num_rows"] >= 5 and fit["metadata"]["hardware"] == "cpu"
+    # the profiled engine's largest prefill graph reaches the fit (its prefill steps priced at padded counts)
+    assert "prefill_graph_max_tokens" in meta and fit["prefill_graph_max_tokens"] == (meta["prefill_graph_max_tokens"]
+                                                                                   or None)
 
     out = tmp_path / "out"
     workload = ["--num-requests", "24", "--arrival", "poisson", "--rate-rps", "12", "--prompt-len", "8:64",
