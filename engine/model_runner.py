@@ -27,6 +27,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.batch import Batch
+from engine.core.graph_sizes import decode_graph_sizes
 from engine.core.in_flight import PLACEHOLDER_BASE
 from engine.core.kv_layout import cpu_cache_blocks, kv_block_bytes
 from engine.cpu_tier_space import CpuTierSpace
@@ -70,13 +71,6 @@ def resolve_dtype(name: str, hf_config: dict, device: torch.device) -> torch.dty
         return torch.float32
     ckpt = hf_config.get("torch_dtype") or hf_config.get("dtype")
     return torch.float16 if ckpt == "float16" else torch.bfloat16
-
-
-def cuda_graph_sizes(max_num_seqs: int) -> list[int]:
-    """Decode batch sizes that get a captured graph: 1, 2, 4, 8, then steps of 16 (nano-vllm's ladder)."""
-    top = min(max_num_seqs, 512)
-    sizes = [b for b in (1, 2, 4, 8) if b <= top] + list(range(16, top + 1, 16))
-    return sizes if sizes[-1] == top else sizes + [top]
 
 
 class LaunchedStep:
@@ -482,7 +476,7 @@ class ModelRunner:
     @torch.inference_mode()
     def _capture_cuda_graphs(self) -> None:
         mc, dev = self.model.config, self.device
-        self.graph_sizes = cuda_graph_sizes(self.config.max_num_seqs)
+        self.graph_sizes = decode_graph_sizes(self.config.max_num_seqs)
         max_bs = self.graph_sizes[-1]
         g = self.graph_vars = dict(
             input_ids=torch.zeros(max_bs, dtype=torch.int64, device=dev),

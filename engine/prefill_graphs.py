@@ -29,20 +29,9 @@ import time
 import numpy as np
 import torch
 
+from engine.core.graph_sizes import prefill_graph_sizes
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.step_inputs import StepInputs
-
-
-def prefill_graph_sizes(max_tokens: int) -> list[int]:
-    """Padded token counts that get a graph: steps of 16 up to 256, of 64 up to 2048, of 256 beyond.
-
-    Matmul time is a step function of the token count with steps of one 64-128-row tile, so padding
-    to the next multiple of 64 above 256 tokens costs little GPU time (and lets a cost model that
-    prices T tokens stay close to the padded step)."""
-    sizes = list(range(16, min(max_tokens, 256) + 1, 16))
-    sizes += list(range(320, min(max_tokens, 2048) + 1, 64))
-    sizes += list(range(2304, max_tokens + 1, 256))
-    return sizes
 
 
 class PrefillGraphs:

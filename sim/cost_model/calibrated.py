@@ -89,7 +89,7 @@ copies run on the device's stream).
 
 With `prefill_graph_max_tokens` (the profiled engine's largest prefill CUDA graph) a step with prefill
 entries pays `prefill_tokens` and the knee on the token count of the graph it pads to (steps of 16 to
-256, of 64 to 2,048, of 256 beyond: calibrated_fit.prefill_graph_sizes, engine/prefill_graphs.py): the
+256, of 64 to 2,048, of 256 beyond: engine/core/graph_sizes.py): the
 profile's shapes sit on captured counts, a replay's prompts do not (1,163 tokens run 1,216).
 
 A fit of a profile and real runs' steps together also fits a constant per
@@ -126,6 +126,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from engine.core.graph_sizes import prefill_graph_sizes
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel, StepShape
 from sim.cost_model.calibrated_fit import (
     DECODE_GRAPH_BUCKETS,
@@ -136,7 +137,6 @@ from sim.cost_model.calibrated_fit import (
     design_matrix,
     fit_coefficients,
     nnls,
-    prefill_graph_sizes,
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch

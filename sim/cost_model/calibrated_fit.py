@@ -30,10 +30,11 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from engine.core.graph_sizes import decode_graph_sizes, prefill_graph_sizes
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
-# the engine's smallest decode CUDA graph sizes (engine/model_runner.cuda_graph_sizes): a batch pads to the next
-DECODE_GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32)
+# the engine's smallest decode CUDA graph sizes: a batch pads to the next (none above 32 is priced apart)
+DECODE_GRAPH_BUCKETS = tuple(b for b in decode_graph_sizes(512) if b <= 32)
 FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attention_pairs", "decode_context_sum",
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
@@ -150,7 +151,8 @@ def decode_tail_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
     return np.where((p_seqs == 0) & (d_seqs >= single_split_min_seqs), np.maximum(tail, 0.0), 0.0)
 
 
-SPLIT_PARTITION_KEYS = 256   # engine/kernels/paged_decode.MIN_PARTITION: the fewest keys a split program reads
+SPLIT_PARTITION_KEYS = 256   # engine/kernels/paged_decode.MIN_PARTITION (sim imports only engine.core): the fewest
+                             # keys a split decode program reads
 
 
 def decode_split_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
@@ -191,14 +193,6 @@ def prefill_attention_span(steps, pairs_per_key: float | None) -> np.ndarray:
         return np.zeros_like(p_seqs)
     spread = _col(steps, "prefill_attention_pairs") / float(pairs_per_key)
     return np.where(p_seqs > 0, np.maximum(spread, np.nan_to_num(_col(steps, "max_prefill_context_tokens"))), 0.0)
-
-
-def prefill_graph_sizes(max_tokens: int) -> list[int]:
-    """The engine's padded token counts for steps with prefill (a torch-free copy of
-    engine/prefill_graphs.prefill_graph_sizes): steps of 16 up to 256, of 64 up to 2048, of 256 beyond."""
-    sizes = list(range(16, min(max_tokens, 256) + 1, 16))
-    sizes += list(range(320, min(max_tokens, 2048) + 1, 64))
-    return sizes + list(range(2304, max_tokens + 1, 256))
 
 
 def padded_step_tokens(tokens: np.ndarray, graph_max_tokens: int | None) -> np.ndarray:

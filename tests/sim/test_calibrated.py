@@ -309,8 +309,9 @@ def test_prefill_steps_pay_their_graphs_padded_tokens():
     """With prefill_graph_max_tokens, a step with prefill entries pays prefill_tokens (and the knee) on the token
     count of the CUDA graph it pads to; the serving loop's per-token cost stays on its own tokens. Above the
     largest graph, and without graphs, a step pays its own count. Table and batch forms agree."""
+    from engine.core.graph_sizes import prefill_graph_sizes
     from engine.prefill_graphs import prefill_graph_sizes as engine_sizes
-    from sim.cost_model.calibrated_fit import padded_step_tokens, prefill_graph_sizes
+    from sim.cost_model.calibrated_fit import padded_step_tokens
     assert prefill_graph_sizes(8192) == engine_sizes(8192) and prefill_graph_sizes(1000) == engine_sizes(1000)
     np.testing.assert_array_equal(padded_step_tokens([1, 16, 17, 257, 1163, 3376, 8192, 8193], 8192),
                                   [16, 16, 32, 320, 1216, 3584, 8192, 8193])
@@ -368,11 +369,12 @@ def test_the_split_threshold_matches_the_decode_kernel(monkeypatch):
 
 def test_the_decode_graph_buckets_and_partition_match_the_engine():
     """DECODE_GRAPH_BUCKETS are the engine's smallest decode graphs and SPLIT_PARTITION_KEYS its kernel's
-    shortest split partition (the cost model is torch-free, so it keeps copies)."""
+    shortest split partition (the graphs read from engine/core/graph_sizes.py; the partition a copy, as sim imports
+    only the engine's core)."""
+    from engine.core.graph_sizes import decode_graph_sizes
     from engine.kernels.paged_decode import MIN_PARTITION
-    from engine.model_runner import cuda_graph_sizes
     from sim.cost_model.calibrated_fit import DECODE_GRAPH_BUCKETS, SPLIT_PARTITION_KEYS
-    assert tuple(cuda_graph_sizes(512)[:len(DECODE_GRAPH_BUCKETS)]) == DECODE_GRAPH_BUCKETS
+    assert tuple(decode_graph_sizes(512)[:len(DECODE_GRAPH_BUCKETS)]) == DECODE_GRAPH_BUCKETS
     assert SPLIT_PARTITION_KEYS == MIN_PARTITION
 
 
