@@ -114,7 +114,7 @@ class ServelabConfig:
     enable_chunked_prefill: bool = EngineConfig.enable_chunked_prefill
     enable_prefix_caching: bool = EngineConfig.enable_prefix_caching
     # schedule each step while the previous one runs (docs/overlap.md): the engine's loop, and the simulator's
-    # replicas, which then price a step as max(device, host)
+    # replicas, which then time a step's host and device parts as that loop runs them (sim/overlap_timeline.py)
     overlap_scheduling: bool = EngineConfig.overlap_scheduling
     # goodput SLOs (seconds; None = no limit)
     ttft_slo_s: Optional[float] = None

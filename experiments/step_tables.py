@@ -83,7 +83,8 @@ def run_was_overlapped(info) -> bool:
 
 def priced_steps(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
     """(calibration table of a real run's steps, the cost model's seconds for each): cycle-time targets, and
-    each step priced as the simulator prices it (overlapped: max(device, host), CalibratedCostModel)."""
+    each step priced as the simulator prices it (overlapped: the rows of one run in step order, timed as the
+    simulator's overlap loop times them: CalibratedCostModel.predict_table, sim/overlap_timeline.py)."""
     st = calibration_table(steps.assign(block_size=getattr(cost_model, "block_size", 16)))
     pred = cost_model.predict_table(st, overlapped=True) if overlapped else cost_model.predict_table(st)
     return st, pred

@@ -15,7 +15,7 @@ class Replica:
 
     overlap_scheduling: schedule each step while the previous one runs, as the engine does with
     EngineConfig.overlap_scheduling (sim.simulator.Simulator._overlap_loop, docs/overlap.md): the same
-    scheduling decisions, steps priced by cost_model.overlapped_step_time_s, no decode fast path."""
+    scheduling decisions, steps timed by cost_model.overlap_parts_s, no decode fast path."""
 
     def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0,
                  overlap_scheduling: bool = False):

@@ -309,55 +309,81 @@ class Simulator(FastPathMixin):
                 self._record_finished(rec, done)
 
     def _overlap_loop(self, r: Replica):
-        """The replica's loop with overlap scheduling (docs/overlap.md), as engine.llm.LLM runs it:
+        """The replica's loop with overlap scheduling (docs/overlap.md), timed as engine.llm.LLM's loop runs:
 
-            schedule step N+1 at the time step N starts (arrivals by then), mark it in flight;
-            at step N's end: postprocess N, then step N+1 starts (the device runs steps back to back)
+            host:    schedule step N+1 at t, prepare and launch it (cost_model.overlap_parts_s: its host seconds
+                     before the launch), then wait for step N's tokens
+            device:  step N+1 runs its device seconds from max(its launch, step N's end)
+            host:    step N's tokens are on the host at max(step N's end, step N+1's launch) (its tokens' time);
+                     its postprocess and the loop take its host seconds after the tokens; then step N+2 is
+                     scheduled
 
-        so a step is scheduled one step early (with the pipeline empty, a step and the next one are
-        both scheduled at its start). A step lasts cost_model.overlapped_step_time_s (host work
-        hidden behind the device's). No decode fast path: every step is scheduled."""
+        so a step's input preparation hides behind the step before's device time, not its own: a long
+        prefill after a short decode step leaves the device idle for the rest of its preparation. With
+        the pipeline empty, a step and the next one are scheduled back to back (the second once the first
+        is launched). A recorder row runs from the previous step's tokens on the host (or its own
+        schedule, after an idle device) to its own, as the engine records it; consecutive rows tile the
+        busy time, and sim/overlap_timeline.py prices a recorded table the same way. A model without a
+        host term runs steps back to back at step_time_s. No decode fast path."""
         env, sched, cm, rec = self.env, r.scheduler, r.cost_model, r.recorder
         bm = sched.block_manager
         track, direct = self._track_load, self._direct
         t = env.now
-        in_flight = None            # (batch, end time) of the step the device runs
+        in_flight = None     # (batch, its device end, recorder row, schedule time, its loop seconds) on the device
+        last_tokens_s = None     # when the step before's tokens reached the host; None after an idle device
         while True:
             self._pull_arrivals(r, t)
             if in_flight is None and not (sched.running or sched.waiting or sched.swapped):
                 t = yield from self._next_arrival(r)
                 if t is None:
                     return
+                last_tokens_s = None
                 continue
             batch = sched.schedule(t)
             for seq in batch.rejected:
                 self._reject(r, seq)
             launched = None
+            host_s = t                      # the host's clock once this iteration's launch is done
             if not batch.is_empty:
-                start = t if in_flight is None else in_flight[1]
-                dur = cm.overlapped_step_time_s(batch)
+                prepare, device, loop = cm.overlap_parts_s(batch)
+                host_s = t + prepare
+                start = host_s if in_flight is None else max(host_s, in_flight[1])
+                row = -1
                 if rec is not None:
-                    rec.on_step(start, dur, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+                    rec.on_step(t, 0.0, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+                    row = rec.num_steps - 1
                 sched.mark_in_flight(batch)
-                r.num_steps += 1
-                r.busy_s += dur
-                launched = (batch, start + dur)
+                launched = (batch, start + device, row, t, loop)
             elif in_flight is None:
                 if batch.rejected and not sched.has_unfinished():
                     continue
                 t = yield from self._next_arrival(r, stalled_at=t)
+                last_tokens_s = None
                 continue
-            if in_flight is not None:
-                done_batch, end = in_flight
-                yield end if direct else _At(env, end)
-                if track:
-                    r.outstanding_tokens -= self._emitted_load(done_batch, in_flight=True)
-                token = self._token_fn()
-                done = sched.postprocess_in_flight(done_batch, [token(s) for s in done_batch.seqs], end)
-                t = end
-                if done:
-                    self._record_finished(rec, done)
-            in_flight = launched
+            if in_flight is None:           # the pipeline was empty: schedule the next step behind this one
+                in_flight = launched
+                if host_s > t:
+                    yield host_s if direct else _At(env, host_s)
+                t = host_s
+                continue
+            done_batch, device_end, row, scheduled_s, loop = in_flight
+            tokens_s = max(device_end, host_s)
+            yield tokens_s if direct else _At(env, tokens_s)
+            begin = scheduled_s if last_tokens_s is None else max(scheduled_s, last_tokens_s)
+            if rec is not None:
+                rec.set_step_time(row, begin, tokens_s - begin)
+            r.num_steps += 1
+            r.busy_s += tokens_s - begin
+            if track:
+                r.outstanding_tokens -= self._emitted_load(done_batch, in_flight=True)
+            token = self._token_fn()
+            done = sched.postprocess_in_flight(done_batch, [token(s) for s in done_batch.seqs], tokens_s)
+            if done:
+                self._record_finished(rec, done)
+            last_tokens_s, in_flight = tokens_s, launched
+            t = tokens_s + loop
+            if loop:
+                yield t if direct else _At(env, t)
 
     def _record_finished(self, rec, done: list) -> None:
         self.num_finished += len(done)

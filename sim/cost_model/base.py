@@ -127,18 +127,12 @@ class CostModel(ABC):
             t = self.with_tier_copies_s(t, len(batch.offload), len(batch.load), batch.block_size)
         return t
 
-    def host_time_s(self, batch) -> float:
-        """Of step_time_s(batch), the seconds the serving loop's host work takes (scheduling, input
-        preparation, postprocessing), which overlap scheduling runs while the device computes another
-        step. Default 0: a model without a host term."""
-        return 0.0
-
-    def overlapped_step_time_s(self, batch) -> float:
-        """Seconds of a step with overlap scheduling (docs/overlap.md): its host work runs beside the
-        device's, so the step takes the longer of the two, max(step_time_s - host, host), not their sum."""
-        t = self.step_time_s(batch)
-        host = self.host_time_s(batch)
-        return max(t - host, host) if host else t
+    def overlap_parts_s(self, batch) -> tuple[float, float, float]:
+        """step_time_s(batch) in the three parts overlap scheduling sets apart (the simulator's overlap loop,
+        docs/overlap.md): (host seconds before the step's launch: scheduling, input preparation; the device's
+        seconds; host seconds once its tokens are on the host: postprocess, finished requests, the loop).
+        Default: all device time (a model without a host term)."""
+        return 0.0, self.step_time_s(batch), 0.0
 
     def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
                            block_size: int = 16) -> float:

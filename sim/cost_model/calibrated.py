@@ -76,8 +76,9 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              (calibrated_fit.prefill_span_pairs_per_key). On the H200 the terms without it priced
                              128 new tokens on 16,384 cached at 0.87 of the profile's time and 1,024 at 1.32
 
-With overlap scheduling (docs/overlap.md) the simulator prices a step as max(step - host, host)
-(`host_time_s`): the host's work runs while the device computes the step before. Where the fit's
+With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
+the host's work before its launch, which runs while the device computes the step before; the device's
+seconds; the loop terms loop_step and loop_seqs after its tokens (sim/overlap_timeline.py). Where the fit's
 tables hold each step's device seconds (`device_time_s`: CUDA events in the profile and the replays),
 the same terms are also fitted to those alone (the file's `device` model) and host = step - device:
 all of the host's share (input preparation, launches, the sampler's sync, the loop), which on the
@@ -132,6 +133,7 @@ from sim.cost_model.calibrated_fit import (
     DECODE_GRAPH_BUCKETS,
     FEATURES,
     KNEE_CANDIDATES,
+    LOOP_TERMS,
     OBJECTIVES,
     SPLIT_PARTITION_KEYS,
     design_matrix,
@@ -140,6 +142,7 @@ from sim.cost_model.calibrated_fit import (
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
+from sim.overlap_timeline import overlapped_row_s, restarts
 
 FORMAT = "servelab.calibrated_cost_model/v3"
 FORMAT_V2 = "servelab.calibrated_cost_model/v2"
@@ -338,13 +341,14 @@ class CalibratedCostModel(FittedCostModel):
             return t
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
 
-    def host_time_s(self, batch) -> float:
-        """The host's share of step_time_s (overlapped_step_time_s): with a device model, the step less its
-        device seconds (input preparation, launches, the sampler's sync, the loop); without one, the loop
+    def host_time_s(self, batch, step_s: float | None = None) -> float:
+        """The host's share of step_time_s (step_s, when the caller has it): with a device model, the step less
+        its device seconds (input preparation, launches, the sampler's sync, the loop); without one, the loop
         terms: loop_step, loop_seqs per sequence, loop_prefill_step and loop_prefill_tokens where the step
         has prefill entries."""
         if self.device_model is not None:
-            return max(self.step_time_s(batch) - self.device_model.step_time_s(batch), 0.0)
+            step_s = self.step_time_s(batch) if step_s is None else step_s
+            return max(step_s - self.device_model.step_time_s(batch), 0.0)
         if not batch.seqs:
             return self._loop_step if (batch.swap_out or batch.swap_in) else 0.0
         t = self._loop_step + self._loop_seq * len(batch.seqs)
@@ -352,6 +356,17 @@ class CalibratedCostModel(FittedCostModel):
         if p:
             t += self._loop_pstep + self._loop_ptok * sum(batch.num_new_tokens[:p])
         return t
+
+    def overlap_parts_s(self, batch) -> tuple[float, float, float]:
+        """(before the launch, device, after the tokens) seconds of step_time_s (CostModel.overlap_parts_s):
+        host_time_s is the host's part; of it, loop_step and loop_seqs (postprocess, finished requests, the
+        loop: fitted on the gap between a step's tokens and the next step) come after the tokens, the rest
+        (scheduling, block allocation, prefix hashing, inputs, launches) before the launch."""
+        step = self.step_time_s(batch)
+        host = self.host_time_s(batch, step)
+        n = len(batch.seqs)
+        loop = min(self._loop_step + self._loop_seq * n if (n or batch.swap_out or batch.swap_in) else 0.0, host)
+        return host - loop, step - host, loop
 
     def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
                            block_size: int = 16) -> float:
@@ -397,8 +412,10 @@ class CalibratedCostModel(FittedCostModel):
         return fixed + self._dctx * ctx
 
     def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
-        """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s, or with
-        overlapped as overlapped_step_time_s: max(step - host, host))."""
+        """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s). overlapped:
+        the rows of one run with overlap scheduling, in step order, priced as the simulator's overlap loop times
+        them (overlap_parts_s, sim/overlap_timeline.py); a row starting after a gap behind the row before
+        (start_time_s, and the recorded measured_duration_s or else duration_s) was scheduled on an idle device."""
         x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
                           self.prefill_graph_max_tokens)
         total = x @ np.array([self.coefficients[f] for f in FEATURES])
@@ -407,9 +424,16 @@ class CalibratedCostModel(FittedCostModel):
         if self.device_model is not None:
             host = np.maximum(total - self.device_model.predict_table(steps), 0.0)
         else:
-            loop = [FEATURES.index(f) for f in HOST_TERMS]
-            host = x[:, loop] @ np.array([self.coefficients[FEATURES[i]] for i in loop])
-        return np.maximum(total - host, host)       # host 0: the step as without overlap
+            cols = [FEATURES.index(f) for f in HOST_TERMS]
+            host = x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols])
+        cols = [FEATURES.index(f) for f in LOOP_TERMS]
+        loop = np.minimum(x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols]), host)
+        if "start_time_s" in steps:
+            dur = steps["measured_duration_s"] if "measured_duration_s" in steps else steps["duration_s"]
+            restart = restarts(steps["start_time_s"], dur)
+        else:
+            restart = np.zeros(len(total), dtype=bool)
+        return overlapped_row_s(host - loop, total - host, loop, restart)
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod

@@ -9,6 +9,7 @@ import pytest
 from experiments import calibrate
 from experiments.step_tables import calibration_table, cycle_times, read_step_table
 from sim.cost_model.calibrated import CalibratedCostModel
+from sim.overlap_timeline import overlapped_row_s, restarts
 
 TRUTH = dict(step=4e-3, eager_step=2e-2, num_seqs=1e-5, prefill_attention_pairs=5e-10, decode_context_sum=3e-8,
              lm_head_rows=2e-6, loop_step=3e-4, loop_seqs=0.0)
@@ -74,7 +75,8 @@ def test_profile_rows_have_no_serving_loop_and_bad_tables_fail_clearly(tmp_path)
 
 def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp_path):
     """A run table with device_time_s: the saved file gets a `device` model fitted on those alone, and an
-    overlapped step is priced max(device, step - device); without the column there is none (loop terms)."""
+    overlapped step's parts are its host seconds around its device seconds; without the column there is none
+    (loop terms)."""
     run = _run_table(2)
     truth_dev = {k: v * 0.8 for k, v in TRUTH.items()}          # the device does 80% of every term
     dev = CalibratedCostModel(coefficients=truth_dev).predict_table(run.assign(serving_loop=0))
@@ -94,11 +96,24 @@ def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp
     batch = Batch(seqs=seqs, num_new_tokens=[1] * 8, context_lens=[100] * 8)      # 8 decodes of 100 keys
     step, device = cm.step_time_s(batch), cm.device_model.step_time_s(batch)
     assert device < step and cm.host_time_s(batch) == pytest.approx(step - device)
-    assert cm.overlapped_step_time_s(batch) == pytest.approx(max(device, step - device))
+    prepare, dev_s, loop = cm.overlap_parts_s(batch)
+    assert dev_s == pytest.approx(device) and prepare + dev_s + loop == pytest.approx(step)
+    c = cm.coefficients
+    assert loop == pytest.approx(min(c["loop_step"] + 8 * c["loop_seqs"], step - device)) and prepare >= 0
     assert CalibratedCostModel(cm.to_dict()).device_model.coefficients == cm.device_model.coefficients
     table = run.assign(serving_loop=1)
     total, dev_pred = cm.predict_table(table), cm.device_model.predict_table(table)
-    np.testing.assert_allclose(cm.predict_table(table, overlapped=True), np.maximum(dev_pred, total - dev_pred))
+    host = total - dev_pred
+    loops = np.minimum(c["loop_step"] + c["loop_seqs"] * (table.num_prefill_seqs + table.num_decode_seqs), host)
+    # rows apart (each scheduled on an idle device): the preparation, then the device; nothing hides
+    apart = table.assign(start_time_s=10.0 * np.arange(len(table)), duration_s=1.0)
+    np.testing.assert_allclose(cm.predict_table(apart, overlapped=True), total - loops)
+    # rows back to back: the pipeline (sim/overlap_timeline.py), at most the synchronous sum
+    tiled = table.assign(start_time_s=np.arange(len(table), dtype=float), duration_s=1.0)
+    piped = cm.predict_table(tiled, overlapped=True)
+    np.testing.assert_allclose(piped, overlapped_row_s(host - loops, dev_pred, loops, restarts(tiled.start_time_s,
+                                                                                               tiled.duration_s)))
+    assert piped.sum() < total.sum() and piped.sum() >= max(dev_pred.sum(), host.sum())
     # a device-only table adds rows to the device model and none to the step model
     extra = tmp_path / "overlapped.parquet"
     _run_table(3).assign(device_time_s=lambda t: CalibratedCostModel(coefficients=truth_dev).predict_table(

@@ -1,10 +1,13 @@
 """The simulator with overlap scheduling (Replica(overlap_scheduling=True), docs/overlap.md): timelines
-worked out by hand, and a step priced as max(device, host) where the cost model has a host term."""
+worked out by hand, a step's host preparation hidden behind the step before's device time (not its own),
+and sim/overlap_timeline.py pricing the simulator's own rows as the simulator timed them."""
+import numpy as np
 import pytest
 
 from engine.core.recorder import Recorder
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from sim.cost_model import CalibratedCostModel, ConstantCostModel
+from sim.overlap_timeline import restarts
 from sim.simulator import Replica, Simulator
 from tests.sim.test_simulator import event_log, req
 
@@ -46,17 +49,21 @@ def test_idle_gap_restarts_the_pipeline():
     ]
 
 
-# device: step 1.0 s (+2.0 s with prefill); host: loop_step (+1.0 s with prefill)
-def calibrated(loop_step):
+# device: step 1.0 s (+2.0 s with prefill); host: loop_step after a step's tokens (+1.0 s before a prefill's launch)
+def calibrated(loop_step, **extra):
     return CalibratedCostModel(coefficients=dict(step=1.0, eager_step=2.0, loop_step=loop_step,
-                                                 loop_prefill_step=1.0))
+                                                 loop_prefill_step=1.0, **extra))
 
 
-@pytest.mark.parametrize("loop_step, durations", [
-    (0.5, [3.0, 1.0, 1.0]),     # device-bound: prefill max(4.5 - 1.5, 1.5), decodes max(1.5 - 0.5, 0.5)
-    (2.0, [3.0, 2.0, 2.0]),     # host-bound decodes: max(3.0 - 2.0, 2.0); prefill max(6.0 - 3.0, 3.0)
+@pytest.mark.parametrize("loop_step, durations, finish", [
+    # prefill: launched at 1 (its preparation, nothing to hide behind), device [1, 4]; D1 scheduled at 1, runs
+    # [4, 5]; P's tokens at 4, its loop to 4.5, D2 scheduled then, runs [5, 6]; rows [0,4] [4,5] [5,6]
+    (0.5, [4.0, 1.0, 1.0], 6.0),
+    # host-bound decodes: P's tokens at 4, loop to 6: D2 scheduled at 6 runs [6, 7]; D1's tokens are collected
+    # at 6 (after D2's launch), its loop to 8; D2's tokens at 8: rows [0,4] [4,6] [6,8]
+    (2.0, [4.0, 2.0, 2.0], 8.0),
 ])
-def test_step_priced_as_max_of_device_and_host(loop_step, durations):
+def test_step_timed_by_the_pipeline_of_host_and_device(loop_step, durations, finish):
     cm = calibrated(loop_step)
     a = req(0, 4, 3)
     rep = overlapped(cm)
@@ -64,10 +71,48 @@ def test_step_priced_as_max_of_device_and_host(loop_step, durations):
     steps = res.steps
     assert steps["duration_s"].tolist() == durations
     assert steps["start_time_s"].tolist() == [0.0, durations[0], durations[0] + durations[1]]
-    assert a.finish_time_s == sum(durations) == res.end_time_s
+    assert a.first_token_time_s == 4.0 and a.finish_time_s == finish == sum(durations)
+    assert res.busy_s == [sum(durations)]
     # the synchronous loop pays both
     sync = Simulator(Replica(Scheduler(rep.scheduler.config), cm)).run([req(0, 4, 3)])
     assert sync.steps["duration_s"].tolist() == [4.0 + loop_step, 1.0 + loop_step, 1.0 + loop_step]
+
+
+def test_a_prefills_preparation_hides_only_behind_the_step_before():
+    # loop_prefill_tokens 0.25 s a prefill token before its launch: B's 8-token prefill prepares for 3 s
+    # (1 + 8 * 0.25) while the step before it on the device (a 1 s decode of A) lasts 1 s: the device idles 2 s.
+    #   t=0    schedule P(A): launched at 2 (1 + 4 * 0.25), device [2, 5]; schedule D(A) at 2: device [5, 6]
+    #   t=5    P(A)'s tokens (A's first); its loop (0.5 s) to 5.5
+    #   t=5.5  schedule P(B) (B arrived at 5.2; a prefill step runs alone, chunked prefill off): launched at
+    #          8.5, device [8.5, 11.5]; D(A)'s tokens are collected after that launch, at 8.5
+    #   t=11.5 P(B)'s tokens (B's first and last); then A's last decode
+    cm = calibrated(0.5, loop_prefill_tokens=0.25)
+    a, b = req(0, 4, 3), req(1, 8, 1, arrival=5.2)
+    res = Simulator(overlapped(cm)).run([a, b])
+    steps = res.steps
+    assert steps["num_prefill_tokens"].tolist()[:3] == [4, 0, 8]
+    assert steps["start_time_s"].tolist()[:3] == [0.0, 5.0, 8.5]
+    # row P(A) [0, 5]; row D1(A) [5, 8.5]: its tokens wait for P(B)'s launch; row P(B) [8.5, 11.5]
+    assert steps["duration_s"].tolist()[:3] == [5.0, 3.5, 3.0]
+    assert b.first_token_time_s == 11.5
+    # max(device, host) of each step alone would have given P(B) 3 s from D1's end at 6
+    assert res.requests.set_index("request_id").loc[1, "ttft_s"] == pytest.approx(11.5 - 5.2)
+
+
+def test_table_pricing_reproduces_the_simulated_rows():
+    # sim/overlap_timeline.py on the simulator's own recorded rows gives their durations: one recursion
+    cm = calibrated(0.25, loop_prefill_tokens=0.01, loop_seqs=0.05, decode_context_sum=1e-3)
+    rng = np.random.default_rng(0)
+    seqs = [req(i, int(rng.integers(4, 200)), int(rng.integers(1, 30)), arrival=float(rng.exponential(3.0)) * i)
+            for i in range(40)]
+    res = Simulator(overlapped(cm, blocks=64)).run(seqs)
+    steps = res.steps
+    assert len(steps) > 100 and (steps["num_prefill_seqs"] > 0).sum() > 20
+    pred = cm.predict_table(steps.assign(serving_loop=1), overlapped=True)
+    np.testing.assert_allclose(pred, steps["duration_s"].to_numpy(), rtol=1e-9, atol=1e-9)
+    # the rows with a gap before them restarted the pipeline; the others did not (a recursion, not a per-row price)
+    restart = restarts(steps["start_time_s"], steps["duration_s"])
+    assert 0 < restart.sum() < len(steps) - 50
 
 
 def test_models_without_a_host_term_price_the_step_unchanged():
