@@ -1,7 +1,7 @@
 """The engine's overlap-scheduling pipeline as times: what each recorded step row of a run lasts, given
 each step's host work before its launch, its device seconds and its host work after its tokens.
 
-    rows_s = overlapped_row_s(prepare_s, device_s, loop_s, restart)     # each argument [rows]
+    rows_s = overlapped_row_s(prepare_s, device_s, loop_s, restart, waits)     # each argument [rows]
 
 The loop (engine/llm.py, experiments/runner_engine.run_loop_overlapped, docs/overlap.md) schedules and
 launches step k+1, then waits for step k's tokens, then postprocesses step k:
@@ -13,8 +13,11 @@ launches step k+1, then waits for step k's tokens, then postprocesses step k:
 
 so a step's preparation hides behind the step before's device time: a long prefill after a short
 decode leaves the device idle for the rest of its preparation, which max(device, host) of the step alone
-does not show. A row runs from the previous row's end (its tokens) to its own tokens; restart[k] marks a
-row scheduled on an idle device (its begin: its own schedule), which is where a row starts after a gap.
+does not show. A step with block copies (waits[k]: swaps, CPU-tier loads or offloads) first waits for the
+device to finish the step before (the copies' pinned staging is shared: engine/model_runner.launch) and
+prepares after that; the row of the step before then ends when the device was found idle. Otherwise a
+row runs from the previous row's end to its own tokens; restart[k] marks a row scheduled on an idle
+device (its begin: its own schedule), which is where a row starts after a gap.
 The simulator's overlap loop (sim/simulator.py, Simulator._overlap_loop) runs the same recursion step by
 step, its scheduling in between; this function prices a recorded table (experiments.step_tables).
 """
@@ -35,15 +38,17 @@ def restarts(start_s, duration_s, gap_s: float = RESTART_GAP_S) -> np.ndarray:
     return out
 
 
-def overlapped_row_s(prepare_s, device_s, loop_s, restart) -> np.ndarray:
+def overlapped_row_s(prepare_s, device_s, loop_s, restart, waits=None) -> np.ndarray:
     """[rows] seconds of each row (module docstring). prepare_s: host seconds before the step's launch
     (scheduling, inputs); device_s: the device's seconds; loop_s: host seconds after its tokens
-    (postprocess, the loop); restart: the row was scheduled on an idle device (restarts())."""
+    (postprocess, the loop); restart: the row was scheduled on an idle device (restarts()); waits: the step
+    has block copies, so its launch first waits for the device (None: no step has)."""
     pre = np.asarray(prepare_s, dtype=np.float64)
     dev = np.asarray(device_s, dtype=np.float64)
     loop = np.asarray(loop_s, dtype=np.float64)
     restart = np.asarray(restart, dtype=bool)
     n = len(pre)
+    waits = np.zeros(n, dtype=bool) if waits is None else np.asarray(waits, dtype=bool)
     out = np.empty(n)
     begin = host = end = 0.0            # row begin, host clock, device end of the step in flight
     for k in range(n):
@@ -51,11 +56,14 @@ def overlapped_row_s(prepare_s, device_s, loop_s, restart) -> np.ndarray:
             begin, host = 0.0, pre[k]
             end = host + dev[k]
         if k + 1 < n and not restart[k + 1]:
-            launch = host + pre[k + 1]      # step k+1 launched before step k's tokens are collected
+            # step k+1 is launched before step k's tokens are collected; with copies, once the device is idle
+            drained = max(host, end) if waits[k + 1] else None
+            launch = (host if drained is None else drained) + pre[k + 1]
             tokens = max(end, launch)
             end = tokens + dev[k + 1]       # max(launch, end(k)) + device(k+1)
+            row_end = tokens if drained is None else max(begin, min(tokens, drained))
         else:
-            tokens = max(end, host)
-        out[k] = tokens - begin
-        begin, host = tokens, tokens + loop[k]
+            tokens = row_end = max(end, host)
+        out[k] = row_end - begin
+        begin, host = row_end, tokens + loop[k]
     return out

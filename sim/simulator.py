@@ -319,7 +319,10 @@ class Simulator(FastPathMixin):
                      scheduled
 
         so a step's input preparation hides behind the step before's device time, not its own: a long
-        prefill after a short decode step leaves the device idle for the rest of its preparation. With
+        prefill after a short decode step leaves the device idle for the rest of its preparation. A step
+        with block copies (swaps, CPU-tier loads and offloads) first waits for the device to finish the
+        step before (their pinned staging is shared: engine/model_runner.launch), prepares after that, and
+        the step before's row ends there. With
         the pipeline empty, a step and the next one are scheduled back to back (the second once the first
         is launched). A recorder row runs from the previous step's tokens on the host (or its own
         schedule, after an idle device) to its own, as the engine records it; consecutive rows tile the
@@ -330,23 +333,27 @@ class Simulator(FastPathMixin):
         track, direct = self._track_load, self._direct
         t = env.now
         in_flight = None     # (batch, its device end, recorder row, schedule time, its loop seconds) on the device
-        last_tokens_s = None     # when the step before's tokens reached the host; None after an idle device
+        last_end_s = None        # where the step before's row ended; None after an idle device
         while True:
             self._pull_arrivals(r, t)
             if in_flight is None and not (sched.running or sched.waiting or sched.swapped):
                 t = yield from self._next_arrival(r)
                 if t is None:
                     return
-                last_tokens_s = None
+                last_end_s = None
                 continue
             batch = sched.schedule(t)
             for seq in batch.rejected:
                 self._reject(r, seq)
-            launched = None
+            launched = drained_s = None     # drained_s: when a launch with block copies found the device idle
             host_s = t                      # the host's clock once this iteration's launch is done
             if not batch.is_empty:
                 prepare, device, loop = cm.overlap_parts_s(batch)
-                host_s = t + prepare
+                if in_flight is not None and (batch.swap_out or batch.swap_in or batch.offload or batch.load):
+                    drained_s = max(t, in_flight[1])
+                    host_s = drained_s + prepare
+                else:
+                    host_s = t + prepare
                 start = host_s if in_flight is None else max(host_s, in_flight[1])
                 row = -1
                 if rec is not None:
@@ -358,7 +365,7 @@ class Simulator(FastPathMixin):
                 if batch.rejected and not sched.has_unfinished():
                     continue
                 t = yield from self._next_arrival(r, stalled_at=t)
-                last_tokens_s = None
+                last_end_s = None
                 continue
             if in_flight is None:           # the pipeline was empty: schedule the next step behind this one
                 in_flight = launched
@@ -369,18 +376,19 @@ class Simulator(FastPathMixin):
             done_batch, device_end, row, scheduled_s, loop = in_flight
             tokens_s = max(device_end, host_s)
             yield tokens_s if direct else _At(env, tokens_s)
-            begin = scheduled_s if last_tokens_s is None else max(scheduled_s, last_tokens_s)
+            begin = scheduled_s if last_end_s is None else max(scheduled_s, last_end_s)
+            end_s = tokens_s if drained_s is None else max(begin, min(tokens_s, drained_s))
             if rec is not None:
-                rec.set_step_time(row, begin, tokens_s - begin)
+                rec.set_step_time(row, begin, end_s - begin)
             r.num_steps += 1
-            r.busy_s += tokens_s - begin
+            r.busy_s += end_s - begin
             if track:
                 r.outstanding_tokens -= self._emitted_load(done_batch, in_flight=True)
             token = self._token_fn()
             done = sched.postprocess_in_flight(done_batch, [token(s) for s in done_batch.seqs], tokens_s)
             if done:
                 self._record_finished(rec, done)
-            last_tokens_s, in_flight = tokens_s, launched
+            last_end_s, in_flight = end_s, launched
             t = tokens_s + loop
             if loop:
                 yield t if direct else _At(env, t)

@@ -136,6 +136,7 @@ from sim.cost_model.calibrated_fit import (
     LOOP_TERMS,
     OBJECTIVES,
     SPLIT_PARTITION_KEYS,
+    _col,
     design_matrix,
     fit_coefficients,
     nnls,
@@ -415,7 +416,8 @@ class CalibratedCostModel(FittedCostModel):
         """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s). overlapped:
         the rows of one run with overlap scheduling, in step order, priced as the simulator's overlap loop times
         them (overlap_parts_s, sim/overlap_timeline.py); a row starting after a gap behind the row before
-        (start_time_s, and the recorded measured_duration_s or else duration_s) was scheduled on an idle device."""
+        (start_time_s, and the recorded measured_duration_s or else duration_s) was scheduled on an idle device, and a
+        row with block copies (swaps, CPU-tier loads or offloads) waited for the device before its launch."""
         x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
                           self.prefill_graph_max_tokens)
         total = x @ np.array([self.coefficients[f] for f in FEATURES])
@@ -433,7 +435,9 @@ class CalibratedCostModel(FittedCostModel):
             restart = restarts(steps["start_time_s"], dur)
         else:
             restart = np.zeros(len(total), dtype=bool)
-        return overlapped_row_s(host - loop, total - host, loop, restart)
+        copies = sum(np.nan_to_num(_col(steps, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
+                                                                  "num_cpu_hit_blocks"))
+        return overlapped_row_s(host - loop, total - host, loop, restart, copies > 0)
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod

@@ -6,8 +6,9 @@ import pytest
 
 from engine.core.recorder import Recorder
 from engine.core.scheduler import Scheduler, SchedulerConfig
+from policies.registry import SCHEDULING_POLICIES
 from sim.cost_model import CalibratedCostModel, ConstantCostModel
-from sim.overlap_timeline import restarts
+from sim.overlap_timeline import overlapped_row_s, restarts
 from sim.simulator import Replica, Simulator
 from tests.sim.test_simulator import event_log, req
 
@@ -99,20 +100,41 @@ def test_a_prefills_preparation_hides_only_behind_the_step_before():
     assert res.requests.set_index("request_id").loc[1, "ttft_s"] == pytest.approx(11.5 - 5.2)
 
 
-def test_table_pricing_reproduces_the_simulated_rows():
-    # sim/overlap_timeline.py on the simulator's own recorded rows gives their durations: one recursion
-    cm = calibrated(0.25, loop_prefill_tokens=0.01, loop_seqs=0.05, decode_context_sum=1e-3)
+@pytest.mark.parametrize("policy, blocks, gap_s, max_out", [("vllm", 48, 3.0, 30), ("vllm_swap", 40, 1.0, 60)])
+def test_table_pricing_reproduces_the_simulated_rows(policy, blocks, gap_s, max_out):
+    # sim/overlap_timeline.py on the simulator's own recorded rows gives their durations: one recursion, with
+    # preemption by recompute and by swap (a step with copies waits for the device before it prepares)
+    swaps = dict(decode_context_sum=1e-3, swap_step=0.5, swap_out_blocks=0.01, swap_in_blocks=0.01)
+    # a device model: 0.3 s of every step's 1 s fixed cost is host work before the launch
+    device = CalibratedCostModel(coefficients=dict(step=0.7, eager_step=2.0, **swaps))
+    cm = CalibratedCostModel(coefficients=dict(step=1.0, eager_step=2.0, loop_step=0.25, loop_prefill_step=1.0,
+                                               loop_prefill_tokens=0.01, loop_seqs=0.05, **swaps), device=device)
     rng = np.random.default_rng(0)
-    seqs = [req(i, int(rng.integers(4, 200)), int(rng.integers(1, 30)), arrival=float(rng.exponential(3.0)) * i)
+    seqs = [req(i, int(rng.integers(4, 200)), int(rng.integers(1, max_out)), arrival=float(rng.exponential(gap_s)) * i)
             for i in range(40)]
-    res = Simulator(overlapped(cm, blocks=64)).run(seqs)
+    sched = Scheduler(SchedulerConfig(num_kvcache_blocks=blocks, block_size=16, max_model_len=4096,
+                                      max_num_batched_tokens=4096, num_cpu_blocks=200), SCHEDULING_POLICIES[policy]())
+    res = Simulator(Replica(sched, cm, Recorder(), overlap_scheduling=True)).run(seqs)
     steps = res.steps
     assert len(steps) > 100 and (steps["num_prefill_seqs"] > 0).sum() > 20
-    pred = cm.predict_table(steps.assign(serving_loop=1), overlapped=True)
+    assert (steps["num_swap_blocks"] > 0).sum() > (20 if policy == "vllm_swap" else -1)
+    table = steps.assign(serving_loop=1)
+    pred = cm.predict_table(table, overlapped=True)
     np.testing.assert_allclose(pred, steps["duration_s"].to_numpy(), rtol=1e-9, atol=1e-9)
     # the rows with a gap before them restarted the pipeline; the others did not (a recursion, not a per-row price)
     restart = restarts(steps["start_time_s"], steps["duration_s"])
-    assert 0 < restart.sum() < len(steps) - 50
+    assert (restart.sum() > 1 if policy == "vllm" else restart.sum() == 1) and restart.sum() < len(steps) - 50
+    if policy == "vllm_swap":       # without the wait before a copying step's preparation the rows differ
+        assert not np.allclose(overlapped_row_s(*_parts(cm, table), restart), pred)
+
+
+def _parts(cm, table):
+    """(prepare, device, loop) per row as predict_table splits them: host = step - device, loop its loop terms."""
+    total, device = cm.predict_table(table), cm.device_model.predict_table(table)
+    c = cm.coefficients
+    seqs = table.num_prefill_seqs + table.num_decode_seqs
+    loop = np.minimum(c["loop_step"] + c["loop_seqs"] * seqs, total - device)
+    return total - device - loop, device, loop
 
 
 def test_models_without_a_host_term_price_the_step_unchanged():
