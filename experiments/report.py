@@ -54,10 +54,11 @@ def _parse_override(item: str) -> tuple[str, object]:
     return key, value
 
 
-def _holds_sweep(folder: Path, summary_dirs: set[Path]) -> bool:
-    """Whether a folder holding a summary.json also holds a sweep (its multirun.yaml, or job folders with results):
-    that summary is not a run of the sweep (a single run once written into the sweep's folder)."""
-    return (folder / "multirun.yaml").is_file() or any(folder in d.parents for d in summary_dirs)
+def _stray(summary_dirs: set[Path]) -> list[Path]:
+    """The folders holding a summary.json that also hold a sweep (its multirun.yaml, or job folders with results):
+    their summary is not a run of the sweep (a single run once written into the sweep's folder)."""
+    above = {p for d in summary_dirs for p in d.parents}
+    return sorted(d for d in summary_dirs if d in above or (d / "multirun.yaml").is_file())
 
 
 def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
@@ -68,7 +69,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
                                 f"{sweep_dir} is a file; give the sweep folder (sweeps/<name>)")
     rows, override_keys, skipped = [], set(), []
     summary_dirs = {p.parent for p in sweep_dir.rglob(SUMMARY)}
-    stray = sorted(d for d in summary_dirs if _holds_sweep(d, summary_dirs))
+    stray = _stray(summary_dirs)
     for folder in sorted(summary_dirs - set(stray)):
         s = read_summary(folder)
         if s is None or (complete_only and not s.get("complete")):
@@ -95,6 +96,9 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
                "" if failed else "; give a folder that `servelab -m ...` wrote, e.g. sweeps/<name>")
         if failed:
             why += f" ({len(failed)} failed job(s), first: {describe(failed[0])})"
+        if stray:
+            why += (f" (left out {', '.join(str(d.relative_to(sweep_dir) / SUMMARY) for d in stray)}: in a folder that "
+                    "holds a sweep, not a job of it)")
         raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}{why}")
     fill_overrides(rows, override_keys, sweep_dir)
     labels = policy_labels(rows, override_keys, RATE)
