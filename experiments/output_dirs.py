@@ -9,7 +9,13 @@
   sorted, e.g. `sweeps/scheduler=fcfs,vllm+workload.arrival.rate_rps=5,50`, so unrelated sweeps
   never share a folder and relaunching the same command resumes the same one (a named sweep keeps
   `sweeps/<name>`); and it remembers the folder, so an interrupted command can say truthfully what
-  it left behind (`interrupted_message`).
+  it left behind (`interrupted_message`), and a launch that fails before any job started removes the
+  sweep folder it created (`remove_unused_sweep`). It also refuses a single run into a folder that holds
+  a sweep (multirun.yaml, or job folders with a summary.json).
+- A sweep job's folder (hydra.sweep.subdir) is `${servelab_job_dir:}`: Hydra's override_dirname with each
+  override made one path component as the sweep folder's name is (`job_name`), so an override holding a
+  `/` (a file path, a config group) never nests folders, and the same overrides give the same folder (a
+  relaunch finds its finished jobs).
 """
 from __future__ import annotations
 
@@ -27,9 +33,12 @@ from experiments.user_errors import fail
 # Files whose presence means a folder holds a run's results (summary.json is written last).
 RESULT_FILES = (SUMMARY, "requests.parquet")
 MAX_NAME_CHARS = 120          # one path component; file systems allow 255 bytes
+# A job's folder names all its overrides (the report reads them from its summary.json, the folder list shows them)
+MAX_JOB_NAME_CHARS = 240
 
 _created: dict[str, str] = {}         # base -> folder created for it in this process
 _last_output: dict[str, str] = {}     # "run" or "sweep" -> the folder this command writes into
+_created_sweep: list[Path] = []       # the sweep folder, then its parents, that this command's launch created
 
 
 def unique_dir(base: str) -> str:
@@ -54,6 +63,14 @@ def _clean(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._,=+@-]", "_", text)
 
 
+def _item_name(key: str, sep: str, value: str) -> str:
+    """One override as part of a folder name: a group's `/` as `.`, a file (a key ending in path) by its name,
+    odd characters (a value's `/` included: it would nest folders) as `_`. Unchanged when it has none of them."""
+    if key.lstrip("+~").endswith("path") and sep:       # a file: its name, not its folders
+        value = ",".join(Path(v.strip("'\"")).name for v in value.split(","))
+    return _clean(f"{key.replace('/', '.')}{sep}{value}")
+
+
 def sweep_name(name: str, overrides) -> str:
     """`name`, or for an unnamed sweep (name=default) its overrides as one folder name."""
     if name != "default":
@@ -64,23 +81,47 @@ def sweep_name(name: str, overrides) -> str:
         bare = key.lstrip("+~")
         if bare in NON_RESULT_KEYS or bare == "name" or bare.startswith("hydra"):
             continue
-        if bare.endswith("path") and sep:       # a file: its name, not its folders
-            value = ",".join(Path(v.strip("'\"")).name for v in value.split(","))
-        items.append(_clean(f"{bare.replace('/', '.')}{sep}{value}"))
+        items.append(_item_name(bare, sep, value))
     return safe_name("+".join(sorted(items)) or "default")
 
 
-def safe_name(text: str) -> str:
-    """text as one path component: odd characters replaced, cut to MAX_NAME_CHARS with a hash of the whole."""
+def safe_name(text: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    """text as one path component: odd characters replaced, cut to max_chars with a hash of the whole."""
     text = _clean(text)
-    if len(text) > MAX_NAME_CHARS:
+    if len(text) > max_chars:
         digest = hashlib.sha1(text.encode()).hexdigest()[:8]
-        text = f"{text[:MAX_NAME_CHARS - 9]}_{digest}"
+        text = f"{text[:max_chars - 9]}_{digest}"
     return text
+
+
+def job_name(overrides, exclude_keys=(), item_sep: str = ",", kv_sep: str = "=") -> str:
+    """A sweep job's folder: Hydra's override_dirname (the job's overrides but exclude_keys, sorted) with each
+    override made one path component as in sweep_name, so `backend.cost_model.profile=benchmarks/results/x.json`
+    or `backend/cost_model=calibrated` no longer nest folders. Identical to override_dirname for overrides
+    without such characters (the folders of earlier sweeps)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
+    lines = sorted(o.input_line for o in parsed if o.key_or_group not in set(exclude_keys))
+    name = item_sep.join(_item_name(*line.partition("=")) for line in lines)
+    return safe_name(re.sub("=", kv_sep, name), MAX_JOB_NAME_CHARS)
+
+
+def job_dir(*, _root_) -> str:
+    """hydra.sweep.subdir (conf/config.yaml): the job's job_name, or the folder Hydra's override_dirname named
+    when that one holds its results already (a sweep launched before job names were sanitized resumes there)."""
+    hc = _root_.hydra
+    conf = hc.job.config.override_dirname
+    name = job_name(hc.overrides.task, conf.exclude_keys, conf.item_sep, conf.kv_sep)
+    legacy = str(hc.job.override_dirname)
+    if legacy and legacy != name and holds_results(Path(str(hc.sweep.dir)) / legacy):
+        return legacy
+    return name
 
 
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver("servelab_unique_dir", unique_dir, use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("servelab_job_dir", job_dir, replace=True)
 
 
 register_resolvers()
@@ -90,16 +131,35 @@ def holds_results(folder) -> bool:
     return any((Path(folder) / f).exists() for f in RESULT_FILES)
 
 
+def sweep_held(folder) -> str | None:
+    """What makes `folder` hold a sweep (its multirun.yaml, or a job folder with a summary.json below it), or None.
+    Hidden folders (.hydra, .submitit, .git, .venv) are not searched."""
+    folder = Path(folder)
+    if (folder / "multirun.yaml").is_file():
+        return "multirun.yaml"
+    if not folder.is_dir():
+        return None
+    for parent, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if parent != str(folder) and SUMMARY in files:
+            return f"job folder {Path(parent).relative_to(folder)} with a {SUMMARY}"
+    return None
+
+
 class OutputGuard(Callback):
     """Refuses a single run into a folder that holds results; records where the command writes."""
 
     def on_run_start(self, config, **kwargs) -> None:
         run_dir = str(config.hydra.run.dir)
         _last_output["run"] = run_dir
+        # Hydra turns a callback's Exception into a warning and goes on: stop here (fail), before it writes.
         if holds_results(run_dir):
-            # Hydra turns a callback's Exception into a warning and goes on: stop here, before it writes.
             fail(f"hydra.run.dir={run_dir} already holds results ({SUMMARY}); give another folder, or delete "
                  "that one to run again (a sweep, -m, resumes instead)")
+        sweep = sweep_held(run_dir)
+        if sweep:
+            fail(f"hydra.run.dir={run_dir} holds a sweep ({sweep}); a single run writes into a folder of its own: "
+                 "give another folder (servelab-report reads the sweep; servelab -m ... adds jobs to it)")
 
     def on_multirun_start(self, config, **kwargs) -> None:
         hydra_overrides = list(config.hydra.overrides.hydra)
@@ -113,7 +173,33 @@ class OutputGuard(Callback):
                 config.hydra.sweep.dir = sweep_dir
                 config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{sweep_dir}'")
         _last_output["sweep"] = str(config.hydra.sweep.dir)
+        # the folders this launch creates (Hydra makes them next, parents first): removed again by
+        # remove_unused_sweep when the launch fails before any job wrote into them
+        created, folder = [], Path(str(config.hydra.sweep.dir))
+        while not folder.exists() and folder != folder.parent:
+            created.append(folder)
+            folder = folder.parent
+        _created_sweep[:] = created
         print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
+
+
+def remove_unused_sweep() -> str | None:
+    """After a failed launch: removes the sweep folder this command created when it holds nothing but Hydra's
+    multirun.yaml (no job started), and the parent folders created with it that are left empty; returns it."""
+    if not _created_sweep:
+        return None
+    root = _created_sweep[0]
+    if not root.is_dir() or any(p.name != "multirun.yaml" for p in root.iterdir()):
+        return None
+    for folder in _created_sweep:
+        if folder == root:
+            (root / "multirun.yaml").unlink(missing_ok=True)
+        try:
+            folder.rmdir()
+        except OSError:       # not empty (something else wrote there meanwhile): keep it and its parents
+            break
+    _created_sweep.clear()
+    return str(root)
 
 
 def sweep_folder() -> str | None:

@@ -6,8 +6,12 @@
 Each row holds the job's folder, its command-line override values (e.g.
 `workload.target_rate_rps`, `scheduler`), its config-group choices, the run's
 facts (`request_rate_rps`, `num_kvcache_blocks`, ...) and every summary metric
-(docs/metrics.md). `policy` labels a line in the plots: the values of the
-overrides that vary across the sweep, rates excepted.
+(docs/metrics.md), nested values as JSON text, and for a fitted cost model the share of steps
+and of simulated step time outside its envelope (`cost_model_share_steps_outside`,
+`cost_model_share_time_outside`; experiments/report_table.py). `policy` labels a line in the
+plots: the values of every override that differs between the runs, rates excepted
+(experiments/report_labels.py). A summary.json in a folder that holds a sweep (a single run
+written into the sweep's folder) is left out and named.
 
 Plots (PNG, in SWEEP_DIR/report/): overview.png (p50 and p99 TTFT, TPOT and
 normalized latency vs request rate), one throughput-latency plot per metric,
@@ -31,6 +35,8 @@ import yaml
 
 from experiments.job_record import describe, failed_jobs
 from experiments.output_dirs import safe_name
+from experiments.report_labels import fill_overrides, policy_labels
+from experiments.report_table import cell, coverage_columns, parquet_safe
 from experiments.results import SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.user_errors import nearest, one_line
 
@@ -48,8 +54,11 @@ def _parse_override(item: str) -> tuple[str, object]:
     return key, value
 
 
-def _is_rate_key(key: str) -> bool:
-    return key.endswith(("rate_rps", "time_scale", "rate_scale"))
+def _stray(summary_dirs: set[Path]) -> list[Path]:
+    """The folders holding a summary.json that also hold a sweep (its multirun.yaml, or job folders with results):
+    their summary is not a run of the sweep (a single run once written into the sweep's folder)."""
+    above = {p for d in summary_dirs for p in d.parents}
+    return sorted(d for d in summary_dirs if d in above or (d / "multirun.yaml").is_file())
 
 
 def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
@@ -59,23 +68,27 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
         raise FileNotFoundError(f"sweep folder not found: {sweep_dir}" if not sweep_dir.exists() else
                                 f"{sweep_dir} is a file; give the sweep folder (sweeps/<name>)")
     rows, override_keys, skipped = [], set(), []
-    for path in sorted(sweep_dir.rglob(SUMMARY)):
-        s = read_summary(path.parent)
+    summary_dirs = {p.parent for p in sweep_dir.rglob(SUMMARY)}
+    stray = _stray(summary_dirs)
+    for folder in sorted(summary_dirs - set(stray)):
+        s = read_summary(folder)
         if s is None or (complete_only and not s.get("complete")):
-            skipped.append(str(path.parent.relative_to(sweep_dir)))
+            skipped.append(str(folder.relative_to(sweep_dir)))
             continue
-        row = {"run_dir": str(path.parent.relative_to(sweep_dir)), "complete": bool(s.get("complete"))}
+        row = {"run_dir": str(folder.relative_to(sweep_dir)), "complete": bool(s.get("complete"))}
         for item in s.get("overrides", []):
             k, v = _parse_override(item)
             if k.startswith("hydra") or k in ("experiment", "sweep", "name"):
                 continue
-            row[k] = v
+            row[k] = cell(v)
             override_keys.add(k)
         for k, v in s.get("choices", {}).items():
             row.setdefault(k, v)
-        for k, v in s.get("meta", {}).items():
-            row.setdefault(k, v)
-        row.update(s.get("metrics", {}))
+        meta = s.get("meta", {})
+        for k, v in meta.items():
+            row.setdefault(k, cell(v))
+        row.update(coverage_columns(meta.get("cost_model_coverage")))
+        row.update({k: cell(v) for k, v in s.get("metrics", {}).items()})
         rows.append(row)
     failed = failed_jobs(sweep_dir)
     if not rows:
@@ -83,21 +96,19 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
                "" if failed else "; give a folder that `servelab -m ...` wrote, e.g. sweeps/<name>")
         if failed:
             why += f" ({len(failed)} failed job(s), first: {describe(failed[0])})"
+        if stray:
+            why += (f" (left out {', '.join(str(d.relative_to(sweep_dir) / SUMMARY) for d in stray)}: in a folder that "
+                    "holds a sweep, not a job of it)")
         raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}{why}")
-    df = pd.DataFrame(rows)
-    label_keys = [k for k in sorted(override_keys) if not _is_rate_key(k) and df[k].astype(str).nunique() > 1]
-    if not label_keys:
-        label_keys = [k for k in ("scheduler",) if k in df and df[k].nunique() > 1]
-    if len(label_keys) == 1:
-        df["policy"] = df[label_keys[0]].astype(str)
-    elif label_keys:
-        df["policy"] = df[label_keys].astype(str).apply(
-            lambda r: ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in r.items()), axis=1)
-    else:
-        df["policy"] = "run"
+    fill_overrides(rows, override_keys, sweep_dir)
+    labels = policy_labels(rows, override_keys, RATE)
+    df = parquet_safe(pd.DataFrame(rows))
+    df["policy"] = labels
     sort = [c for c in ("policy", RATE) if c in df]
     df = df.sort_values(sort, kind="stable").reset_index(drop=True)
     df.attrs["skipped"] = skipped         # job folders left out (complete=false or unreadable)
+    # summary.json files left out: a single run's, in a folder that holds a sweep (output_dirs refuses that now)
+    df.attrs["stray"] = [str(d.relative_to(sweep_dir) / SUMMARY) for d in stray]
     df.attrs["failed"] = [asdict(f) for f in failed]     # jobs that wrote no summary.json (job_record.FailedJob)
     return df
 
@@ -206,7 +217,8 @@ def main(argv=None) -> None:
     except (FileNotFoundError, ValueError) as e:
         ap.exit(2, f"servelab-report: error: {one_line(e)}\n")
     cols = [c for c in (args.by, args.x, "num_finished", "request_throughput_rps", "ttft_s_p50", "ttft_s_p99",
-                        "tpot_s_p99", "normalized_latency_s_p99", "num_preemptions") if c in df]
+                        "tpot_s_p99", "normalized_latency_s_p99", "num_preemptions",
+                        "cost_model_share_steps_outside", "cost_model_share_time_outside") if c in df]
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     skipped = df.attrs.get("skipped", [])
@@ -214,6 +226,8 @@ def main(argv=None) -> None:
           f"{', '.join(skipped)})" if skipped else "") + ":")
     for d in df["run_dir"]:
         print(f"  {d}")
+    for path in df.attrs.get("stray", []):
+        print(f"left out {path}: a single run's summary in a folder that holds a sweep, not a job of the sweep")
     failed = df.attrs.get("failed", [])
     if failed:
         print(f"FAILED: {len(failed)} job(s) wrote no results (relaunch the sweep to run only those):")

@@ -32,7 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.compose import CONF_DIR  # (registers the schema before Hydra composes)
 from experiments.config_check import check_config, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
-from experiments.output_dirs import interrupted_message, sweep_folder
+from experiments.job_warnings import job_label, named_warnings
+from experiments.output_dirs import interrupted_message, remove_unused_sweep, sweep_folder
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
     TRACEBACK_ENV,
@@ -303,8 +304,12 @@ def hydra_main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     sweep_job = hc.mode == RunMode.MULTIRUN
     try:
-        return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
-                       label=hc.job.override_dirname or None, record_job=sweep_job)
+        if not sweep_job:
+            return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
+                           label=hc.job.override_dirname or None)
+        with named_warnings(job_label(hc.runtime.output_dir, hc.sweep.dir, hc.overrides.task)):
+            return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
+                           label=hc.job.override_dirname or None, record_job=True)
     except Exception as e:
         if sweep_job:       # servelab-report names the failed job and this line (experiments/job_record.py)
             why = one_line(e) if is_user_error(e) else f"{type(e).__name__}: {one_line(e)}"
@@ -343,6 +348,7 @@ def main() -> None:
         print(interrupted_message(), file=sys.stderr)
         sys.exit(130)
     except Exception as e:
+        remove_unused_sweep()       # a launch that failed before any job started leaves no folder behind
         lost = None if wanted else lost_job_line(e)      # submitit: a job (SLURM, submitit_local) left no result
         if lost:
             sweep = sweep_folder() or "the sweep folder"

@@ -19,6 +19,7 @@ def servelab(monkeypatch, capsys, *args, full_error: bool = False):
     monkeypatch.setenv("SERVELAB_FULL_ERROR", "0")
     monkeypatch.setattr(output_dirs, "_created", {})
     monkeypatch.setattr(output_dirs, "_last_output", {})
+    monkeypatch.setattr(output_dirs, "_created_sweep", [])
     code = 0
     try:
         run.main()

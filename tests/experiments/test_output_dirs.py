@@ -107,3 +107,32 @@ def test_interrupted_sweep_counts_what_each_job_left(in_tmp, monkeypatch, capsys
     assert "sweep sw holds 1 complete job(s) and 1 interrupted one(s)" in err
     assert "jobs without a summary.json wrote nothing" in err
     assert len(summaries(in_tmp / "sw")) == 2
+
+
+# -- a sweep's folder ---------------------------------------------------------------------------
+def test_a_run_dir_holding_a_sweep_is_refused(in_tmp, monkeypatch, capsys):
+    assert servelab(monkeypatch, capsys, "-m", *SMALL, "hydra/launcher=basic", "hydra.sweep.dir=sw",
+                    "scheduler=fcfs")[0] == 0
+    code, _, err = servelab(monkeypatch, capsys, *SMALL, "hydra.run.dir=sw")
+    assert code == 2 and err.strip() == (
+        "error: hydra.run.dir=sw holds a sweep (multirun.yaml); a single run writes into a folder of its own: give "
+        "another folder (servelab-report reads the sweep; servelab -m ... adds jobs to it)")
+    (in_tmp / "sw" / "multirun.yaml").unlink()          # its job folders alone say so too
+    code, _, err = servelab(monkeypatch, capsys, *SMALL, "hydra.run.dir=sw")
+    assert code == 2 and "holds a sweep (job folder scheduler=fcfs,workload.num_requests=6 with a summary.json)" in err
+    assert not (in_tmp / "sw" / "summary.json").exists()
+
+
+def test_a_sweep_that_fails_validation_leaves_no_folder(in_tmp, monkeypatch, capsys):
+    code, out, err = servelab(monkeypatch, capsys, "-m", "scheduler=vllm,srtp", "workload.num_requests=10", *SMALL[2:],
+                              "hydra/launcher=basic")
+    assert code == 2 and err.startswith("error: scheduler=srtp: no such option")
+    assert "sweep folder: sweeps/scheduler=vllm,srtp+workload.num_requests=10" in out
+    assert list(in_tmp.iterdir()) == []          # sweeps/ was made by the launch too
+
+
+def test_a_failed_launch_keeps_a_sweep_folder_it_did_not_create(in_tmp, monkeypatch, capsys):
+    sweep = ["-m", *SMALL, "hydra/launcher=basic", "name=mine"]
+    assert servelab(monkeypatch, capsys, *sweep, "scheduler=fcfs")[0] == 0
+    assert servelab(monkeypatch, capsys, *sweep, "scheduler=fcfs,srtp")[0] == 2
+    assert (in_tmp / "sweeps" / "mine" / "multirun.yaml").is_file() and len(summaries(in_tmp / "sweeps")) == 1

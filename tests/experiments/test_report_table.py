@@ -1,0 +1,100 @@
+"""The sweep table of servelab-report from hand-written run folders: nested meta values and the cost model's
+coverage as cells parquet can hold, labels that tell runs apart, a sweep root's stray summary left out."""
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from experiments.report import collect, make_report
+from experiments.report_labels import policy_labels
+from experiments.report_table import cell, parquet_safe
+from experiments.results import write_parquet
+
+METRICS = {f"{m}_p{p}": 0.01 * p for m in ("ttft_s", "tpot_s", "normalized_latency_s") for p in (50, 99)}
+INSIDE = {"num_steps": 10, "num_steps_outside": 0, "share_steps_outside": 0.0, "time_s": 1.0, "time_outside_s": 0.0,
+          "share_time_outside": 0.0, "outside_by": {}, "envelope": {"max_prefill_tokens": 16384}}
+
+
+def fake_run(folder, overrides, rate, meta=None, config=None):
+    """A job folder as servelab writes it: summary.json (and config.yaml when given)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {"complete": True, "run_id": folder.name, "overrides": overrides, "choices": {"scheduler": "vllm"},
+               "meta": {"request_rate_rps": rate, "dropped_lines": [], **(meta or {})},
+               "metrics": {"num_finished": 10, **METRICS}}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    if config is not None:
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+def test_runs_all_inside_the_envelope_make_a_parquet_table_with_coverage_columns(tmp_path):
+    # every run's outside_by is {}: a struct without fields, which parquet cannot write
+    for sched in ("vllm", "srpt"):
+        fake_run(tmp_path / f"scheduler={sched}", [f"scheduler={sched}"], 5.0, {"cost_model_coverage": INSIDE})
+    df, files = make_report(tmp_path)
+    back = pd.read_parquet(tmp_path / "report" / "results.parquet")
+    assert len(back) == 2 and back["cost_model_share_steps_outside"].tolist() == [0.0, 0.0]
+    assert back["cost_model_share_time_outside"].tolist() == [0.0, 0.0]
+    assert back["cost_model_outside_by"].tolist() == ["", ""]
+    assert json.loads(back["cost_model_coverage"][0])["envelope"] == {"max_prefill_tokens": 16384}
+    assert back["dropped_lines"].tolist() == ["[]", "[]"]
+
+
+def test_coverage_columns_of_runs_outside_the_envelope(tmp_path):
+    outside = {**INSIDE, "num_steps_outside": 4, "share_steps_outside": 0.4, "share_time_outside": 0.6,
+               "time_outside_s": 0.6, "outside_by": {"max_batch_size": 1, "max_prefill_tokens": 4}}
+    fake_run(tmp_path / "a", ["scheduler=vllm"], 5.0, {"cost_model_coverage": outside})
+    fake_run(tmp_path / "b", ["scheduler=srpt"], 5.0)           # another cost model: no coverage
+    df = collect(tmp_path)
+    write_parquet(df, tmp_path / "t.parquet")
+    a = df.set_index("run_dir").loc["a"]
+    assert a["cost_model_share_steps_outside"] == 0.4 and a["cost_model_share_time_outside"] == 0.6
+    assert a["cost_model_outside_by"] == "max_prefill_tokens=4, max_batch_size=1"
+    assert pd.isna(df.set_index("run_dir").loc["b", "cost_model_share_steps_outside"])
+
+
+def test_a_column_mixing_text_and_numbers_is_written_as_text(tmp_path):
+    df = parquet_safe(pd.DataFrame({"x": [5, "high", None]}))
+    write_parquet(df, tmp_path / "t.parquet")
+    assert pd.read_parquet(tmp_path / "t.parquet")["x"].tolist()[:2] == ["5", "high"]
+    assert cell({"b": 1, "a": {}}) == '{"a": {}, "b": 1}' and cell(3) == 3
+
+
+def test_a_relaunch_with_another_seed_gets_labels_of_its_own(tmp_path):
+    # the README's kv_pressure sweep, then the same command with seed=7: the first runs gave no seed
+    for sched in ("fcfs", "vllm"):
+        for rate in (10, 20):
+            base = [f"scheduler={sched}", f"workload.arrival.rate_rps={rate}"]
+            fake_run(tmp_path / f"{sched},{rate}", base, float(rate), config={"seed": 0})
+            fake_run(tmp_path / f"{sched},seed=7,{rate}", [*base, "seed=7"], float(rate), config={"seed": 7})
+    df = collect(tmp_path)
+    assert sorted(df["policy"].unique()) == ["scheduler=fcfs,seed=0", "scheduler=fcfs,seed=7",
+                                             "scheduler=vllm,seed=0", "scheduler=vllm,seed=7"]
+    assert not df.duplicated(["policy", "request_rate_rps"]).any()       # no plot line joins two runs
+    assert sorted(df["seed"].tolist()) == [0, 0, 0, 0, 7, 7, 7, 7]
+
+
+def test_runs_alike_in_every_override_are_told_apart_by_their_folder():
+    rows = [{"run_dir": "a", "request_rate_rps": 5.0}, {"run_dir": "b", "request_rate_rps": 5.0},
+            {"run_dir": "c", "request_rate_rps": 9.0}]
+    assert policy_labels(rows, set(), "request_rate_rps") == ["run (a)", "run (b)", "run"]
+    rows = [{"run_dir": "a", "x": 1}, {"run_dir": "b"}]                 # a key the other run's config lacks
+    assert policy_labels(rows, {"x"}, "request_rate_rps") == ["1", "default"]
+
+
+def test_a_stray_summary_in_the_sweep_root_is_not_read_as_a_run(tmp_path):
+    fake_run(tmp_path / "scheduler=vllm", ["scheduler=vllm"], 5.0)
+    fake_run(tmp_path / "scheduler=srpt", ["scheduler=srpt"], 5.0)
+    fake_run(tmp_path, [], 5.0)                                     # a single run written into the sweep's root
+    df = collect(tmp_path)
+    assert sorted(df["run_dir"]) == ["scheduler=srpt", "scheduler=vllm"] and df.attrs["stray"] == ["summary.json"]
+    # a folder holding one run is that run
+    assert collect(tmp_path / "scheduler=vllm")["run_dir"].tolist() == ["."]
+
+
+def test_a_summary_beside_multirun_yaml_is_stray(tmp_path):
+    fake_run(tmp_path, [], 5.0)
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(ValueError, match=r"no complete runs .*left out summary.json: in a folder that holds a sweep"):
+        collect(tmp_path)

@@ -1,0 +1,77 @@
+"""Sweep jobs of calibrated runs: one folder level per job whatever the overrides hold, a relaunch that finds them,
+the report of runs inside the fit's envelope, and warnings that name their job."""
+import pandas as pd
+from omegaconf import OmegaConf
+
+from experiments.output_dirs import job_dir, job_name
+from experiments.report import collect
+from experiments.results import write_parquet
+from tests.experiments.cli import QUIET, in_tmp, servelab  # noqa: F401  (in_tmp is a fixture)
+from tests.experiments.test_sweep import ROOT
+
+PROFILE = "benchmarks/results/profile_h200_qwen3_0p6b.json"      # relative, as the README gives it
+CALIBRATED = ["-m", "hydra/launcher=basic", "model=qwen3_0p6b", "backend/cost_model=calibrated",
+              f"backend.cost_model.profile={PROFILE}", "workload.num_requests=20", "scheduler=vllm,srpt", *QUIET]
+
+
+def calibrated_sweep(tmp, monkeypatch, capsys, *extra):
+    if not (tmp / "benchmarks").exists():
+        (tmp / "benchmarks").symlink_to(ROOT / "benchmarks")
+    return servelab(monkeypatch, capsys, *CALIBRATED, *extra)
+
+
+def test_job_folders_do_not_nest_and_a_relaunch_finds_them(in_tmp, monkeypatch, capsys):
+    code, _, err = calibrated_sweep(in_tmp, monkeypatch, capsys, "name=u_cov", "max_model_len=4096")
+    assert code == 0, err
+    sweep = in_tmp / "sweeps" / "u_cov"
+    jobs = sorted(p.parent for p in sweep.rglob("summary.json"))
+    assert [j.parent for j in jobs] == [sweep, sweep]
+    assert jobs[0].name == ("backend.cost_model.profile=benchmarks_results_profile_h200_qwen3_0p6b.json,"
+                            "backend.cost_model=calibrated,max_model_len=4096,model=qwen3_0p6b,scheduler=srpt,"
+                            "workload.num_requests=20")
+    code, out, _ = calibrated_sweep(in_tmp, monkeypatch, capsys, "name=u_cov", "max_model_len=4096")
+    assert code == 0 and out.count("[skip]") == 2
+    # both runs inside the fit's envelope (outside_by == {}): the report's table is written, coverage in columns
+    write_parquet(collect(sweep), in_tmp / "results.parquet")      # as servelab-report writes it
+    table = pd.read_parquet(in_tmp / "results.parquet")
+    assert table["cost_model_share_steps_outside"].tolist() == [0.0, 0.0]
+    assert table["cost_model_share_time_outside"].tolist() == [0.0, 0.0]
+
+
+def test_a_jobs_warning_names_the_job(in_tmp, monkeypatch, capsys):
+    code, _, err = calibrated_sweep(in_tmp, monkeypatch, capsys, "name=far", "max_model_len=8192",
+                                    "workload/prompt_len=uniform", "workload.prompt_len.lo=5000",
+                                    "workload.prompt_len.hi=7000")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "WARNING" in line]
+    jobs = sorted(p.parent.name for p in (in_tmp / "sweeps" / "far").rglob("summary.json"))
+    assert len(warnings) == 2 and len(jobs) == 2
+    for line in warnings:
+        job = line.removeprefix("[job ").split("] WARNING: ", 1)[0]
+        assert job in jobs and "outside the envelope the calibrated cost model was fitted on" in line
+    assert {w.split("]")[0] for w in warnings} == {f"[job {j}" for j in jobs}
+
+
+def test_job_name_is_hydras_override_dirname_for_plain_overrides():
+    plain = ["workload.arrival.rate_rps=5", "scheduler=fcfs", "+extra=1", "seed=7"]
+    assert job_name(plain) == "+extra=1,scheduler=fcfs,seed=7,workload.arrival.rate_rps=5"
+    assert job_name(["workload.path=a/b.csv", "scheduler=x"], exclude_keys=["workload.path"]) == "scheduler=x"
+    assert "/" not in job_name(["backend/cost_model=calibrated", "backend.cost_model.profile=/abs/dir/p.json"])
+    assert len(job_name([f"k{i}=" + "x" * 40 for i in range(10)])) <= 240
+
+
+def hydra_node(tmp_path, overrides, override_dirname):
+    return OmegaConf.create({"hydra": {
+        "sweep": {"dir": str(tmp_path)}, "overrides": {"task": overrides},
+        "job": {"override_dirname": override_dirname,
+                "config": {"override_dirname": {"kv_sep": "=", "item_sep": ",", "exclude_keys": []}}}}})
+
+
+def test_a_sweep_launched_with_nested_job_folders_resumes_in_them(tmp_path):
+    overrides = ["backend.cost_model.profile=r/p.json", "scheduler=vllm"]
+    legacy = "backend.cost_model.profile=r/p.json,scheduler=vllm"
+    new = "backend.cost_model.profile=r_p.json,scheduler=vllm"
+    assert job_dir(_root_=hydra_node(tmp_path, overrides, legacy)) == new
+    (tmp_path / legacy).mkdir(parents=True)
+    (tmp_path / legacy / "summary.json").write_text("{}")
+    assert job_dir(_root_=hydra_node(tmp_path, overrides, legacy)) == legacy
