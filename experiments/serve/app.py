@@ -418,7 +418,8 @@ async def _unless_disconnected(request: Request, work):
 
 
 def _share_prompts(choices, n: int) -> list[PromptUsage]:
-    """One PromptUsage per prompt, shared by its n choices (index p * n + j); call it before the loop runs on."""
+    """One PromptUsage per prompt, shared by its n choices (index p * n + j): right after submit, before any step
+    record can reach the choices (no await between)."""
     usages: dict = {}
     for c in choices:
         c.prompt = usages.setdefault(c.index // n, c.prompt)
