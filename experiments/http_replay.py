@@ -4,7 +4,8 @@
     reqs = [HttpRequest(request_id, arrival_time_s, prompt, max_tokens), ...]   # prompt: token ids or text
     outcome = replay(reqs, target)      # ReplayOutcome: one HttpRecord per request, in the order given
 
-Before the clock starts, `check_server` asks /v1/models (the server is reachable, the model name is served) and sends
+Before the clock starts, `check_server` asks /v1/models (the server is reachable, the model name is served;
+servelab-serve's entry also tells its scheduler and KV cache: ReplayOutcome.server_facts) and sends
 one 1-token completion of the prompt format the replay uses (a server that refuses token-id prompts says so now, in one
 line, not 300 times). Then each request is sent at its arrival_time_s on the replay clock (time.perf_counter; 0 = the
 moment the replay starts; never early, rarely more than tens of microseconds late: sleep_until), concurrently with every
@@ -126,6 +127,9 @@ class ReplayOutcome:
     wall_s: float                           # replay start to the last response's end
     t0_perf_s: float                        # time.perf_counter() at replay time 0
     interrupted: bool = False
+    # servelab-serve's facts of the served model (scheduler, eviction, KV blocks, ...: its /v1/models entry's
+    # `servelab` object, servelab's config keys); {} from another server
+    server_facts: dict = field(default_factory=dict)
 
     @property
     def num_failed(self) -> int:
@@ -180,20 +184,24 @@ def _no_api(target: HttpTarget, method: str, path: str, resp) -> HttpBackendErro
                             "e.g. http://127.0.0.1:8000")
 
 
-async def check_server(target: HttpTarget, probe_prompt) -> str:
-    """The model name to send; raises HttpBackendError (one line) when the server cannot serve the replay."""
+async def check_server(target: HttpTarget, probe_prompt, prompt_vocabulary: str | None = None) -> tuple[str, dict]:
+    """(the model name to send, the server's facts: servelab-serve's `servelab` object of that model's /v1/models
+    entry, {} from another server); raises HttpBackendError (one line) when the server cannot serve the replay.
+    prompt_vocabulary: where the token-id prompts come from (e.g. "model=qwen3_8b, vocab_size 151936"), for the
+    fix of a server that finds a token id outside its vocabulary."""
     import httpx
     async with _client(target, target.connect_timeout_s + 30) as client:
         try:
             resp = await client.get(target.api_base + "/models")
         except httpx.HTTPError as exc:
             raise _unreachable(target, exc) from None
-        served = []
+        served, cards = [], {}
         if resp.status_code == 200:
             try:
-                served = [m["id"] for m in resp.json().get("data", [])]
+                cards = {m["id"]: m for m in resp.json().get("data", [])}
+                served = list(cards)
             except (ValueError, KeyError, TypeError, AttributeError):
-                served = []
+                served, cards = [], {}
         elif resp.status_code in (401, 403):
             raise HttpBackendError(f"the server at {target.url} refused the request "
                                    f"({_error_text(resp.status_code, resp.content)}); give its key as backend.api_key")
@@ -227,9 +235,36 @@ async def check_server(target: HttpTarget, probe_prompt) -> str:
                     if target.prompt_format == "token_ids" else ""
                 if target.return_token_ids and "return_token_ids" in resp.text:
                     fix = "; it does not take return_token_ids: give backend.return_token_ids=false"
+                if target.prompt_format == "token_ids" and _outside_vocabulary(resp.text):
+                    fix = _vocabulary_fix(resp.text, facts_of(cards.get(model)), prompt_vocabulary)
             raise HttpBackendError(f"the server at {target.url} refused {what} on /v1/completions "
                                    f"({_error_text(resp.status_code, resp.content)}){fix}")
-        return model
+        return model, facts_of(cards.get(model))
+
+
+def facts_of(card) -> dict:
+    """servelab-serve's `servelab` object of a /v1/models entry (its scheduler and KV cache); {} if none."""
+    facts = card.get("servelab") if isinstance(card, dict) else None
+    return dict(facts) if isinstance(facts, dict) else {}
+
+
+def _outside_vocabulary(text: str) -> bool:
+    """The server's error says a prompt token id is outside its vocabulary (servelab-serve's and vLLM's words)."""
+    text = text.lower()
+    return "token id" in text and "vocab" in text
+
+
+def _vocabulary_fix(text: str, facts: dict, prompt_vocabulary: str | None) -> str:
+    """The fix of a token id outside the server's vocabulary: the prompts' vocabulary must be the server's."""
+    import re
+    size = facts.get("vocab_size")
+    if size is None:
+        found = re.search(r"\[0, (\d+)\)", text)       # servelab-serve's "outside [0, 512) (vocab_size)"
+        size = int(found.group(1)) if found else None
+    source = f" ({prompt_vocabulary})" if prompt_vocabulary else ""
+    vocab = f"model.vocab_size={size}" if size is not None else "model.vocab_size=<the server's vocabulary size>"
+    return (f"; the prompt token ids are drawn from the model= entry's vocabulary{source}, larger than the server's: "
+            f"give model=<the entry of the server's checkpoint> or {vocab}")
 
 
 def _body(target: HttpTarget, model: str, req: HttpRequest) -> bytes:
@@ -378,8 +413,10 @@ async def _replay(requests: list[HttpRequest], target: HttpTarget, model: str, r
         await session.close()
 
 
-def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float | None = None) -> ReplayOutcome:
+def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float | None = None,
+           prompt_vocabulary: str | None = None) -> ReplayOutcome:
     """Checks the server, then replays `requests` (sorted by arrival here) in real time; see the module docstring.
+    prompt_vocabulary: where the token-id prompts come from, named in the fix of a vocabulary mismatch.
 
     Ctrl-C stops the replay and returns what the client saw so far (interrupted=True; requests in flight or not
     yet sent carry an error)."""
@@ -387,7 +424,7 @@ def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float
     if not requests:
         raise HttpBackendError("the workload has no requests to replay")
     probe = requests[0].prompt[:4] if target.prompt_format == "token_ids" else "Hello"
-    model = _run(check_server(target, probe))
+    model, facts = _run(check_server(target, probe, prompt_vocabulary))
     records = [HttpRecord(r.request_id, float(r.arrival_time_s), int(r.max_tokens),
                           len(r.prompt) if r.num_prompt_tokens is None else int(r.num_prompt_tokens))
                for r in requests]
@@ -401,7 +438,7 @@ def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float
             if not rec.ok and rec.error is None:
                 rec.error = "interrupted (Ctrl-C) before it finished"
     t0 = started[0] if started else time.perf_counter()
-    return ReplayOutcome(records, model, time.perf_counter() - t0, t0, interrupted)
+    return ReplayOutcome(records, model, time.perf_counter() - t0, t0, interrupted, facts)
 
 
 def _run(coro):

@@ -107,21 +107,25 @@ def _fmt(x, unit: str = "") -> str:
 def format_summary(summary: dict) -> str:
     """A plain-text table of the numbers most runs are judged by."""
     m, meta = summary["metrics"], summary["meta"]
+    http = meta.get("backend") == "http"
     rows = [
         ("setup", f"{meta.get('model')} on {meta.get('hardware')} x{meta.get('num_replicas', 1)}, "
-                  f"scheduler={summary.get('choices', {}).get('scheduler')}, "
-                  f"eviction={summary.get('choices', {}).get('eviction')}"),
+                  + (_server_policies(meta.get("server") or {}) if http else
+                     f"scheduler={summary.get('choices', {}).get('scheduler')}, "
+                     f"eviction={summary.get('choices', {}).get('eviction')}")),
         ("workload", f"{meta.get('num_workload_requests')} requests at {_fmt(meta.get('request_rate_rps'), ' req/s')}"
                      f" ({meta.get('workload_source')})"),
         ("input", describe_input(meta)),
         ("limits", f"max_model_len {meta.get('max_model_len')} ({meta.get('max_model_len_source')}), "
-                   f"max_num_batched_tokens {meta.get('max_num_batched_tokens')} "
-                   f"({meta.get('max_num_batched_tokens_source')})"),
-        ("KV cache", f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks"
+                   + ("max_num_batched_tokens set by the server" if http and meta.get("max_num_batched_tokens") is None
+                      else f"max_num_batched_tokens {meta.get('max_num_batched_tokens')} "
+                           f"({meta.get('max_num_batched_tokens_source')})")),
+        ("KV cache", "set by the server" if http and meta.get("num_kvcache_blocks") is None else
+                     f"{meta.get('num_kvcache_blocks')} blocks (+{meta.get('num_cpu_blocks')} CPU swap blocks"
                      + (f", +{meta['cpu_cache_num_blocks']} CPU-tier prefix blocks" if meta.get('cpu_cache_num_blocks')
                         else "")
                      + (f" = cpu_cache_gib {meta['cpu_cache_gib']:g}" if meta.get('cpu_cache_gib') is not None
-                        else "") + ")"),
+                        else "") + ")" + (" (the server's)" if http else "")),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
                                 + (f" / {meta['num_failed']} failed" if meta.get("num_failed") else "")
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),
@@ -140,7 +144,8 @@ def format_summary(summary: dict) -> str:
                                         f"{_fmt(m['goodput_targets_rps'], ' req/s')}, rejected by the policy "
                                         f"{m.get('num_rejected_by_policy')}"))
     rows += [
-        ("preemptions", f"{m.get('num_preemptions')} ({m.get('num_preempted_requests')} requests), "
+        ("preemptions", "not seen by a client (the server's /metrics has them)" if http else
+                        f"{m.get('num_preemptions')} ({m.get('num_preempted_requests')} requests), "
                         f"swaps {m.get('num_swaps')}"),
         ("mean batch / KV use", f"{_fmt(m.get('mean_batch_size'))} / {_fmt(m.get('kv_usage_mean'))} "
                                 f"(max {_fmt(m.get('kv_usage_max'))})"),
@@ -161,6 +166,14 @@ def format_summary(summary: dict) -> str:
         rows.append(("simulation wall time", _fmt(meta["sim_wall_time_s"], " s")))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def _server_policies(server: dict) -> str:
+    """backend=http: the scheduling and eviction policies the server reported (servelab-serve's /v1/models), the
+    ones that ran; the run's own scheduler= and eviction= choices do not apply."""
+    if server.get("scheduler") is None:
+        return "scheduler and eviction set by the server"
+    return f"scheduler={server['scheduler']}, eviction={server.get('eviction')} (the server's)"
 
 
 def replica_rows(summary: dict) -> list[tuple[str, str]]:

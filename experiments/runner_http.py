@@ -9,6 +9,9 @@ has the recorder's columns (engine.core.recorder.REQUEST_COLUMNS) plus HTTP_COLU
 request keeps its row with status "failed" and its `error`; one the server's policy rejected has status "rejected" and
 the server's message as reject_reason. Tenant and SLO targets (tenant, ttft_slo_s, tpot_slo_s) are the workload's and
 the *_slo_met columns are judged on the client's times. The step table is empty: the server's steps are its own.
+What servelab-serve tells of itself on /v1/models (scheduler, eviction, KV blocks, token budget) is summary.json's
+meta["server"] and fills num_kvcache_blocks, num_cpu_blocks and max_num_batched_tokens; another server's are None
+("set by the server" in the printed summary).
 """
 from __future__ import annotations
 
@@ -192,18 +195,31 @@ def run_http(cfg, desc: str = "http"):
     in_meta = check_input(wl, max_len, model.max_model_len)
     specs = wl.specs()
     reqs = http_requests(specs, model.vocab_size, int(cfg.seed), tokenizer)
-    outcome = replay(reqs, target, max_wall_s=None if b.get("max_wall_s") is None else float(b.max_wall_s))
+    outcome = replay(reqs, target, max_wall_s=None if b.get("max_wall_s") is None else float(b.max_wall_s),
+                     prompt_vocabulary=f"{_model_choice(model.name)}, vocab_size {model.vocab_size}")
+    server = outcome.server_facts
     req = requests_frame(outcome, {int(s.request_id): s for s in specs})
     req = add_input_columns(req, wl)
     meta = {**replay_meta(outcome, target), "model": outcome.model, "prompt_vocabulary_of": model.name,
             "hardware": f"server at {target.url}",
-            "num_replicas": 1, "num_kvcache_blocks": None, "num_cpu_blocks": None,
+            "num_replicas": 1, "server": server,
+            "num_kvcache_blocks": server.get("num_kvcache_blocks"), "num_cpu_blocks": server.get("num_cpu_blocks"),
+            "cpu_cache_num_blocks": server.get("cpu_cache_num_blocks"),
             "request_rate_rps": offered_rate_rps(cfg, wl), "num_unfinished": 0, **in_meta,
             "max_model_len": int(max_len), "max_model_len_source": max_len_source,
-            "max_num_batched_tokens": None, "max_num_batched_tokens_source": "the server's own"}
+            "max_num_batched_tokens": server.get("max_num_batched_tokens"),
+            "max_num_batched_tokens_source": "the server's" if server.get("max_num_batched_tokens") is not None
+            else "set by the server"}
     report_failures(meta)
     token_times = token_times_frame(outcome) if cfg.record_token_times else None
     return RunResult(req, empty_steps_frame(), token_times, meta, complete=not outcome.interrupted)
+
+
+def _model_choice(name: str) -> str:
+    """`model=<the config group option>` as the command line wrote it (Hydra's choice), else the entry's name."""
+    from hydra.core.hydra_config import HydraConfig
+    choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
+    return f"model={choice}" if choice else f"model.name={name}"
 
 
 class HttpReplayer:

@@ -7,8 +7,8 @@
 ProcessEngine (its own process, experiments/serve/engine_client.py): the routes are the same.
 
 Routes: POST /v1/completions, POST /v1/chat/completions (server-sent events with "stream": true),
-GET /v1/models, GET /health (200 while the engine runs, 503 after it failed or while it stops),
-GET /metrics (Prometheus text, experiments/serve/metrics.py).
+GET /v1/models (with the server's scheduler and KV cache sizes), GET /health (200 while the engine runs, 503
+after it failed or while it stops), GET /metrics (Prometheus text, experiments/serve/metrics.py).
 
 A request's life: the body is checked (400 naming the field, experiments/serve/protocol.py), its
 prompts tokenized here (strings through the checkpoint's tokenizer, chat messages through its chat
@@ -38,6 +38,7 @@ from starlette.requests import ClientDisconnect
 from engine.core.sequence import SamplingParams
 from experiments.serve.asgi import EventStream, ServeApp, error_response
 from experiments.serve.config import ServeOptions
+from experiments.serve.delivery import PromptUsage
 from experiments.serve.engine_client import ProcessEngine
 from experiments.serve.engine_loop import AsyncEngine
 from experiments.serve.errors import APIError
@@ -124,7 +125,7 @@ class _Server:
         else:
             self.metrics = ServerMetrics(name, llm.scheduler)
             self.engine = AsyncEngine(llm, self.metrics)
-        info = self.engine.info
+        self.info = info = self.engine.info
         self.tokenizer = self.engine.tokenizer
         self.model_path = info.model_path
         self.max_model_len = info.max_model_len
@@ -141,8 +142,11 @@ class _Server:
                            code="invalid_api_key")
 
     def model_card(self) -> dict:
+        """OpenAI's model object, vLLM's max_model_len, and `servelab`: the server's scheduler and KV cache as
+        servelab's config keys name them (what `servelab backend=http` records of the server)."""
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "servelab",
-                "root": self.model_path, "max_model_len": self.max_model_len}
+                "root": self.model_path, "max_model_len": self.max_model_len,
+                "servelab": self.info.scheduler_facts()}
 
     # -- request bodies -------------------------------------------------------------------------
     async def _parse(self, request: Request, schema):
@@ -162,8 +166,8 @@ class _Server:
         if extra and len(self._warned) < 256:      # each name logged once (and the set kept small)
             self._warned.update(extra)
             log.warning("ignoring request field(s) this server does not know: %s", ", ".join(extra))
-        if req.model is not None and req.model != self.name:
-            raise APIError(400, f"model {req.model!r} is not served here; this server serves {self.name!r} "
+        if req.model is not None and req.model != self.name:     # 404 as OpenAI's and vLLM's
+            raise APIError(404, f"model {req.model!r} is not served here; this server serves {self.name!r} "
                                 f"(GET /v1/models)", param="model", code="model_not_found")
         unsupported(req)
         return req, arrival
@@ -294,6 +298,7 @@ class _Server:
         queue: asyncio.Queue = asyncio.Queue()
         # queued first: the engine can admit the request while its text streams are set up here
         choices = self.engine.submit(entries, queue)
+        prompt_usages = _share_prompts(choices, req.n)
         try:
             streams = {i: TextStream(self.tokenizer, ids, common["stop"], common["stop_token_ids"],
                                      hold_back=req.stream) for (i, _), ids in zip(entries, prompt_ids)}
@@ -308,12 +313,16 @@ class _Server:
                 open_.clear()
 
         events = self._events(open_, streams, queue)
-        usage_prompt = sum(len(p) for p in prompts)
+        num_prompt_tokens = sum(len(p) for p in prompts)
+
+        def usage(completion_tokens: int) -> dict:      # once every choice ended: all were admitted
+            return _usage(num_prompt_tokens, completion_tokens, sum(u.num_cached_tokens for u in prompt_usages))
+
         head = {"id": rid, "created": int(time.time()), "model": self.name}
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             chunks = _chat_chunks if kind == "chat.completion" else _completion_chunks
-            sse = chunks(events, head, streams, usage_prompt, include_usage, req.return_token_ids,
+            sse = chunks(events, head, streams, usage, include_usage, req.return_token_ids,
                          always=self.tokenizer is None)
             return EventStream(sse, abort_open, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
@@ -338,7 +347,7 @@ class _Server:
             body["choices"].append(choice)
         if req.return_token_ids:
             body["prompt_token_ids"] = prompts[0] if len(prompts) == 1 else prompts
-        body["usage"] = _usage(usage_prompt, completion_tokens)
+        body["usage"] = usage(completion_tokens)
         return JSONResponse(body)
 
     async def _events(self, open_: dict, streams, queue):
@@ -408,19 +417,31 @@ async def _unless_disconnected(request: Request, work):
     return None
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def _share_prompts(choices, n: int) -> list[PromptUsage]:
+    """One PromptUsage per prompt, shared by its n choices (index p * n + j): right after submit, before any step
+    record can reach the choices (no await between)."""
+    usages: dict = {}
+    for c in choices:
+        c.prompt = usages.setdefault(c.index // n, c.prompt)
+    return list(usages.values())
+
+
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    """OpenAI's usage object; prompt_tokens_details.cached_tokens: prompt tokens the prefix cache served (each
+    prompt counted once, experiments/serve/delivery.py)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def _sse(obj) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage, token_ids, always, first=None):
+async def _stream(events, make_chunk, head, streams, usage, include_usage, token_ids, always, first=None):
     """Server-sent events: one chunk per choice and step (empty text skipped unless `always`), then the
     usage chunk when asked, then [DONE]; an engine failure becomes an error event. make_chunk(index,
-    text, finish_reason, token_ids or None) -> the event's text."""
+    text, finish_reason, token_ids or None) -> the event's text; usage(completion_tokens) -> the usage object."""
     try:
         if first is not None:
             for chunk in first:
@@ -431,7 +452,7 @@ async def _stream(events, make_chunk, head, streams, usage_prompt, include_usage
             yield make_chunk(index, text, fin, ids if token_ids else None)
         if include_usage:
             done = sum(len(ts.token_ids) for ts in streams.values())
-            yield _sse({**head, "choices": [], "usage": _usage(usage_prompt, done)})
+            yield _sse({**head, "choices": [], "usage": usage(done)})
     except APIError as e:
         yield _sse(e.body())
     yield "data: [DONE]\n\n"
@@ -449,17 +470,17 @@ def _tail(fin, ids) -> str:
     return f',"logprobs":null,"finish_reason":{fin_json}{extra}}}]}}\n\n'
 
 
-def _completion_chunks(events, head, streams, usage_prompt, include_usage, token_ids, always):
+def _completion_chunks(events, head, streams, usage, include_usage, token_ids, always):
     head = {**head, "object": "text_completion"}
     prefix = _chunk_prefix(head)
 
     def chunk(index, text, fin, ids):
         return f'{prefix}{index},"text":{json.dumps(text)}{_tail(fin, ids)}'
 
-    return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always)
+    return _stream(events, chunk, head, streams, usage, include_usage, token_ids, always)
 
 
-def _chat_chunks(events, head, streams, usage_prompt, include_usage, token_ids, always):
+def _chat_chunks(events, head, streams, usage, include_usage, token_ids, always):
     head = {**head, "object": "chat.completion.chunk"}
     first = [{**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                    "finish_reason": None}]} for i in sorted(streams)]
@@ -469,7 +490,7 @@ def _chat_chunks(events, head, streams, usage_prompt, include_usage, token_ids, 
         delta = f'{{"content":{json.dumps(text)}}}' if text or fin is None else "{}"
         return f'{prefix}{index},"delta":{delta}{_tail(fin, ids)}'
 
-    return _stream(events, chunk, head, streams, usage_prompt, include_usage, token_ids, always, first)
+    return _stream(events, chunk, head, streams, usage, include_usage, token_ids, always, first)
 
 
 def _validation_error(e: ValidationError) -> APIError:

@@ -8,8 +8,10 @@
 The config is servelab's (conf/serve.yaml composes conf/config.yaml with backend=engine), so every
 group and engine key of `servelab` applies, plus `serve.*` (experiments/serve/config.py). A mistake
 (an unknown key or option, a missing checkpoint) prints one `error:` line and exits with status 2.
-SIGINT / SIGTERM stop accepting connections, give in-flight requests serve.shutdown_grace_s to finish,
-abort the rest (their KV blocks freed) and exit with status 0.
+The port is bound before the engine loads (a port in use is that one line, not a failure after the
+checkpoint loaded); connections are accepted once the engine is ready. SIGINT / SIGTERM stop accepting
+connections, give in-flight requests serve.shutdown_grace_s to finish, abort the rest (their KV blocks
+freed) and exit with status 0.
 """
 from __future__ import annotations
 
@@ -146,19 +148,58 @@ def main(argv: list[str] | None = None) -> None:
             return
         options = serve_options(cfg)
         _logging(options.log_level)
-        llm = launch_engine(cfg, options) if options.engine_process else build_llm(cfg)
+        sock = bind_port(options.host, int(options.port))
     except Exception as e:
         if wanted or not is_user_error(e):
             raise
         fail(one_line(e).replace("`servelab --cfg job`", "`servelab-serve --cfg`"))
     try:
-        run(llm, served_name(cfg), options)
+        llm = launch_engine(cfg, options) if options.engine_process else build_llm(cfg)
+    except Exception as e:
+        sock.close()
+        if wanted or not is_user_error(e):
+            raise
+        fail(one_line(e).replace("`servelab --cfg job`", "`servelab-serve --cfg`"))
+    try:
+        run(llm, served_name(cfg), options, sock)
     finally:
         llm.close()
 
 
-def run(llm, name: str, options) -> None:
-    """Serves until SIGINT / SIGTERM (uvicorn's handlers), then shuts down as the module docstring says."""
+def bind_port(host: str, port: int):
+    """A TCP socket bound to (host, port), not listening yet (a client connecting before the engine is ready is
+    refused, not left waiting); ValueError naming serve.port (or serve.host) when it cannot be bound. Port 0: a
+    free port the kernel picks. SO_REUSEADDR as uvicorn sets it, so a port in TIME_WAIT after a restart binds."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise ValueError(f"serve.host={host!r} is not an address of this machine ({e.strerror}); give e.g. "
+                         "serve.host=127.0.0.1 or serve.host=0.0.0.0") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ValueError(f"serve.port={port}: {host}:{port} is already in use (another server?); give another "
+                             f"port, e.g. serve.port={port + 1 if port < 65535 else 8000}, or serve.port=0 (any free "
+                             "port, logged)") from None
+        if e.errno == errno.EACCES:
+            raise ValueError(f"serve.port={port}: binding {host}:{port} is not permitted (ports below 1024 need "
+                             "privileges); give a port >= 1024, or serve.port=0 (any free port, logged)") from None
+        raise ValueError(f"serve.host={host!r} serve.port={port}: cannot listen there ({e.strerror}); give an "
+                         "address of this machine (serve.host=127.0.0.1 or 0.0.0.0)") from None
+    return sock
+
+
+def run(llm, name: str, options, sock=None) -> None:
+    """Serves on `sock` (bind_port's; None: binds serve.host / serve.port now) until SIGINT / SIGTERM (uvicorn's
+    handlers), then shuts down as the module docstring says."""
     try:
         import uvicorn
 
@@ -168,22 +209,37 @@ def run(llm, name: str, options) -> None:
                          "pip install -e '.[serve]'") from None
     from experiments.serve.engine_process import freeze_startup_heap
 
+    if sock is None:
+        sock = bind_port(options.host, int(options.port))
     app = create_app(llm, name, options)
     freeze_startup_heap()       # this process's too (the engine's, with serve.engine_process=false)
     config = uvicorn.Config(app, host=options.host, port=int(options.port), log_level=options.log_level,
                             access_log=options.access_log, timeout_graceful_shutdown=options.shutdown_grace_s,
                             lifespan="on")
-    _signal_server_class()(config).run()
+    server = _signal_server_class(sock)(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     logging.getLogger("servelab.serve").info("shut down")
 
 
-def _signal_server_class():
+def _signal_server_class(sock):
     import uvicorn
 
     class QuietExitServer(uvicorn.Server):
         """uvicorn's server, less the re-raise of SIGINT / SIGTERM after its graceful shutdown (which
         would end the process by the signal, or with a KeyboardInterrupt traceback, before the engine
-        is closed): a signal is a request to shut down, and the shutdown is clean."""
+        is closed): a signal is a request to shut down, and the shutdown is clean. It serves `sock` and
+        logs its address as uvicorn does for a host and port (uvicorn logs nothing for given sockets)."""
+
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if self.started:
+                host, port = sock.getsockname()[:2]
+                where = f"[{host}]" if ":" in host else host
+                logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)",
+                                                        where, port)
 
         @contextlib.contextmanager
         def capture_signals(self):

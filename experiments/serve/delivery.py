@@ -12,15 +12,31 @@ record (empty for a prefill chunk that made none, whose record only admits it), 
 time.perf_counter (CLOCK_MONOTONIC, the same clock in every process of the host). Items a request's
 queue receives: (choice index, new token ids, finish reason or None, error text or None), as
 experiments/serve/engine_loop.py describes.
+
+A choice's admission sets its prompt's PromptUsage: the response's usage.prompt_tokens_details.cached_tokens
+and /metrics' prompt tokens count each prompt once, also with n > 1 choices of it (the first of them admitted
+counts; its prefix hits are the ones the cache held before this request). The routes share one PromptUsage
+among a prompt's choices right after submit returns, before any step record can reach them (both run on the
+event loop, with no await between).
 """
 from __future__ import annotations
 
 import asyncio
 
 
+class PromptUsage:
+    """One prompt of an HTTP request, shared by its choices: whether one of them was admitted, with how many
+    prompt tokens served by the prefix cache."""
+    __slots__ = ("admitted", "num_cached_tokens")
+
+    def __init__(self):
+        self.admitted = False
+        self.num_cached_tokens = 0      # prompt tokens of the first admitted choice the prefix cache served
+
+
 class Choice:
     """One sequence of an HTTP request, as the loop follows it."""
-    __slots__ = ("index", "seq", "queue", "num_sent", "last_token_s", "admitted")
+    __slots__ = ("index", "seq", "queue", "num_sent", "last_token_s", "admitted", "prompt")
 
     def __init__(self, index: int, seq, queue):
         self.index = index
@@ -29,6 +45,7 @@ class Choice:
         self.num_sent = 0               # output tokens handed to the queue
         self.last_token_s = 0.0         # engine-clock time of the last of them
         self.admitted = False
+        self.prompt = PromptUsage()     # its own until the routes share one among a prompt's choices
 
 
 class Deliveries:
@@ -54,7 +71,11 @@ class Deliveries:
                 continue            # finished or aborted already
             if not choice.admitted:
                 choice.admitted = True
-                admitted.append((num_prompt, num_cached))
+                prompt = choice.prompt
+                first = not prompt.admitted
+                if first:
+                    prompt.admitted, prompt.num_cached_tokens = True, num_cached
+                admitted.append((num_prompt, num_cached, first))
             if new:
                 k = len(new)
                 if choice.num_sent == 0:
@@ -83,8 +104,8 @@ class Deliveries:
 
     def _account(self, ttft, itl, e2e, admitted, finished, num_new: int, num_preempted: int) -> None:
         m = self.metrics
-        for num_prompt, num_cached in admitted:
-            m.admitted(num_prompt, num_cached)
+        for num_prompt, num_cached, first in admitted:
+            m.admitted(num_prompt, num_cached, first)
         for reason in finished:
             m.finished(reason)
         m.ttft.observe(ttft)

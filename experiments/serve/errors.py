@@ -4,12 +4,14 @@
     ->  HTTP 400  {"error": {"message": "...", "type": "invalid_request_error", "param": "temperature",
                              "code": null}}
 
-The `openai` package raises BadRequestError (400), AuthenticationError (401), RateLimitError (429) and
+The `openai` package raises BadRequestError (400), AuthenticationError (401), NotFoundError (404: a model this
+server does not serve, code model_not_found), RateLimitError (429) and
 InternalServerError (5xx) from these and shows `message`.
 """
 from __future__ import annotations
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+# 404: vLLM's type for an unknown model or route (OpenAI's body says invalid_request_error, code model_not_found)
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "NotFoundError",
           429: "rate_limit_error", 500: "internal_error", 503: "service_unavailable"}
 
 

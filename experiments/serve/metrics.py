@@ -119,7 +119,8 @@ class ServerMetrics:
                                       "Prompt tokens admitted (first admission), the prefix cache's queries")
         self.prefix_hits = counter("servelab_prefix_cache_hits", "Prompt tokens served by the prefix cache")
         self.preemptions = counter("servelab_num_preemptions", "Preemptions (by recompute or swap)")
-        self.prompt_tokens = counter("servelab_prompt_tokens", "Prompt tokens of admitted requests")
+        self.prompt_tokens = counter("servelab_prompt_tokens",
+                                     "Prompt tokens of admitted requests (once per prompt, whatever its n)")
         self.generation_tokens = counter("servelab_generation_tokens", "Tokens generated")
         self.aborted = counter("servelab_request_aborted", "Requests aborted (client gone, or shutdown)")
         self.rejected = counter("servelab_request_rejected", "Requests refused with 429 (waiting limit)")
@@ -139,8 +140,11 @@ class ServerMetrics:
     def finished(self, reason: str) -> None:
         self._success.labels(model_name=self._model, finished_reason=reason).inc()
 
-    def admitted(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
-        self.prompt_tokens.inc(num_prompt_tokens)
+    def admitted(self, num_prompt_tokens: int, num_cached_tokens: int, first_of_prompt: bool = True) -> None:
+        """A sequence's first admission. The prefix cache is queried per sequence; the prompt tokens count once
+        per prompt (first_of_prompt: no other choice of its prompt was admitted before), as usage does."""
+        if first_of_prompt:
+            self.prompt_tokens.inc(num_prompt_tokens)
         self.prefix_queries.inc(num_prompt_tokens)
         self.prefix_hits.inc(num_cached_tokens)
         self._queries += num_prompt_tokens

@@ -252,3 +252,26 @@ def test_a_sweep_runs_one_job_at_a_time_in_folders_named_without_the_url(stub, i
     assert code == 0, err
     jobs = sorted(p.parent.relative_to(in_tmp / "sw") for p in (in_tmp / "sw").rglob("summary.json"))
     assert len(jobs) == 2 and not any("backend.url" in str(j) or "127.0.0.1" in str(j) for j in jobs)
+
+
+def test_backend_http_summary_says_what_the_server_sets(stub, in_tmp, monkeypatch, capsys):
+    """A server that tells nothing of its scheduler (not servelab-serve): the summary says it sets them, not None
+    and not the run's own scheduler= / eviction= defaults."""
+    code, out, err = servelab(monkeypatch, capsys, *SMALL_HTTP, f"backend.url={stub.url}", "hydra.run.dir=run",
+                              "print_summary=true")
+    assert code == 0, err
+    lines = {ln.split("  ")[0]: ln for ln in out.splitlines()}
+    assert lines["setup"].endswith("scheduler and eviction set by the server"), lines["setup"]
+    assert lines["KV cache"].endswith("set by the server") and "None" not in lines["KV cache"]
+    assert lines["limits"].endswith("max_num_batched_tokens set by the server"), lines["limits"]
+    summary = json.loads((in_tmp / "run" / "summary.json").read_text())
+    assert summary["meta"]["server"] == {} and summary["meta"]["num_kvcache_blocks"] is None
+
+
+def test_a_vllm_style_vocabulary_error_gets_the_model_fix():
+    from experiments.http_replay import _outside_vocabulary, _vocabulary_fix
+    text = '{"error": {"message": "Token id 98401 is out of vocabulary", "type": "BadRequestError"}}'
+    assert _outside_vocabulary(text) and not _outside_vocabulary('{"error": {"message": "prompt too long"}}')
+    fix = _vocabulary_fix(text, {}, "model=qwen3_8b, vocab_size 151936")
+    assert "model=qwen3_8b, vocab_size 151936" in fix and "model.vocab_size=<the server's vocabulary size>" in fix
+    assert "model.vocab_size=32000" in _vocabulary_fix(text, {"vocab_size": 32000}, None)

@@ -91,3 +91,33 @@ def test_a_server_with_an_api_key(srv, tmp_path):
             replay(reqs, HttpTarget(keyed.base))
         out = replay(reqs, HttpTarget(keyed.base, api_key="sesame"))
     assert out.num_failed == 0 and out.records[0].num_output_tokens == 2
+
+
+def test_backend_http_records_prefix_hits_and_the_servers_setup(srv, in_tmp, monkeypatch, capsys):
+    # two requests of one 40-token prompt (one shared Mooncake block), the second after the first finished: it finds
+    # two full blocks of 16 in the server's prefix cache
+    trace = in_tmp / "shared.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 40, "output_length": 2, "hash_ids": [7]})
+                             + "\n" for t in (0, 1500)))
+    code, out, err = servelab(monkeypatch, capsys, "backend=http", f"backend.url={srv.url}", "workload=mooncake",
+                              f"workload.path={trace}", f"model.vocab_size={VOCAB}", "max_model_len=256",
+                              "hydra.run.dir=run", "progress=false", "plots=false", "print_summary=true")
+    assert code == 0, err
+    req = pd.read_parquet(in_tmp / "run" / "requests.parquet").sort_values("arrival_time_s")
+    assert list(req["num_cached_tokens"]) == [0, 32] and req["usage_reported"].all()
+    summary = json.loads((in_tmp / "run" / "summary.json").read_text())
+    assert summary["metrics"]["prefix_cache_hit_rate"] == pytest.approx(32 / 80)
+    facts = summary["meta"]["server"]
+    assert (facts["scheduler"], facts["eviction"], facts["num_kvcache_blocks"]) == ("vllm", "lru", 256)
+    lines = {ln.split("  ")[0]: ln for ln in out.splitlines()}
+    assert "scheduler=vllm, eviction=lru (the server's)" in lines["setup"]
+    assert "256 blocks (+" in lines["KV cache"] and "None" not in lines["KV cache"]
+    assert f"max_num_batched_tokens {facts['max_num_batched_tokens']} (the server's)" in lines["limits"]
+
+
+def test_backend_http_prompts_outside_the_servers_vocabulary_name_the_model_fix(srv, in_tmp, monkeypatch, capsys):
+    from tests.experiments.cli import error_line
+    line = error_line(monkeypatch, capsys, "backend=http", f"backend.url={srv.url}", "experiment=smoke",
+                      "model=qwen3_8b", "workload.num_requests=2", *QUIET)
+    assert "outside [0, 512)" in line and "backend.prompt=text" not in line
+    assert "model=qwen3_8b, vocab_size 151936" in line and f"model.vocab_size={VOCAB}" in line, line

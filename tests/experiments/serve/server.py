@@ -1,4 +1,4 @@
-"""A servelab-serve app on loopback in this process, over a tiny CPU checkpoint (tests/engine/tiny_model.py).
+"""A servelab-serve app on loopback in this process, over a tiny CPU checkpoint (experiments/tiny_checkpoint.py).
 
     with running_server(ckpt, num_kvcache_blocks=64) as srv:
         srv.url          # http://127.0.0.1:PORT/v1
@@ -14,19 +14,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['content'] }} {% endfor %}"
-                 "{% if add_generation_prompt %}w9{% endif %}")
-
 
 def make_checkpoint(path) -> str:
-    """A tiny Qwen3 checkpoint with a word-level tokenizer ("w0".."w509", "<eos>" = 511) and a chat template."""
-    from tests.engine.tiny_model import make_tiny_qwen3, make_tiny_tokenizer
-
-    make_tiny_qwen3(path)
-    tok = make_tiny_tokenizer(path)
-    tok.chat_template = CHAT_TEMPLATE
-    tok.save_pretrained(str(path))
-    return str(path)
+    """A tiny Qwen3 checkpoint with a word-level tokenizer ("w0".."w509", "<eos>" = 511) and a chat template
+    (python -m experiments.tiny_checkpoint DIR writes the same)."""
+    from experiments.tiny_checkpoint import make_serving_checkpoint
+    return make_serving_checkpoint(path)
 
 
 @dataclass

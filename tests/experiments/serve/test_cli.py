@@ -57,3 +57,59 @@ def test_a_mistake_is_one_error_line(capsys, monkeypatch, fake_ckpt, args, words
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for w in words:
         assert w in lines[0], lines[0]
+
+
+def test_a_port_in_use_is_one_error_line_before_the_engine_loads(capsys, monkeypatch, fake_ckpt):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    built = []
+    monkeypatch.setattr(cli, "build_llm", lambda cfg: built.append(cfg))
+    monkeypatch.setattr(cli, "launch_engine", lambda cfg, options: built.append(cfg))
+    try:
+        code, out, err = serve(capsys, monkeypatch, f"backend.model_path={fake_ckpt}", f"serve.port={port}")
+    finally:
+        taken.close()
+    assert code == 2 and not built, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert f"serve.port={port}" in lines[0] and "already in use" in lines[0] and "serve.port=0" in lines[0]
+
+
+def test_the_bound_socket_is_the_one_served_and_logged():
+    """bind_port's socket (port 0: one the kernel picks) is what uvicorn serves, its address logged as uvicorn does."""
+    import logging
+    import threading
+    import time
+
+    httpx = pytest.importorskip("httpx")
+    uvicorn = pytest.importorskip("uvicorn")
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"up"})
+
+    sock = cli.bind_port("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = cli._signal_server_class(sock)(uvicorn.Config(app, port=0, lifespan="off", log_level="info"))
+    logged = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logging.getLogger("uvicorn.error").addHandler(handler)     # after Config: its logging setup drops handlers
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).text == "up"
+        assert any(f"Uvicorn running on http://127.0.0.1:{port} " in m for m in logged), logged
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+        logging.getLogger("uvicorn.error").removeHandler(handler)
