@@ -192,6 +192,11 @@ COMMANDS: dict[str, Run | Excluded] = {
     "servelab-serve backend.model_path=~/models/Qwen3-0.6B scheduler=srpt eviction=lfu serve.port=8000": Excluded(
         "starts a server that runs until stopped; tests/experiments/serve/test_shutdown.py runs it on a tiny "
         "checkpoint in its own process"),
+    "python -m experiments.tiny_checkpoint ~/models/tiny": Excluded(
+        "writes into the home folder; tests/experiments/test_tiny_checkpoint.py runs it into a temporary one"),
+    "servelab-serve backend.model_path=~/models/tiny backend.device=cpu num_kvcache_blocks=256 max_model_len=256":
+        Excluded("starts a server that runs until stopped; tests/experiments/serve/test_shutdown.py runs it on a "
+                 "tiny checkpoint in its own process"),
     "servelab backend=http backend.url=http://127.0.0.1:8000 model=qwen3_0p6b": Excluded(
         "needs a running OpenAI-compatible server; tests/experiments/test_http_vs_serve.py runs it against "
         "servelab-serve on a tiny checkpoint"),
