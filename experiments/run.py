@@ -33,6 +33,7 @@ from experiments.compose import CONF_DIR  # (registers the schema before Hydra c
 from experiments.config_check import check_config, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.output_dirs import interrupted_message, sweep_folder
+from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
     TRACEBACK_ENV,
@@ -123,6 +124,8 @@ def format_summary(summary: dict) -> str:
                         else "") + ")"),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
                                 + (f" / {meta['num_failed']} failed" if meta.get("num_failed") else "")
+                                + (f" ({meta['num_rejected_by_limits']} by the run's limits: see the WARNING)"
+                                   if meta.get("rejected_by_limits_warning") else "")
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),
         ("makespan", _fmt(m.get("makespan_s"), " s")),
         ("throughput", f"{_fmt(m.get('request_throughput_rps'), ' req/s')}, "
@@ -279,6 +282,8 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
         if hint is None:
             raise
         raise ValueError(f"{one_line(e)}; {hint}") from e
+    result.meta.update(rejection_meta(result.requests))
+    result.meta["rejected_by_limits_warning"] = warn_if_rejected(result.meta, len(result.requests))
     num_replicas = int(result.meta.get("num_replicas") or 1)
     metrics = summarize(result.requests, result.steps, slo_of(cfg), result.token_times, num_replicas=num_replicas)
     extra = {"choices": choices, "overrides": list(overrides or []), "name": cfg.name, "seed": int(cfg.seed),
