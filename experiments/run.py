@@ -211,10 +211,7 @@ def tenant_rows(summary: dict) -> list[tuple[str, str]]:
                                       f"{_fmt(r['ttft_s_p50'], ' s')} / {_fmt(r['ttft_s_p99'], ' s')}, SLO attainment "
                                       f"{_fmt(r['slo_attainment'])}") for r in summary.get("tenants") or []]
     if "jain_index" in m and not m.get("num_backlogged_windows"):
-        # fairness among tenants is defined where they compete: with none backlogged each got what it asked
-        rows.append(("fairness", f"no window with two tenants backlogged (the load is below what the GPU serves): "
-                                 f"no Jain's index among backlogged tenants; {_fmt(m.get('jain_index_overall'))} "
-                                 f"over the whole run (service shares follow the demand)"))
+        rows.append(("fairness", no_backlog_line(m)))
     elif "jain_index" in m:
         rows.append(("fairness", f"Jain's index {_fmt(m['jain_index'])} over {m.get('num_backlogged_windows')} "
                                  f"backlogged windows ({_fmt(m.get('jain_index_overall'))} overall), service "
@@ -225,6 +222,23 @@ def tenant_rows(summary: dict) -> list[tuple[str, str]]:
                                          f"rejected by the policy {r['num_rejected_by_policy']}")
              for r in summary.get("slo_classes") or []]
     return rows
+
+
+def no_backlog_line(m: dict) -> str:
+    """The fairness line of a run without a window in which two tenants were backlogged, and why. Fairness among
+    tenants is defined where they compete: a tenant served as it asks gets what it asks, whatever the others' load."""
+    head = "no window with two tenants backlogged"
+    overall = (f"no Jain's index among backlogged tenants; {_fmt(m.get('jain_index_overall'))} over the whole run "
+               "(service shares follow the demand)")
+    windows = f"the {m.get('num_windows')} windows of {_fmt(m.get('window_s'), ' s')}"
+    if "num_windows_any_backlogged" not in m:          # a summary from before these counts
+        return f"{head}; {overall}"
+    if not m["num_windows_any_backlogged"]:
+        return (f"{head}: no tenant had a request waiting through any of {windows} (the load is below what the "
+                f"GPU serves); {overall}")
+    return (f"{head}: only one at a time had requests waiting through a whole window ({m.get('backlogged_tenants')} "
+            f"of {windows}), the others were served as their requests came (they asked less than their share); "
+            f"{overall}")
 
 
 def _plot(result, label: str, replicas=None, tenant_extra=None):
