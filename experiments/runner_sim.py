@@ -28,7 +28,7 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from experiments.user_errors import name_the_key
 from experiments.workloads import Workload, prompt_token_ids
-from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
+from experiments.workloads.changes import add_input_columns, input_meta, note_changes, warn_if_lossy
 from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, cpu_tier_blocks, num_kv_blocks
 
 
@@ -159,9 +159,11 @@ def limits_meta(scheduler: Scheduler, max_model_len_source: str) -> dict:
 
 def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> dict:
     """The input counts for summary.json meta (experiments.workloads.changes.input_meta); prints the
-    WARNING line on stderr now, before the run, when the workload lost too much."""
+    WARNING line on stderr now, before the run, when the workload lost too much, and the NOTE line when its
+    reader spread, sampled or timed the requests."""
     meta = {"max_model_len": int(max_model_len), **input_meta(wl)}
     warn_if_lossy(meta, model_max_len)
+    note_changes(meta)
     return meta
 
 
