@@ -81,6 +81,7 @@ class WorkloadStats:
     spread_max_shift_s: float = 0.0     # ... the largest move, seconds on the file's clock
     num_sampled: int = 0            # requests whose row was drawn with replacement (sample=true)
     num_sampled_distinct: int = 0   # ... distinct file rows among them
+    sampled_from: str = ""          # what a synthetic workload drew from a file ("prompt lengths of x.csv ..."); ""
     num_synthetic_arrivals: int = 0     # requests timed by an arrival process (the file gives no times)
     arrival_source: str = ""        # that process (e.g. "Poisson(rate_rps=10.0)"); "" = the file's own times
     max_model_len: int | None = None    # the limit requests were checked against (None: not checked)

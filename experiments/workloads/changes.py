@@ -63,7 +63,7 @@ def input_meta(wl: Workload) -> dict:
         "listed_lines_max": MAX_LISTED_LINES,
         "num_spread": s.num_spread, "spread_max_shift_s": s.spread_max_shift_s, "num_sampled": s.num_sampled,
         "num_sampled_distinct": s.num_sampled_distinct, "num_synthetic_arrivals": s.num_synthetic_arrivals,
-        "arrival_source": s.arrival_source,
+        "arrival_source": s.arrival_source, "sampled_from": s.sampled_from,
     }
 
 
@@ -93,7 +93,10 @@ def _change_parts(meta: dict) -> list[str]:
         parts.append(f"{meta['num_spread']} arrivals moved later within their timestamp bucket, by up to "
                      f"{meta.get('spread_max_shift_s', 0.0):.3g} s (spread_within_bucket=true; "
                      "workload.spread_within_bucket=false runs the recorded times)")
-    if meta.get("num_sampled"):
+    if meta.get("num_sampled") and meta.get("sampled_from"):
+        parts.append(f"{meta['num_sampled']} requests' {meta['sampled_from']} drawn with replacement, each column on "
+                     "its own (workload=sharegpt draws (prompt, output) pairs)")
+    elif meta.get("num_sampled"):
         parts.append(f"{meta['num_sampled']} rows drawn with replacement from the file's {meta.get('num_rows_read')} "
                      f"({meta.get('num_sampled_distinct')} distinct; sample=true; workload.sample=false runs the "
                      "first num_requests rows once each)")

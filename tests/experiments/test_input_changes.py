@@ -253,3 +253,13 @@ def test_sampled_rows_and_synthetic_times_are_counted_printed_and_marked(tmp_pat
     assert sorted(pd.read_parquet(tmp_path / "b" / "requests.parquet")["input_change"]) == ["synthetic_arrival"] * 3
     assert "rows drawn" not in describe_input(in_order["meta"])
     assert "3 of 5 rows used" in describe_input(in_order["meta"])
+
+
+def test_lengths_drawn_from_a_file_are_reported(tmp_path, capsys):
+    p = write(tmp_path, "num_prefill_tokens,num_decode_tokens\n" + "".join(f"{10 + i},{1 + i}\n" for i in range(5)))
+    s = execute(cfg_of("workload/prompt_len=file", f"workload.prompt_len.path={p}", "workload.num_requests=6", *FAST,
+                       *QUIET), tmp_path / "a")
+    assert (pd.read_parquet(tmp_path / "a" / "requests.parquet")["input_change"] == "sampled").all()
+    assert describe_input(s["meta"]).startswith(f"6 requests' prompt lengths of {p} (num_prefill_tokens) drawn with "
+                                                "replacement, each column on its own")
+    assert capsys.readouterr().err.count("NOTE:") == 1
