@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import os
 from pathlib import Path
@@ -139,16 +140,32 @@ def expand_user_paths(node) -> None:
 
 
 def check_workload_files(cfg: DictConfig) -> None:
-    """A workload file given as a folder fails here, naming the field (a missing one: its reader says)."""
+    """A workload file given as a folder, or missing, fails here naming the field (and the nearest file
+    name in its folder)."""
     def walk(node, prefix):
         for key in node:
             child = node._get_node(key)
             if isinstance(child, DictConfig):
                 walk(child, f"{prefix}{key}.")
-            elif key == "path" and not child._is_none() and Path(str(node[key])).is_dir():
-                raise ValueError(f"{prefix}{key}={node[key]} is a folder; give the file itself, e.g. "
-                                 f"{prefix}{key}=path/to/AzureLLMInferenceTrace_conv.csv")
+            elif key == "path" and not child._is_none():
+                path = Path(str(node[key]))
+                if path.is_dir():
+                    raise ValueError(f"{prefix}{key}={node[key]} is a folder; give the file itself, e.g. "
+                                     f"{prefix}{key}=path/to/AzureLLMInferenceTrace_conv.csv")
+                if not path.exists():
+                    raise ValueError(f"{prefix}{key}={node[key]}: no such file ({os.path.abspath(path)}); give the "
+                                     f"path of an existing file{_nearest_file(path, f'{prefix}{key}=')}")
     walk(cfg.workload, "workload.")
+
+
+def _nearest_file(path: Path, prefix: str) -> str:
+    """'; did you mean ...' for the file in path's folder whose name is nearest path's, or ''."""
+    folder = path.parent
+    if not folder.is_dir():
+        return f" (its folder {folder} does not exist either)"
+    near = difflib.get_close_matches(path.name, sorted(p.name for p in folder.iterdir() if p.is_file()), n=1,
+                                     cutoff=0.6)
+    return f"; did you mean {prefix + str(folder / near[0])!r}?" if near else ""
 
 
 def check_given(node, prefix: str = "") -> None:

@@ -34,6 +34,7 @@ from experiments.config_check import check_config, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.job_warnings import job_label, named_warnings
 from experiments.output_dirs import interrupted_message, remove_unused_sweep, sweep_folder
+from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
     TRACEBACK_ENV,
@@ -128,6 +129,8 @@ def format_summary(summary: dict) -> str:
                         else "") + ")" + (" (the server's)" if http else "")),
         ("finished / rejected", f"{m.get('num_finished')} / {m.get('num_rejected')}"
                                 + (f" / {meta['num_failed']} failed" if meta.get("num_failed") else "")
+                                + (f" ({meta['num_rejected_by_limits']} by the run's limits: see the WARNING)"
+                                   if meta.get("rejected_by_limits_warning") else "")
                                 + ("  (INTERRUPTED: partial results)" if not summary["complete"] else "")),
         ("makespan", _fmt(m.get("makespan_s"), " s")),
         ("throughput", f"{_fmt(m.get('request_throughput_rps'), ' req/s')}, "
@@ -222,10 +225,7 @@ def tenant_rows(summary: dict) -> list[tuple[str, str]]:
                                       f"{_fmt(r['ttft_s_p50'], ' s')} / {_fmt(r['ttft_s_p99'], ' s')}, SLO attainment "
                                       f"{_fmt(r['slo_attainment'])}") for r in summary.get("tenants") or []]
     if "jain_index" in m and not m.get("num_backlogged_windows"):
-        # fairness among tenants is defined where they compete: with none backlogged each got what it asked
-        rows.append(("fairness", f"no window with two tenants backlogged (the load is below what the GPU serves): "
-                                 f"no Jain's index among backlogged tenants; {_fmt(m.get('jain_index_overall'))} "
-                                 f"over the whole run (service shares follow the demand)"))
+        rows.append(("fairness", no_backlog_line(m)))
     elif "jain_index" in m:
         rows.append(("fairness", f"Jain's index {_fmt(m['jain_index'])} over {m.get('num_backlogged_windows')} "
                                  f"backlogged windows ({_fmt(m.get('jain_index_overall'))} overall), service "
@@ -236,6 +236,23 @@ def tenant_rows(summary: dict) -> list[tuple[str, str]]:
                                          f"rejected by the policy {r['num_rejected_by_policy']}")
              for r in summary.get("slo_classes") or []]
     return rows
+
+
+def no_backlog_line(m: dict) -> str:
+    """The fairness line of a run without a window in which two tenants were backlogged, and why. Fairness among
+    tenants is defined where they compete: a tenant served as it asks gets what it asks, whatever the others' load."""
+    head = "no window with two tenants backlogged"
+    overall = (f"no Jain's index among backlogged tenants; {_fmt(m.get('jain_index_overall'))} over the whole run "
+               "(service shares follow the demand)")
+    windows = f"the {m.get('num_windows')} windows of {_fmt(m.get('window_s'), ' s')}"
+    if "num_windows_any_backlogged" not in m:          # a summary from before these counts
+        return f"{head}; {overall}"
+    if not m["num_windows_any_backlogged"]:
+        return (f"{head}: no tenant had a request waiting through any of {windows} (the load is below what the "
+                f"GPU serves); {overall}")
+    return (f"{head}: only one at a time had requests waiting through a whole window ({m.get('backlogged_tenants')} "
+            f"of {windows}), the others were served as their requests came (they asked less than their share); "
+            f"{overall}")
 
 
 def _plot(result, label: str, replicas=None, tenant_extra=None):
@@ -293,6 +310,8 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
         if hint is None:
             raise
         raise ValueError(f"{one_line(e)}; {hint}") from e
+    result.meta.update(rejection_meta(result.requests))
+    result.meta["rejected_by_limits_warning"] = warn_if_rejected(result.meta, len(result.requests))
     num_replicas = int(result.meta.get("num_replicas") or 1)
     metrics = summarize(result.requests, result.steps, slo_of(cfg), result.token_times, num_replicas=num_replicas)
     extra = {"choices": choices, "overrides": list(overrides or []), "name": cfg.name, "seed": int(cfg.seed),

@@ -12,19 +12,23 @@ runner shares. Ctrl-C during the simulation stops it and returns what finished
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from engine.core.recorder import Recorder, concat_frames
+from engine.core.requests import WorkloadFormatError
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
+from experiments.user_errors import name_the_key
 from experiments.workloads import Workload, prompt_token_ids
-from experiments.workloads.changes import add_input_columns, input_meta, warn_if_lossy
+from experiments.workloads.changes import add_input_columns, input_meta, note_changes, warn_if_lossy
 from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, cpu_tier_blocks, num_kv_blocks
 
 
@@ -117,11 +121,33 @@ def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workloa
     wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
     wcfg = OmegaConf.create(wcfg)
     _absolute_paths(wcfg)
-    wl = instantiate(wcfg, seed=int(cfg.seed), max_model_len=int(max_model_len), _convert_="all")
+    try:
+        wl = instantiate(wcfg, seed=int(cfg.seed), max_model_len=int(max_model_len), _convert_="all")
+    except InstantiationException as e:
+        raise _keyed_workload_error(e, wcfg) or e
     if not isinstance(wl, Workload):
         raise TypeError(f"workload._target_ {cfg.workload.get('_target_')!r} returned {type(wl).__name__}, "
                         "expected an experiments.workloads.Workload")
     return wl
+
+
+def _keyed_workload_error(exc: InstantiationException, wcfg: DictConfig) -> ValueError | None:
+    """A bad workload value (a constructor's ValueError) as a ValueError naming the key as the user types it
+    (workload.arrival.rate_rps, not Poisson.rate_rps); None for other errors (a malformed file names its line)."""
+    cause = exc.__cause__
+    if not isinstance(cause, ValueError) or isinstance(cause, WorkloadFormatError):
+        return None
+    text = " ".join(str(cause).split())
+    if text.startswith("workload."):
+        return ValueError(text)
+    found = re.search(r"full_key: (\S+)", str(exc))
+    sub = found.group(1) if found else ""
+    node = OmegaConf.select(wcfg, sub) if sub else wcfg
+    keys = list(node.keys()) if isinstance(node, DictConfig) else []
+    if not sub:
+        from experiments.workloads.options import TraceOptions  # the readers' common options (**kwargs)
+        keys += list(TraceOptions.__dataclass_fields__)
+    return ValueError(name_the_key(text, "workload" + (f".{sub}" if sub else ""), keys))
 
 
 def limits_meta(scheduler: Scheduler, max_model_len_source: str) -> dict:
@@ -133,9 +159,11 @@ def limits_meta(scheduler: Scheduler, max_model_len_source: str) -> dict:
 
 def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> dict:
     """The input counts for summary.json meta (experiments.workloads.changes.input_meta); prints the
-    WARNING line on stderr now, before the run, when the workload lost too much."""
+    WARNING line on stderr now, before the run, when the workload lost too much, and the NOTE line when its
+    reader spread, sampled or timed the requests."""
     meta = {"max_model_len": int(max_model_len), **input_meta(wl)}
     warn_if_lossy(meta, model_max_len)
+    note_changes(meta)
     return meta
 
 

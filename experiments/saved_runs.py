@@ -90,6 +90,20 @@ class SavedReplays:
     def policies(self) -> list[str]:
         return list(self.meta["runs"])
 
+    @property
+    def saved_policies(self) -> list[str]:
+        """The policies with a saved run on disk (their requests table), in the order the record lists them."""
+        return [p for p in self.policies if _paths(self.real_dir, self.name, p)[0].is_file()]
+
+    def check_policies(self, policies: list[str]) -> None:
+        """ValueError naming the policies without a saved run and those that have one (before any work)."""
+        saved = self.saved_policies
+        missing = [p for p in policies if p not in saved]
+        if missing:
+            raise ValueError(f"--policies {','.join(missing)}: no saved real run in {self.real_dir} (--name "
+                             f"{self.name}); it holds {', '.join(saved) or 'none'}: give --policies "
+                             f"{','.join(saved) or '...'}, or replay the others on the GPU with --real-dir")
+
     def run(self, policy: str) -> RunResult:
         """The saved run of `policy`, as it was recorded."""
         req_path, steps_path = _paths(self.real_dir, self.name, policy)

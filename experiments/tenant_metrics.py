@@ -209,9 +209,18 @@ def fairness_summary(requests: pd.DataFrame) -> dict:
     if out["num_tenants"] > 1:
         tenants = per_tenant(requests)
         out["jain_index_overall"] = jain_index(tenants["service_tokens"])
-        diff = service_difference(service_timeline(requests))
+        timeline = service_timeline(requests)
+        diff = service_difference(timeline)
         both = diff[diff["num_backlogged"] > 1]
         out["num_backlogged_windows"] = int(len(both))
+        # Which tenants queued at all (one alone has no one to be fair to): the printed fairness line says why
+        # no window has two.
+        out["num_windows"] = int(len(diff))
+        out["window_s"] = float((diff["window_end_s"] - diff["window_start_s"]).median()) if len(diff) else float("nan")
+        out["num_windows_any_backlogged"] = int((diff["num_backlogged"] > 0).sum())
+        counts = timeline[timeline["backlogged"].astype(bool)].groupby("tenant").size().sort_values(ascending=False,
+                                                                                                    kind="stable")
+        out["backlogged_tenants"] = ", ".join(f"{t}: {int(k)}" for t, k in counts.items())
         out["jain_index"] = float(both["jain_index"].mean()) if len(both) else float("nan")
         out["service_diff_rate_max"] = float(both["service_diff_rate"].max()) if len(both) else float("nan")
         out["service_diff_rate_mean"] = float(both["service_diff_rate"].mean()) if len(both) else float("nan")

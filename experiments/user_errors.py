@@ -63,6 +63,38 @@ def _schema_keys(head: str) -> list[str]:
     return [f.name for f in dataclasses.fields(schema)] if schema else []
 
 
+def _conf_keys(group: str) -> list[str]:
+    """Dotted keys ("workload.arrival.rate_rps") of every option of conf/<group>/, its sub-groups' options
+    placed under their folder's name (conf/workload/prompt_len/*.yaml: workload.prompt_len.*)."""
+    from omegaconf import OmegaConf
+
+    from experiments.compose import CONF_DIR
+
+    def flat(node, prefix):
+        for k, v in node.items():
+            if k == "defaults":
+                continue
+            yield f"{prefix}{k}"
+            if isinstance(v, dict):
+                yield from flat(v, f"{prefix}{k}.")
+
+    keys = set()
+    root = CONF_DIR / group
+    for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+        sub = ".".join(path.relative_to(root).parent.parts)
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        if isinstance(node, dict):
+            keys.update(flat(node, f"{group}.{sub + '.' if sub else ''}"))
+    return sorted(keys)
+
+
+def _nearest_conf_key(key: str) -> str:
+    """`; did you mean 'x'?` for the key of the config files of key's group spelt most like it, or ''
+    (groups without a typed schema: workload, scheduler, ...)."""
+    near = difflib.get_close_matches(key, _conf_keys(key.split(".", 1)[0]), n=1, cutoff=0.8)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
 def _hydra_message(exc) -> str | None:
     from hydra.errors import (
         ConfigCompositionException,
@@ -96,7 +128,8 @@ def _hydra_message(exc) -> str | None:
         if unknown and cause is not None and "not in" in str(cause):
             key = unknown.group(1)
             head, _, leaf = key.rpartition(".")
-            near = nearest(leaf, _schema_keys(head), f"{head}." if head else "")
+            schema = _schema_keys(head)
+            near = nearest(leaf, schema, f"{head}." if head else "") if schema or not head else _nearest_conf_key(key)
             return (f"unknown key {key}{near} (`servelab --cfg job` prints every key; a leading + does not add "
                     "new ones)")
         if cause is not None:
@@ -104,6 +137,16 @@ def _hydra_message(exc) -> str | None:
             return f"{head}: {str(cause).splitlines()[0]}"
         return _flat(text)
     return None
+
+
+def name_the_key(message: str, path: str, keys) -> str:
+    """message about the config node at `path` ("workload.arrival") with its leading field named by the full
+    key the user types: "rate_rps must be > 0" or "Poisson.rate_rps must be > 0" -> "workload.arrival.rate_rps
+    must be > 0" when rate_rps is one of the node's keys; "path: message" otherwise."""
+    m = re.match(r"(?:[A-Z]\w*\.)?(\w+)\b(.*)", message, re.S)
+    if m and m.group(1) in {str(k) for k in keys}:
+        return f"{path}.{m.group(1)}{m.group(2)}"
+    return f"{path}: {message}"
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -417,6 +417,7 @@ def main(argv=None) -> int:
         load_s, warm_s, runner_device = 0.0, 0.0, "http"
     elif args.from_real:        # the real side as measured before (experiments/saved_runs.py)
         rep = SavedReplays(args.from_real, args.name)
+        rep.check_policies(policies)
         cfg, device, model_dir = rep.config, rep.device, rep.model_dir
         load_s, warm_s, runner_device = rep.meta["engine_load_s"], rep.meta["warmup_s"], rep.meta["runner_device"]
     else:

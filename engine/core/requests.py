@@ -16,9 +16,12 @@ import numpy as np
 from engine.core.sequence import DEFAULT_TENANT
 
 MOONCAKE_BLOCK_TOKENS = 512     # tokens per Mooncake prefix-hash block
-# Workload.input_change bits: what the reader changed in a request (0 = run as recorded).
-REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT = 1, 2, 4
-INPUT_CHANGE_NAMES = ((REORDERED, "reordered"), (CLIPPED_PROMPT, "clipped_prompt"), (CLIPPED_OUTPUT, "clipped_output"))
+# Workload.input_change bits: what the reader changed in a request (0 = run as recorded). SPREAD: its arrival
+# moved within its timestamp bucket (Mooncake spread_within_bucket); SAMPLED: its row drawn with replacement
+# (sample=true); SYNTHETIC_ARRIVAL: the file gives no time, an arrival process made it.
+REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT, SPREAD, SAMPLED, SYNTHETIC_ARRIVAL = 1, 2, 4, 8, 16, 32
+INPUT_CHANGE_NAMES = ((REORDERED, "reordered"), (CLIPPED_PROMPT, "clipped_prompt"), (CLIPPED_OUTPUT, "clipped_output"),
+                      (SPREAD, "arrival_spread"), (SAMPLED, "sampled"), (SYNTHETIC_ARRIVAL, "synthetic_arrival"))
 MAX_LISTED_LINES = 100          # line numbers kept per kind of lost row (skipped, dropped)
 
 
@@ -74,6 +77,13 @@ class WorkloadStats:
     num_checked_requests: int = 0   # requests checked against max_model_len (run + dropped)
     num_checked_tokens: int = 0     # their prompt + output tokens as the trace gives them
     num_reordered: int = 0          # rows listed after a row that arrives later (moved up by the stable sort)
+    num_spread: int = 0             # requests whose arrival spread_within_bucket moved (later within its bucket)
+    spread_max_shift_s: float = 0.0     # ... the largest move, seconds on the file's clock
+    num_sampled: int = 0            # requests whose row was drawn with replacement (sample=true)
+    num_sampled_distinct: int = 0   # ... distinct file rows among them
+    sampled_from: str = ""          # what a synthetic workload drew from a file ("prompt lengths of x.csv ..."); ""
+    num_synthetic_arrivals: int = 0     # requests timed by an arrival process (the file gives no times)
+    arrival_source: str = ""        # that process (e.g. "Poisson(rate_rps=10.0)"); "" = the file's own times
     max_model_len: int | None = None    # the limit requests were checked against (None: not checked)
     too_long: str = "clip"              # what was done to longer requests: clip | drop
     skipped_lines: list[int] = field(default_factory=list)   # 1-based line numbers of skipped rows (first 100)
@@ -107,6 +117,7 @@ class Workload:
     trace_num_prompt_tokens: np.ndarray | None = None   # [n] int64
     trace_num_output_tokens: np.ndarray | None = None   # [n] int64
     input_change: np.ndarray | None = None              # [n] int8 bit mask
+    trace_arrival_time_s: np.ndarray | None = None      # [n] float64, the file's own time (s); NaN: it gives none
     # Service classes (None: every request is DEFAULT_TENANT's, without targets):
     tenant: np.ndarray | None = None                    # [n] object (str), the client of each request
     ttft_slo_s: np.ndarray | None = None                # [n] float64 seconds, NaN = no target
@@ -118,7 +129,7 @@ class Workload:
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
         for name in ("source_line", "trace_num_prompt_tokens", "trace_num_output_tokens", "input_change",
-                     "tenant", "ttft_slo_s", "tpot_slo_s"):
+                     "trace_arrival_time_s", "tenant", "ttft_slo_s", "tpot_slo_s"):
             if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, arrival_time_s has {n}")
         for name in ("ttft_slo_s", "tpot_slo_s"):
@@ -195,11 +206,12 @@ class Workload:
     def input_columns(self) -> dict[str, np.ndarray]:
         """Per request (index = request_id): source_line (1-based file line; 0 when the request has no
         line of its own, e.g. synthetic), input_change ("" = as recorded, else names joined by "+"),
-        trace_num_prompt_tokens and trace_num_output_tokens (the lengths before clipping)."""
+        trace_num_prompt_tokens and trace_num_output_tokens (the lengths before clipping), trace_arrival_time_s
+        (the file's own time in seconds, before spreading and rescaling; NaN when the file gives none)."""
         n = len(self)
         codes = np.zeros(n, dtype=np.int8) if self.input_change is None else self.input_change
-        names = np.empty(8, dtype=object)        # every combination of the three bits
-        for code in range(8):
+        names = np.empty(2 ** len(INPUT_CHANGE_NAMES), dtype=object)        # every combination of the bits
+        for code in range(len(names)):
             names[code] = "+".join(name for bit, name in INPUT_CHANGE_NAMES if code & bit)
         return {
             "source_line": (np.zeros(n, dtype=np.int64) if self.source_line is None
@@ -209,6 +221,8 @@ class Workload:
                                         else self.trace_num_prompt_tokens).astype(np.int64),
             "trace_num_output_tokens": (self.num_output_tokens if self.trace_num_output_tokens is None
                                         else self.trace_num_output_tokens).astype(np.int64),
+            "trace_arrival_time_s": (np.full(n, np.nan) if self.trace_arrival_time_s is None
+                                     else np.asarray(self.trace_arrival_time_s, dtype=np.float64)),
         }
 
 

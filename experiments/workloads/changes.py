@@ -12,6 +12,12 @@ on_error=skip) or re-sorted (the file lists it after a request that arrives
 later). Clipped and re-sorted requests keep their row in requests.parquet with
 what was changed; dropped and skipped rows are not run, so summary.json lists
 their file lines (the first MAX_LISTED_LINES of each) and counts them.
+
+A reader can also change a request without losing anything: move its arrival within its timestamp bucket
+(Mooncake spread_within_bucket), draw its row with replacement (sample=true) or time it by an arrival process
+(a lengths-only file). These are counted, named on the input line, marked per request (input_change
+arrival_spread, sampled, synthetic_arrival; trace_arrival_time_s keeps the file's own time) and, being
+defaults a user may not have chosen, told in one NOTE line on stderr with how to turn them off.
 """
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ import numpy as np
 
 from engine.core.requests import MAX_LISTED_LINES, Workload
 
-INPUT_COLUMNS = ("source_line", "input_change", "trace_num_prompt_tokens", "trace_num_output_tokens")
+INPUT_COLUMNS = ("source_line", "input_change", "trace_num_prompt_tokens", "trace_num_output_tokens",
+                 "trace_arrival_time_s")
 # A workload that loses more than this share of its requests or tokens warns on stderr: at 1%, a
 # clipped tail already moves the tail latency percentiles a run is judged by.
 LOSS_WARN_FRACTION = 0.01
@@ -54,6 +61,9 @@ def input_meta(wl: Workload) -> dict:
         "lost_token_fraction": ((s.num_clipped_tokens + s.num_dropped_tokens) / s.num_checked_tokens
                                 if s.num_checked_tokens else 0.0),
         "listed_lines_max": MAX_LISTED_LINES,
+        "num_spread": s.num_spread, "spread_max_shift_s": s.spread_max_shift_s, "num_sampled": s.num_sampled,
+        "num_sampled_distinct": s.num_sampled_distinct, "num_synthetic_arrivals": s.num_synthetic_arrivals,
+        "arrival_source": s.arrival_source, "sampled_from": s.sampled_from,
     }
 
 
@@ -61,8 +71,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.3g}%"
 
 
-def describe_input(meta: dict) -> str:
-    """One line: what was clipped, dropped, skipped and re-sorted, and why (printed summary)."""
+def _loss_parts(meta: dict) -> list[str]:
     parts = []
     m = meta.get("max_model_len")
     if meta.get("num_clipped"):
@@ -72,17 +81,64 @@ def describe_input(meta: dict) -> str:
         parts.append(f"{meta['num_dropped_too_long']} dropped as longer than max_model_len={m} (too_long=drop)")
     if meta.get("num_rows_skipped"):
         parts.append(f"{meta['num_rows_skipped']} malformed rows skipped (on_error=skip)")
+    return parts
+
+
+def _change_parts(meta: dict) -> list[str]:
+    """What the reader changed without losing a request (see the module docstring), with how to turn it off."""
+    parts = []
     if meta.get("num_reordered"):
         parts.append(f"{meta['num_reordered']} re-sorted by arrival time (listed after a later request)")
+    if meta.get("num_spread"):
+        parts.append(f"{meta['num_spread']} arrivals moved later within their timestamp bucket, by up to "
+                     f"{meta.get('spread_max_shift_s', 0.0):.3g} s (spread_within_bucket=true; "
+                     "workload.spread_within_bucket=false runs the recorded times)")
+    if meta.get("num_sampled") and meta.get("sampled_from"):
+        parts.append(f"{meta['num_sampled']} requests' {meta['sampled_from']} drawn with replacement, each column on "
+                     "its own (workload=sharegpt draws (prompt, output) pairs)")
+    elif meta.get("num_sampled"):
+        parts.append(f"{meta['num_sampled']} rows drawn with replacement from the file's {meta.get('num_rows_read')} "
+                     f"({meta.get('num_sampled_distinct')} distinct; sample=true; workload.sample=false runs the "
+                     "first num_requests rows once each)")
+    if meta.get("num_synthetic_arrivals"):
+        parts.append(f"{meta['num_synthetic_arrivals']} arrival times synthetic, {meta.get('arrival_source')} (the "
+                     "file gives none)")
+    return parts
+
+
+def describe_input(meta: dict) -> str:
+    """One line: what was clipped, dropped, skipped, re-sorted, spread, sampled or timed, and why (printed
+    summary)."""
+    losses, changes = _loss_parts(meta), _change_parts(meta)
     # Rows left out on request (skip_requests, max_requests) are not lost, but the reader should see them.
     used = (f"; {meta.get('num_workload_requests')} of {meta.get('num_rows_read')} rows used "
             "(skip_requests / max_requests)" if meta.get("num_truncated") or meta.get("num_skipped_head") else "")
-    if not parts:
+    if not losses and not changes:
         return "run as recorded (nothing clipped, dropped, skipped or re-sorted)" + used
+    text = "; ".join(losses + changes) + used
+    if not losses:
+        return text + " -- nothing lost; per request: requests.parquet input_change"
     lost = meta.get("lost_request_fraction", 0.0)
-    return "; ".join(parts) + used + (f" -- {_pct(lost)} of requests, {_pct(meta.get('lost_token_fraction', 0.0))} "
-                                      "of tokens lost; per request: requests.parquet input_change, lines: "
-                                      "summary.json meta")
+    return text + (f" -- {_pct(lost)} of requests, {_pct(meta.get('lost_token_fraction', 0.0))} "
+                   "of tokens lost; per request: requests.parquet input_change, lines: summary.json meta")
+
+
+def change_note(meta: dict) -> str | None:
+    """The NOTE line for a workload whose reader spread, sampled or timed its requests (defaults a user may not
+    have chosen), else None."""
+    parts = _change_parts({**meta, "num_reordered": 0})       # a re-sort changes no time or row: the input line
+    if not parts:
+        return None
+    return (f"NOTE: {meta.get('workload_source')}: the run changes its input: {'; '.join(parts)}; per request: "
+            "requests.parquet input_change, trace_arrival_time_s")
+
+
+def note_changes(meta: dict, file=None) -> str | None:
+    """Prints change_note (if any) on stderr and returns it."""
+    text = change_note(meta)
+    if text:
+        print(text, file=file or sys.stderr, flush=True)
+    return text
 
 
 def loss_warning(meta: dict, model_max_len: int | None = None) -> str | None:
@@ -100,7 +156,7 @@ def loss_warning(meta: dict, model_max_len: int | None = None) -> str | None:
     if meta.get("num_rows_skipped"):
         fixes.append("repair the rows at summary.json meta.skipped_lines")
     return (f"WARNING: {meta.get('workload_source')}: the run loses {_pct(req)} of its requests and {_pct(tok)} of "
-            f"its tokens ({describe_input(meta).split(' -- ')[0]}); to keep them: {', '.join(fixes)}")
+            f"its tokens ({'; '.join(_loss_parts(meta))}); to keep them: {', '.join(fixes)}")
 
 
 def warn_if_lossy(meta: dict, model_max_len: int | None = None, file=None) -> str | None:

@@ -13,6 +13,9 @@ from engine.core.requests import (
     MAX_LISTED_LINES,
     MOONCAKE_BLOCK_TOKENS,
     REORDERED,
+    SAMPLED,
+    SPREAD,
+    SYNTHETIC_ARRIVAL,
     Workload,
     WorkloadStats,
 )
@@ -136,17 +139,25 @@ def classes_from(cols: dict, opts: TraceOptions) -> dict[str, np.ndarray]:
 
 def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts: TraceOptions,
              stats: WorkloadStats, hashes: list | None = None, source_line: np.ndarray | None = None,
-             block_tokens: int = MOONCAKE_BLOCK_TOKENS, classes: dict | None = None) -> Workload:
+             block_tokens: int = MOONCAKE_BLOCK_TOKENS, classes: dict | None = None,
+             trace_arrival_s: np.ndarray | None = None, change: np.ndarray | None = None) -> Workload:
     """Apply `opts` to raw columns (one row per request) and build the Workload.
 
     classes: per-request service-class columns (CLASS_COLUMNS: tenant, ttft_slo_s, tpot_slo_s), kept
-    with their rows through sorting, slicing and dropping.
+    with their rows through sorting, slicing and dropping. trace_arrival_s: the file's own times in seconds
+    (None: the file gives none); change: input_change bits the reader already set per row (SPREAD, SAMPLED,
+    SYNTHETIC_ARRIVAL), counted here over the requests that are kept.
     Every change to a request is kept with it: the Workload's input_change bits
-    (REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT) and the trace's own lengths; the
+    (REORDERED, CLIPPED_PROMPT, CLIPPED_OUTPUT and the reader's) and the trace's own lengths and times; the
     stats count them and list the lines of dropped rows.
     """
     rows = {"arrival": np.asarray(arrival_s, dtype=np.float64), "prompt": np.asarray(prompt, dtype=np.int64),
             "output": np.asarray(output, dtype=np.int64)}
+    n_rows = len(rows["arrival"])
+    rows["trace_arrival"] = (np.full(n_rows, np.nan) if trace_arrival_s is None
+                             else np.asarray(trace_arrival_s, dtype=np.float64))
+    rows["reader_change"] = np.zeros(n_rows, dtype=np.int8) if change is None else np.asarray(change, dtype=np.int8)
+    rows["shift"] = rows["arrival"] - rows["trace_arrival"]       # [n] s the reader moved a row (NaN: no file time)
     if source_line is not None:
         rows["line"] = np.asarray(source_line, dtype=np.int64)
     for name, values in (classes or {}).items():
@@ -168,7 +179,7 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
     t = rows["arrival"]
     # A row is reordered when the file lists it after a row that arrives later: the sort moves it up.
     earlier_max = np.maximum.accumulate(np.concatenate([[-np.inf], t[:-1]]))
-    rows["change"] = np.where(t < earlier_max, REORDERED, 0).astype(np.int8)
+    rows["change"] = np.where(t < earlier_max, REORDERED, 0).astype(np.int8) | rows.pop("reader_change")
     if np.any(np.diff(t) < 0):
         stats.num_reordered = int(np.count_nonzero(rows["change"]))
         keep(np.argsort(t, kind="stable"))
@@ -224,10 +235,25 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
         hashes = [tuple(h[: -(-p // block_tokens)]) for h, p in zip(hashes, prompt.tolist())]
 
     n = len(prompt)
+    _count_reader_changes(stats, rows)
     priority = (opts.priorities.sample(n, spawn_streams(opts.seed)["priorities"])
                 if opts.priorities is not None else np.zeros(n, dtype=np.int64))
     return Workload(arrival_time_s=rows["arrival"], num_prompt_tokens=prompt, num_output_tokens=rows["output"],
                     priority=priority, prefix_hash_ids=hashes, prefix_block_tokens=block_tokens, stats=stats,
                     source_line=rows.get("line"), trace_num_prompt_tokens=rows["trace_prompt"],
                     trace_num_output_tokens=rows["trace_output"], input_change=rows["change"],
+                    trace_arrival_time_s=rows["trace_arrival"],
                     **{k: rows[k] for k in CLASS_COLUMNS if k in rows})
+
+
+def _count_reader_changes(stats: WorkloadStats, rows: dict) -> None:
+    """The stats' counts of the reader's changes (SPREAD, SAMPLED, SYNTHETIC_ARRIVAL) over the kept rows."""
+    change = rows["change"]
+    spread = (change & SPREAD) != 0
+    stats.num_spread = int(spread.sum())
+    shift = rows["shift"][spread]       # on the file's clock: before shifting and rescaling
+    stats.spread_max_shift_s = float(shift.max()) if len(shift) else 0.0
+    sampled = (change & SAMPLED) != 0
+    stats.num_sampled = int(sampled.sum())
+    stats.num_sampled_distinct = int(len(np.unique(rows["line"][sampled]))) if "line" in rows else stats.num_sampled
+    stats.num_synthetic_arrivals = int(((change & SYNTHETIC_ARRIVAL) != 0).sum())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.core.requests import Workload, WorkloadStats
+from engine.core.requests import SAMPLED, Workload, WorkloadStats
 from experiments.workloads.formats.sharegpt import read_length_file
 from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
 
@@ -151,4 +151,11 @@ def synthetic_workload(num_requests: int, arrival, prompt_len, output_len, *,
     prompt = prompt_len.sample(num_requests, rng["prompt_lengths"])
     output = output_len.sample(num_requests, rng["output_lengths"])
     stats = WorkloadStats(source=f"synthetic({type(arrival).__name__})", num_rows_read=num_requests)
-    return finalize(arrival_s, prompt, output, opts, stats)
+    # lengths drawn from a user's file (FromFile) are its rows resampled: reported as such
+    drawn = [f"{kind} lengths of {d.path} ({d.column})" for kind, d in (("prompt", prompt_len), ("output", output_len))
+             if isinstance(d, FromFile)]
+    change = None
+    if drawn:
+        stats.sampled_from = " and ".join(drawn)
+        change = np.full(num_requests, SAMPLED, dtype=np.int8)
+    return finalize(arrival_s, prompt, output, opts, stats, change=change)

@@ -56,6 +56,39 @@ def test_unknown_keys_fail_with_the_nearest_name(in_tmp, monkeypatch, capsys, ar
     assert expected in error_line(monkeypatch, capsys, *SMALL, *args)
 
 
+@pytest.mark.parametrize("args, expected", [
+    # a typo inside an untyped group (workload, scheduler) is matched against the keys of its config files
+    (["workload.arival.rate_rps=5"], "unknown key workload.arival.rate_rps; did you mean 'workload.arrival.rate_rps'?"),
+    (["workload.prompt_len.mean_tokns=5"],
+     "unknown key workload.prompt_len.mean_tokns; did you mean 'workload.prompt_len.mean_tokens'?"),
+])
+def test_nested_unknown_keys_get_the_nearest_name(in_tmp, monkeypatch, capsys, args, expected):
+    assert expected in error_line(monkeypatch, capsys, *SMALL, *args)
+
+
+@pytest.mark.parametrize("args, expected", [
+    # the key as the user typed it, not the constructor's field (Poisson.rate_rps) nor the bare option name
+    (["workload.arrival.rate_rps=-5"], "error: workload.arrival.rate_rps must be > 0, got -5"),
+    (["workload.prompt_len.mean_tokens=0"], "error: workload.prompt_len.mean_tokens must be >= 1, got 0"),
+    (["workload.max_requests=-3"], "error: workload.max_requests must be >= 1 or None, got -3"),
+    (["workload.start_offset_s=-1"], "error: workload.start_offset_s must be >= 0, got -1"),
+    (["workload.num_requests=0"], "error: workload.num_requests must be >= 1, got 0"),
+    (["workload=azure", "workload.path=azure.csv", "workload.target_rate_rps=-4"],
+     "error: workload.target_rate_rps must be > 0, got -4"),
+    (["workload=azure", "workload.path=azure.csv", "workload.time_scale=0"], "error: workload.time_scale must be > 0"),
+])
+def test_bad_workload_values_name_the_full_key(in_tmp, monkeypatch, capsys, args, expected):
+    (in_tmp / "azure.csv").write_text(AZURE_ROWS)
+    assert error_line(monkeypatch, capsys, *QUIET, *args).startswith(expected)
+
+
+def test_a_missing_trace_names_the_field_and_the_nearest_file(in_tmp, monkeypatch, capsys, traces):
+    line = error_line(monkeypatch, capsys, *QUIET, "workload=azure", f"workload.path={traces / 'nope.csv'}")
+    assert line.startswith(f"error: workload.path={traces / 'nope.csv'}: no such file")
+    line = error_line(monkeypatch, capsys, *QUIET, "workload=azure", f"workload.path={traces / 'azur.csv'}")
+    assert line.endswith(f"; did you mean 'workload.path={traces / 'azure.csv'}'?")
+
+
 def test_keys_a_constructor_takes_may_be_added(tmp_path):
     with initialize_config_dir(str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["+workload.skip_requests=2", "+backend.cost_model.max_model_len=2048"])

@@ -50,16 +50,18 @@ def test_default_sim_run_clips_only_what_the_model_cannot_hold(tmp_path, capsys)
     assert meta["max_model_len"] == 40960 and meta["max_model_len_source"] == "Qwen3-8B's context window"
     assert meta["num_clipped"] == len(longer) > 0 and meta["num_dropped_too_long"] == 0
     req = pd.read_parquet(tmp_path / "requests.parquet").sort_values("request_id")
-    changed = req[req["input_change"] != ""]
+    # (the default spread_within_bucket=true also marks moved arrivals: arrival_spread, beside the clipping)
+    changed = req[req["input_change"].str.contains("clipped")]
     assert sorted(changed["source_line"] - 1) == longer
-    # every row joins back to its line of the file, with the trace's own lengths
+    # every row joins back to its line of the file, with the trace's own lengths and time
     for r in req.itertuples():
         line = rows[r.source_line - 1]
         assert (r.trace_num_prompt_tokens, r.trace_num_output_tokens) == (line["input_length"], line["output_length"])
-        if r.input_change == "":
+        assert r.trace_arrival_time_s == line["timestamp"] / 1000
+        if "clipped" not in r.input_change:
             assert (r.num_prompt_tokens, r.num_output_tokens) == (line["input_length"], line["output_length"])
         else:
-            assert r.input_change == "clipped_prompt" and r.num_prompt_tokens + r.num_output_tokens <= 40960
+            assert "clipped_prompt" in r.input_change and r.num_prompt_tokens + r.num_output_tokens <= 40960
     err = capsys.readouterr().err
     assert "WARNING" in err and f"{len(longer)} clipped to max_model_len=40960" in err
     num_lines = len(MOONCAKE.read_text().splitlines())
@@ -202,3 +204,62 @@ def test_engine_backend_writes_the_same_input_columns(tiny64, tmp_path):
 def test_engine_backend_checks_a_given_max_model_len(tiny64, tmp_path):
     with pytest.raises(ValueError, match=r"max_model_len \(100\) exceeds the model's max_position_embeddings \(64\)"):
         execute(engine_cfg(tiny64, "max_model_len=100"), tmp_path / "run")
+
+
+def test_spread_arrivals_are_counted_printed_and_marked_per_request(tmp_path, capsys):
+    # two buckets of 3 requests, 3 s apart (the published Mooncake timestamps come in such buckets); the default
+    # spread_within_bucket=true used to move them with only "run as recorded" on the input line
+    p = write(tmp_path, "".join(f'{{"timestamp": {t}, "input_length": 20, "output_length": 2, "hash_ids": [{i}]}}\n'
+                                for i, t in enumerate([0, 0, 0, 3000, 3000, 3000])), "m.jsonl")
+    s = execute(cfg_of("workload=mooncake", f"workload.path={p}", *FAST, *QUIET), tmp_path / "a")
+    req = pd.read_parquet(tmp_path / "a" / "requests.parquet").set_index("source_line").sort_index()
+    assert req["arrival_time_s"].tolist() == pytest.approx([0, 1, 2, 3, 4, 5])
+    assert req["trace_arrival_time_s"].tolist() == [0, 0, 0, 3, 3, 3]
+    assert req["input_change"].tolist() == ["", "arrival_spread", "arrival_spread"] * 2
+    m = s["meta"]
+    assert m["num_spread"] == 4 and m["spread_max_shift_s"] == pytest.approx(2.0)
+    line = describe_input(m)
+    assert line.startswith("4 arrivals moved later within their timestamp bucket, by up to 2 s "
+                           "(spread_within_bucket=true; workload.spread_within_bucket=false runs the recorded times)")
+    assert "nothing lost" in line
+    err = capsys.readouterr().err
+    assert err.count("NOTE:") == 1 and "4 arrivals moved later" in err
+    recorded = execute(cfg_of("workload=mooncake", f"workload.path={p}", "workload.spread_within_bucket=false",
+                              *FAST, *QUIET), tmp_path / "b")
+    assert describe_input(recorded["meta"]).startswith("run as recorded") and "NOTE" not in capsys.readouterr().err
+    req = pd.read_parquet(tmp_path / "b" / "requests.parquet")
+    assert (req["input_change"] == "").all() and (req["arrival_time_s"] == req["trace_arrival_time_s"]).all()
+
+
+def test_sampled_rows_and_synthetic_times_are_counted_printed_and_marked(tmp_path, capsys):
+    # a lengths-only file: used to print "run as recorded" although every row was drawn and every time made up
+    p = write(tmp_path, "num_prefill_tokens,num_decode_tokens\n" + "".join(f"{10 + i},{1 + i}\n" for i in range(5)))
+    s = execute(cfg_of("workload=sharegpt", f"workload.path={p}", "workload.num_requests=40", *FAST, *QUIET),
+                tmp_path / "a")
+    req = pd.read_parquet(tmp_path / "a" / "requests.parquet")
+    assert (req["input_change"] == "sampled+synthetic_arrival").all() and req["trace_arrival_time_s"].isna().all()
+    assert set(req["source_line"]) <= set(range(2, 7))
+    m = s["meta"]
+    assert (m["num_sampled"], m["num_synthetic_arrivals"]) == (40, 40)
+    assert m["num_sampled_distinct"] == req["source_line"].nunique()
+    assert m["arrival_source"] == "Poisson(rate_rps=10.0)"
+    line = describe_input(m)
+    assert line.startswith(f"40 rows drawn with replacement from the file's 5 ({m['num_sampled_distinct']} distinct; "
+                           "sample=true")
+    assert "40 arrival times synthetic, Poisson(rate_rps=10.0) (the file gives none)" in line
+    assert capsys.readouterr().err.count("NOTE:") == 1
+    in_order = execute(cfg_of("workload=sharegpt", f"workload.path={p}", "workload.num_requests=3",
+                              "workload.sample=false", *FAST, *QUIET), tmp_path / "b")
+    assert sorted(pd.read_parquet(tmp_path / "b" / "requests.parquet")["input_change"]) == ["synthetic_arrival"] * 3
+    assert "rows drawn" not in describe_input(in_order["meta"])
+    assert "3 of 5 rows used" in describe_input(in_order["meta"])
+
+
+def test_lengths_drawn_from_a_file_are_reported(tmp_path, capsys):
+    p = write(tmp_path, "num_prefill_tokens,num_decode_tokens\n" + "".join(f"{10 + i},{1 + i}\n" for i in range(5)))
+    s = execute(cfg_of("workload/prompt_len=file", f"workload.prompt_len.path={p}", "workload.num_requests=6", *FAST,
+                       *QUIET), tmp_path / "a")
+    assert (pd.read_parquet(tmp_path / "a" / "requests.parquet")["input_change"] == "sampled").all()
+    assert describe_input(s["meta"]).startswith(f"6 requests' prompt lengths of {p} (num_prefill_tokens) drawn with "
+                                                "replacement, each column on its own")
+    assert capsys.readouterr().err.count("NOTE:") == 1

@@ -44,14 +44,14 @@ def test_each_sweep_job_records_what_ran_it(half_failed):
     assert rec["launcher"] == "process" and rec["pid"] > 0 and "error" not in rec
     assert rec["log"] == str(half_failed / GOOD / "servelab.log")
     bad = json.loads((half_failed / BAD / JOB_RECORD).read_text())
-    assert bad["error"] == "arrival: Poisson.rate_rps must be > 0, got -1"
+    assert bad["error"] == "workload.arrival.rate_rps must be > 0, got -1"
 
 
 def test_report_names_a_job_that_raised(half_failed):
     out = report_cli(half_failed)
     assert f"read 1 runs under {half_failed}:\n  {GOOD}\n" in out
     assert ("FAILED: 1 job(s) wrote no results (relaunch the sweep to run only those):\n"
-            f"  {BAD}: arrival: Poisson.rate_rps must be > 0, got -1; "
+            f"  {BAD}: workload.arrival.rate_rps must be > 0, got -1; "
             f"log: {half_failed / BAD / 'servelab.log'}\n") in out
     failed = (half_failed / "report" / "failed_jobs.csv").read_text()
     assert failed.startswith("run_dir,overrides,job_id,log,error\n") and "rate_rps must be > 0" in failed

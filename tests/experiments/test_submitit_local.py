@@ -29,7 +29,7 @@ def test_a_failing_job_comes_back_as_one_line_and_is_reported(tmp_path):
            f"hydra.sweep.dir={tmp_path / 'sw'}", "progress=false", "print_summary=false", "plots=false"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.splitlines()[-1] == "error: arrival: Poisson.rate_rps must be > 0, got -1"
+    assert proc.stderr.splitlines()[-1] == "error: workload.arrival.rate_rps must be > 0, got -1"
     assert "Traceback" not in proc.stderr and "UncompletedJobError" not in proc.stderr
     assert "is validated against ConfigStore schema" not in proc.stderr
 
@@ -39,12 +39,12 @@ def test_a_failing_job_comes_back_as_one_line_and_is_reported(tmp_path):
     assert good["log"] == str(sw / ".submitit" / good["submitit_job_id"] / f"{good['submitit_job_id']}_0_log.err")
     assert json.loads((sw / GOOD / "summary.json").read_text())["complete"]
     bad = json.loads((sw / BAD / "job.json").read_text())
-    assert bad["error"] == "arrival: Poisson.rate_rps must be > 0, got -1"
+    assert bad["error"] == "workload.arrival.rate_rps must be > 0, got -1"
 
     rep = subprocess.run([sys.executable, "-m", "experiments.report", str(sw)], env=env, capture_output=True,
                          text=True, timeout=120)
     assert rep.returncode == 0, rep.stderr
-    assert (f"  {BAD} (job {bad['submitit_job_id']}): arrival: Poisson.rate_rps must be > 0, got -1; "
+    assert (f"  {BAD} (job {bad['submitit_job_id']}): workload.arrival.rate_rps must be > 0, got -1; "
             f"log: {bad['log']}\n") in rep.stdout
 
 

@@ -256,3 +256,16 @@ def test_overlapped_rows_end_where_the_next_launch_found_the_device_drained():
     # step 2 from the drain to its collect at 0.63: the copies' 0.5 s are its own
     np.testing.assert_allclose(dur[:3], [0.01, 0.10, 0.52], atol=1e-9)
     assert info["busy_s"] == pytest.approx(dur.sum())
+
+
+def test_from_real_refuses_a_policy_without_a_saved_run_before_any_work(tmp_path):
+    # the saved Azure runs hold fcfs, vllm and vllm_swap: srpt used to give exit 0 and a report holding an error
+    from pathlib import Path
+
+    from experiments import validate
+    real = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "real"
+    out = tmp_path / "val"
+    with pytest.raises(ValueError, match=r"--policies srpt: no saved real run .* it holds fcfs, vllm, vllm_swap"):
+        validate.main(["--from-real", str(real), "--name", "azure_conv", "--policies", "srpt,vllm",
+                       "--out-dir", str(out)])
+    assert not out.exists()

@@ -184,9 +184,9 @@ def test_a_job_that_raises_ends_the_sweep_with_its_error_and_is_reported(slurm_c
            *SLURM, f"hydra.sweep.dir={sw}"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=slurm_cluster.env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stderr.splitlines()[-1] == "error: arrival: Poisson.rate_rps must be > 0, got -1"
+    assert proc.stderr.splitlines()[-1] == "error: workload.arrival.rate_rps must be > 0, got -1"
     rec = record(sw, bad)
-    assert rec["launcher"] == "slurm" and rec["error"] == "arrival: Poisson.rate_rps must be > 0, got -1"
+    assert rec["launcher"] == "slurm" and rec["error"] == "workload.arrival.rate_rps must be > 0, got -1"
     rep = report(slurm_cluster.env, sw)
-    assert (f"  {bad} (job {rec['submitit_job_id']}, SLURM id {rec['slurm_job_id']}): arrival: Poisson.rate_rps "
+    assert (f"  {bad} (job {rec['submitit_job_id']}, SLURM id {rec['slurm_job_id']}): workload.arrival.rate_rps "
             f"must be > 0, got -1; log: {rec['log']}") in rep

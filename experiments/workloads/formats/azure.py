@@ -18,7 +18,7 @@ def read_azure_trace(path, *, on_error: str = "raise", options: TraceOptions | N
     opts = make_options(options, kwargs)
     cols, lines, stats = read_csv_columns(path, {**AZURE_COLUMNS, **class_columns(opts)}, on_error)
     return finalize(cols["TIMESTAMP"], cols["ContextTokens"], cols["GeneratedTokens"], opts, stats, source_line=lines,
-                    classes=classes_from(cols, opts))
+                    classes=classes_from(cols, opts), trace_arrival_s=cols["TIMESTAMP"])
 
 
 FORMAT = TraceFormat("azure", "an Azure trace (TIMESTAMP, ContextTokens, GeneratedTokens)", read_azure_trace,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.core.requests import Workload
+from engine.core.requests import SPREAD, Workload
 from experiments.workloads._io import read_jsonl_columns
 from experiments.workloads.formats.base import TraceFormat
 from experiments.workloads.options import TraceOptions, class_columns, classes_from, finalize, make_options
@@ -24,11 +24,15 @@ def read_mooncake_trace(path, *, spread_within_bucket: bool = False, on_error: s
     opts = make_options(options, kwargs)
     cols, lines, stats = read_jsonl_columns(path, {**MOONCAKE_COLUMNS, **class_columns(opts)}, list_column="hash_ids",
                                             on_error=on_error)
-    arrival_s = cols["timestamp"] / 1000.0
+    recorded_s = cols["timestamp"] / 1000.0
+    arrival_s = recorded_s
     if spread_within_bucket and len(arrival_s) > 1:
-        arrival_s = spread_buckets(arrival_s)
+        arrival_s = spread_buckets(recorded_s)
+    # a request the spreading moved carries it (input_change arrival_spread, trace_arrival_time_s the file's time)
+    change = np.where(arrival_s != recorded_s, SPREAD, 0).astype(np.int8)
     return finalize(arrival_s, cols["input_length"], cols["output_length"], opts, stats,
-                    hashes=cols["hash_ids"], source_line=lines, classes=classes_from(cols, opts))
+                    hashes=cols["hash_ids"], source_line=lines, classes=classes_from(cols, opts),
+                    trace_arrival_s=recorded_s, change=change)
 
 
 def spread_buckets(t: np.ndarray) -> np.ndarray:

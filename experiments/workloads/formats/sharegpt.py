@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.core.requests import Workload, WorkloadStats
+from engine.core.requests import SAMPLED, SYNTHETIC_ARRIVAL, Workload, WorkloadStats
 from experiments.workloads._io import read_csv_columns
 from experiments.workloads.formats.base import TraceFormat
 from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
@@ -55,7 +55,19 @@ def sharegpt_workload(path, arrival, num_requests: int | None = None, *, sample:
         stats.num_truncated = n_file - num_requests
         rows = np.arange(num_requests)
     arrival_s = arrival.sample(num_requests, rng["arrivals"])
-    return finalize(arrival_s, prompt[rows], output[rows], opts, stats, source_line=lines[rows])
+    # the file gives lengths only: every request's time is synthetic, and with sample=True its row is a draw
+    stats.arrival_source = arrival_label(arrival)
+    change = np.full(num_requests, SYNTHETIC_ARRIVAL | (SAMPLED if sample else 0), dtype=np.int8)
+    return finalize(arrival_s, prompt[rows], output[rows], opts, stats, source_line=lines[rows], change=change)
+
+
+def arrival_label(arrival) -> str:
+    """An arrival process as the summary names it: "Poisson(rate_rps=10.0)" (a dataclass's fields), else its type."""
+    import dataclasses
+    if dataclasses.is_dataclass(arrival):
+        fields = ", ".join(f"{f.name}={getattr(arrival, f.name)!r}" for f in dataclasses.fields(arrival))
+        return f"{type(arrival).__name__}({fields})"
+    return type(arrival).__name__
 
 
 # After the trace formats: a Splitwise/Vidur file has the same length columns plus arrived_at.

@@ -14,7 +14,7 @@ def read_vidur_trace(path, *, on_error: str = "raise", options: TraceOptions | N
     opts = make_options(options, kwargs)
     cols, lines, stats = read_csv_columns(path, {**VIDUR_COLUMNS, **class_columns(opts)}, on_error)
     return finalize(cols["arrived_at"], cols["num_prefill_tokens"], cols["num_decode_tokens"], opts, stats,
-                    source_line=lines, classes=classes_from(cols, opts))
+                    source_line=lines, classes=classes_from(cols, opts), trace_arrival_s=cols["arrived_at"])
 
 
 FORMAT = TraceFormat("vidur", "a Splitwise/Vidur trace (arrived_at, num_prefill_tokens, num_decode_tokens)",
