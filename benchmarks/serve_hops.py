@@ -2,6 +2,7 @@
 
     python benchmarks/serve_hops.py                               # the tiny CPU model, 150 requests, 400-token prompts
     python benchmarks/serve_hops.py --model-path DIR --device cuda --prompt-len 1000 --vocab-size 151936 --out hops.json
+    python benchmarks/serve_hops.py --serve-arg serve.spin_window_ms=0        # any servelab-serve override, repeatable
 
 It copies the tree's packages to a temporary folder and adds time stamps to the copy (time.perf_counter,
 CLOCK_MONOTONIC: one clock for every process of the host) at each hop: the request's bytes reaching uvicorn, the ASGI
@@ -192,8 +193,13 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=500, help="prompt token ids are drawn below this")
     ap.add_argument("--gap-s", type=float, default=0.03, help="pause between requests (the engine idles)")
     ap.add_argument("--max-model-len", type=int, default=None, help="default: prompt length + 64")
+    ap.add_argument("--serve-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="a servelab-serve override for the server, e.g. serve.spin_window_ms=0 (repeatable)")
     ap.add_argument("--out", help="write the figures here as JSON")
     args = ap.parse_args()
+    bad = [a for a in args.serve_arg if "=" not in a]
+    if bad:
+        ap.error(f"--serve-arg {bad[0]!r}: give KEY=VALUE, e.g. serve.spin_window_ms=0")
 
     work = Path(tempfile.mkdtemp(prefix="serve_hops_"))
     try:
@@ -212,7 +218,7 @@ def main() -> None:
         env = {**os.environ, "HOPS_DIR": str(hops_dir), "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
         max_len = args.max_model_len or args.prompt_len + 64
         proc, base, _ = start_server([f"backend.model_path={ckpt}", f"backend.device={args.device}", "serve.port=0",
-                                      f"max_model_len={max_len}", "serve.log_level=info"],
+                                      f"max_model_len={max_len}", "serve.log_level=info", *args.serve_arg],
                                      copy, {**env, "PYTHONUNBUFFERED": "1"})
         stamps: dict = {}
         sys.path.insert(0, str(ROOT))
@@ -229,9 +235,10 @@ def main() -> None:
         out = report(stamps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    out["settings"] = {k: getattr(args, k) for k in ("device", "requests", "prompt_len", "gap_s")}
+    out["settings"] = {k: getattr(args, k) for k in ("device", "requests", "prompt_len", "gap_s", "serve_arg")}
     print(f"{out['num_requests']} streamed requests one at a time, {args.prompt_len}-token prompts, device "
-          f"{args.device}; median of each hop, microseconds:")
+          f"{args.device}{', ' + ' '.join(args.serve_arg) if args.serve_arg else ''}; median of each hop, "
+          "microseconds:")
     for hop, us in out["hop_median_us"].items():
         print(f"  {hop:34s} {us:8.0f}   {WHAT.get(hop.split(' -> ')[1], '')}")
     print(f"client TTFT p50 {out['client_ttft_us_p50']:.0f} us; the engine's admission to its first token (what the "

@@ -66,7 +66,8 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
         log.info("serving %s (max_model_len %d, %d KV blocks of %d tokens, scheduler %s, engine %s, event loop %s)",
                  served_model_name, server.max_model_len, server.num_kv_blocks, server.block_size,
                  server.engine.info.policy_name,
-                 f"process {llm.pid}" if isinstance(llm, ProcessEngine) else "thread",
+                 f"process {llm.pid}, spin window {llm.spin.window_s * 1000:g} ms" if isinstance(llm, ProcessEngine)
+                 else "thread",
                  type(asyncio.get_running_loop()).__module__.split(".")[0])     # uvloop where it is installed
         yield
         server.engine.stop()

@@ -29,6 +29,7 @@ import time
 from experiments.serve.delivery import Choice, Deliveries
 from experiments.serve.engine_process import to_wire
 from experiments.serve.errors import APIError
+from experiments.serve.spin import SpinWindow, resolve_spin_window_ms
 
 log = logging.getLogger("servelab.serve")
 
@@ -53,13 +54,17 @@ class ProcessEngine:
         self._dead = False
         self._probes: dict = {}
         self._tokens = itertools.count()
+        self.spin = SpinWindow(0.0)     # the loop polls the socket without sleeping this long after activity
+        self._spinning = False
 
     # -- start --------------------------------------------------------------------------------------
     @classmethod
-    def launch(cls, factory, log_level: str = "info", start_timeout_s: float = 3600.0) -> "ProcessEngine":
+    def launch(cls, factory, log_level: str = "info", start_timeout_s: float = 3600.0,
+               spin_window_ms: float | None = None) -> "ProcessEngine":
         """Spawns the engine process, which builds its LLM with factory(); returns once it is ready.
         ValueError (one line) when the LLM refused the config, RuntimeError when the process failed. Call it
-        from a thread that outlives the engine (the main thread): on Linux the engine dies with that thread."""
+        from a thread that outlives the engine (the main thread): on Linux the engine dies with that thread.
+        spin_window_ms: serve.spin_window_ms, both processes' (experiments/serve/spin.py; None: its auto rule)."""
         import multiprocessing as mp
 
         import zmq
@@ -68,6 +73,8 @@ class ProcessEngine:
         from experiments.serve.engine_process import engine_main
 
         self = cls()
+        window_s = resolve_spin_window_ms(spin_window_ms) / 1000
+        self.spin = SpinWindow(window_s)
         self._dir = tempfile.mkdtemp(prefix="servelab-engine-")
         in_addr, out_addr = f"ipc://{self._dir}/in", f"ipc://{self._dir}/out"
         self._ctx = zmq.Context()
@@ -81,7 +88,8 @@ class ProcessEngine:
         atexit.register(self.close)
         # not a daemon: an engine with tensor_parallel_size > 1 starts worker processes of its own
         self._proc = mp.get_context("spawn").Process(
-            target=engine_main, args=(factory, in_addr, out_addr, os.getpid(), log_level), name="servelab-engine")
+            target=engine_main, args=(factory, in_addr, out_addr, os.getpid(), log_level, window_s),
+            name="servelab-engine")
         try:
             self._proc.start()
             self.pid = self._proc.pid
@@ -147,6 +155,7 @@ class ProcessEngine:
         self._table.track(choices)
         self._num_sent_adds += len(choices)
         self._send(("add", [to_wire(c.seq) for c in choices]))
+        self._keep_awake()
         return choices
 
     def abort(self, choices, count_as_aborted: bool = True) -> None:
@@ -154,6 +163,7 @@ class ProcessEngine:
                 if self._table.choices.pop(c.seq.request_id, None) is not None]
         if gone and not self._dead:
             self._send(("abort", gone))
+            self._keep_awake()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Aborts every request left (each gets finish_reason "abort") and joins the engine process."""
@@ -203,11 +213,35 @@ class ProcessEngine:
         if self._push is not None:
             self._push.send(pickle.dumps(msg, protocol=5))
 
+    def _keep_awake(self) -> None:
+        """Activity on the loop: the spin window restarts, and the loop spins if it did not (a request went out,
+        or the engine answered; the next message, or the next request's bytes, are near)."""
+        spin = self.spin
+        if not spin.window_s:
+            return
+        spin.touch()
+        if not self._spinning and self._loop is not None and not (self._dead or self._stopping):
+            self._spinning = True
+            self._loop.call_soon(self._spin)
+
+    def _spin(self) -> None:
+        """One turn of the spin: read what came, then run again on the loop's next turn while the window is
+        open. A callback always ready keeps the loop's poll at zero timeout, so the HTTP sockets are polled
+        too and every other task runs between two turns; once the window closes the loop sleeps in its poll
+        again and the socket's descriptor wakes it (add_reader)."""
+        self._on_readable()
+        if self.spin.open() and not (self._dead or self._stopping) and self._pull is not None:
+            self.spin.pause()
+            self._loop.call_soon(self._spin)
+        else:
+            self._spinning = False
+
     def _on_readable(self) -> None:
         import zmq
         pull = self._pull
         while pull is not None and pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             msg = pickle.loads(pull.recv(zmq.NOBLOCK))
+            self._keep_awake()
             try:
                 self._dispatch(msg)
             except Exception:       # a bug, but the messages behind it must still be read: the descriptor

@@ -37,6 +37,7 @@ from collections import deque
 
 from engine.core.in_flight import settled_tokens
 from engine.core.sequence import SamplingParams, Sequence, SequenceStatus
+from experiments.serve.spin import SpinWindow
 
 log = logging.getLogger("servelab.serve")
 FINISHED = SequenceStatus.FINISHED
@@ -44,7 +45,8 @@ PARENT_CHECK_S = 1.0            # how often a busy or idle engine looks for its 
 HELD_BACK_WAIT_MS = 5           # the policy held everything back: wait this long for an arrival or abort
 
 
-def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level: str = "info") -> None:
+def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level: str = "info",
+                spin_window_s: float = 0.0) -> None:
     import zmq
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -76,7 +78,7 @@ def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level
         freeze_startup_heap()
         out.send(pickle.dumps(("ready", EngineInfo.of(llm)), protocol=5))
         log.info("engine process running (pid %d)", os.getpid())
-        code = EngineCore(llm, inp, out, parent_pid).run()
+        code = EngineCore(llm, inp, out, parent_pid, SpinWindow(spin_window_s)).run()
     finally:
         llm.close()
         inp.close(linger=0)
@@ -122,8 +124,9 @@ def from_wire(fields: tuple):
 class EngineCore:
     """The stepping loop of the engine process (module docstring: the messages)."""
 
-    def __init__(self, llm, inp, out, parent_pid: int):
+    def __init__(self, llm, inp, out, parent_pid: int, spin: SpinWindow | None = None):
         self.llm, self.inp, self.out, self.parent_pid = llm, inp, out, parent_pid
+        self.spin = spin or SpinWindow(0.0)     # after a message or a step: poll without sleeping this long
         self._sent: dict = {}               # request_id -> output tokens sent, of every live request
         self._unreported: set = set()       # live request ids no record named yet (their admission)
         self._failed: list = []
@@ -147,6 +150,7 @@ class EngineCore:
                     self._send_step([], [], 0)
                     continue
                 batch, finished, rejected = llm.step_batch()
+                self.spin.touch()
                 for seq in rejected:
                     self._forget(seq.request_id)
                 gone = [(seq.request_id, seq.reject_reason) for seq in rejected]
@@ -210,13 +214,14 @@ class EngineCore:
         """Takes every message waiting (after up to timeout_ms for the first) and applies it."""
         import zmq
         inp = self.inp
-        if not inp.poll(timeout_ms):
+        if not self._wait(timeout_ms):
             return
         while True:
             try:
                 msg = pickle.loads(inp.recv(zmq.NOBLOCK))
             except zmq.Again:
                 return
+            self.spin.touch()
             kind = msg[0]
             if kind == "add":
                 self._add(msg[1])
@@ -230,6 +235,22 @@ class EngineCore:
                 self.out.send(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
             elif kind == "stop":
                 self._stopping = True
+
+    def _wait(self, timeout_ms: int) -> bool:
+        """Whether a message waits, after up to timeout_ms: inside the spin window by zero-timeout polls
+        (the message is read as it lands, no wake-up), then blocked on the socket for what is left."""
+        inp, spin = self.inp, self.spin
+        if timeout_ms <= 0 or not spin.open():
+            return bool(inp.poll(timeout_ms))
+        deadline_s = spin.clock() + timeout_ms / 1000
+        while not inp.poll(0):
+            if not spin.open():
+                left_ms = int((deadline_s - spin.clock()) * 1000)
+                return left_ms > 0 and bool(inp.poll(left_ms))
+            if spin.clock() >= deadline_s:
+                return False
+            spin.pause()
+        return True
 
     def _add(self, wired) -> None:
         llm = self.llm
