@@ -68,9 +68,9 @@ EDITS = [
      f"        arrival = time.perf_counter()\n        {H}request.state.hop = {{'begin': _hop.LAST[0], 'task': "
      "_hop.TASK[0], 'route': arrival}\n        raw = await request.body()\n        request.state.hop['body'] = "
      "time.perf_counter()\n"),
-    ("experiments/serve/app.py", "        try:\n            req = schema.model_validate(body)",
-     "        request.state.hop['json'] = time.perf_counter()\n        try:\n"
-     "            req = schema.model_validate(body)"),
+    ("experiments/serve/app.py", "            req = schema.model_validate_json(raw)\n",
+     "            request.state.hop['json'] = time.perf_counter()\n"
+     "            req = schema.model_validate_json(raw)\n"),
     ("experiments/serve/app.py", "        req, arrival = await self._parse(request, CompletionRequest)\n",
      "        req, arrival = await self._parse(request, CompletionRequest)\n        request.state.hop['validated'] = "
      "time.perf_counter()\n"),
@@ -122,7 +122,7 @@ ORDER = ["client_sent", "begin", "task", "route", "body", "json", "validated", "
          "engine_read", "admitted", "step", "first_token", "step_done", "engine_sent", "server_read", "handed", "text",
          "framed", "written", "client_read"]
 WHAT = {"begin": "bytes reach uvicorn", "task": "ASGI task starts", "route": "handler", "body": "body read",
-        "json": "json.loads", "validated": "pydantic, checks", "prompt": "prompt checked",
+        "json": "(parsed with the checks)", "validated": "JSON parsed, pydantic, checks", "prompt": "prompt checked",
         "sequences": "Sequences built",
         "queue": "text streams, queue", "engine_read": "ZeroMQ to the engine", "admitted": "LLM.submit",
         "step": "next step starts", "first_token": "step stamps token", "step_done": "step returns",
