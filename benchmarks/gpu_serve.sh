@@ -15,8 +15,9 @@
 #   inproc      servelab backend=engine on the slice (warm-up first; the engine in this process), REPEATS times
 #   serve       servelab-serve (python -m experiments.serve) on the same checkpoint and limits, in the background,
 #               once per engine layout of ENGINES (default "process thread": serve.engine_process=true, the
-#               default, then false; process_spin0: the engine process with serve.spin_window_ms=0, the receivers
-#               blocking); each layout gets the next three stages, its files named _<layout> but the first's;
+#               default, then false; process_spinW: the engine process with serve.spin_window_ms=W, e.g.
+#               process_spin0, the receivers blocking); each layout gets the next three stages, its files named
+#               _<layout> but the first's;
 #               SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
 #   loadgen     benchmarks/loadgen.py: guidellm, LOADGEN_REQUESTS at RATE_RPS, 256-token prompts, 128-token outputs
 #               (also the server's warm-up before the timed replay)
@@ -68,7 +69,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_serve benchmarks/results/serve '2,45p' "$0" "$@"
+gpu_init gpu_serve benchmarks/results/serve '2,46p' "$0" "$@"
 
 serve_settings 120
 PORT="${PORT:-8011}"
@@ -106,8 +107,9 @@ FIRST_LAYOUT=""
 for LAYOUT in $ENGINES; do
   SPIN_ARG=()
   case "$LAYOUT" in process) ENGINE_PROCESS=true ;; thread) ENGINE_PROCESS=false ;;
-    process_spin0) ENGINE_PROCESS=true; SPIN_ARG=(serve.spin_window_ms=0) ;;
-    *) log "!!! ENGINES: unknown layout $LAYOUT (process | process_spin0 | thread)"; FAILED+=("engines"); continue ;; esac
+    process_spin[0-9]*) ENGINE_PROCESS=true; SPIN_ARG=("serve.spin_window_ms=${LAYOUT#process_spin}") ;;
+    *) log "!!! ENGINES: unknown layout $LAYOUT (process | process_spinW | thread)"; FAILED+=("engines"); continue ;;
+  esac
   if [ -z "$FIRST_LAYOUT" ]; then FIRST_LAYOUT=$LAYOUT; SUF=""; else SUF="_$LAYOUT"; fi
   [ -n "${SERVER_URL:-}" ] && SUF=""
   SERVER_PID=""
