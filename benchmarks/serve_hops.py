@@ -96,11 +96,11 @@ EDITS = [
      '                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})\n',
      '                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})\n'
      f'                {H}\'"token_ids"\' in chunk and _hop.put(_hop.RID, "written")\n'),
-    ("experiments/serve/engine_client.py", "            msg = pickle.loads(pull.recv(zmq.NOBLOCK))\n",
-     "            t_read = time.perf_counter()\n            msg = pickle.loads(pull.recv(zmq.NOBLOCK))\n"
+    ("experiments/serve/engine_client.py", "            msg = pickle.loads(data)\n",
+     "            t_read = time.perf_counter()\n            msg = pickle.loads(data)\n"
      f"            {H}[_hop.put(r[0], 'server_read', t_read) for r in (msg[1] if msg[0] == 'step' else ()) if r[1]]\n"),
-    ("experiments/serve/engine_process.py", "        llm.close()\n        inp.close(linger=0)",
-     f"        {H}_hop.dump('engine')\n        llm.close()\n        inp.close(linger=0)"),
+    ("experiments/serve/engine_process.py", "        llm.close()\n        ch.close()",
+     f"        {H}_hop.dump('engine')\n        llm.close()\n        ch.close()"),
     ("experiments/serve/engine_process.py", "                batch, finished, rejected = llm.step_batch()\n",
      "                t_step = time.perf_counter()\n                batch, finished, rejected = llm.step_batch()\n"
      "                t_done = time.perf_counter()\n"),
@@ -111,9 +111,9 @@ EDITS = [
      "_hop.put(r[0], 'first_token', r[3]), _hop.put(r[0], 'step_done', t_done)) for r in records if r[1]]\n"
      "                self._send_step(records, gone, len(batch.preempted) + len(batch.swapped_out))\n"
      "                [_hop.put(r[0], 'engine_sent') for r in records if r[1]]\n"),
-    ("experiments/serve/engine_process.py", "                msg = pickle.loads(inp.recv(zmq.NOBLOCK))\n",
-     "                t_read = time.perf_counter()\n                msg = pickle.loads(inp.recv(zmq.NOBLOCK))\n"
-     f"                {H}[_hop.put(f[0], 'engine_read', t_read) for f in (msg[1] if msg[0] == 'add' else ())]\n"),
+    ("experiments/serve/engine_process.py", "            msg = pickle.loads(data)\n",
+     "            t_read = time.perf_counter()\n            msg = pickle.loads(data)\n"
+     f"            {H}[_hop.put(f[0], 'engine_read', t_read) for f in (msg[1] if msg[0] == 'add' else ())]\n"),
     ("experiments/serve/engine_process.py", "            self._sent[seq.request_id] = 0\n",
      f"            self._sent[seq.request_id] = 0\n            {H}_hop.put(seq.request_id, 'admitted')\n"),
 ]

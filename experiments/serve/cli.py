@@ -110,11 +110,6 @@ def launch_engine(cfg: DictConfig, options):
     """The engine in its own process (experiments/serve/engine_client.py), its LLM built there from `cfg`."""
     import functools
 
-    try:
-        import zmq  # noqa: F401
-    except ModuleNotFoundError as e:
-        raise MissingExtraError("servelab-serve needs the serve extra (pyzmq is not installed): "
-                                "pip install -e '.[serve]'; or serve.engine_process=false") from e
     from experiments.serve.engine_client import ProcessEngine
 
     container = OmegaConf.to_container(cfg, resolve=True)

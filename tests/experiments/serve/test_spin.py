@@ -26,7 +26,7 @@ class FakeClock:
 
 
 class FakeInbox:
-    """An engine process's PULL socket: poll(timeout_ms) is recorded; a message lands at the given poll."""
+    """The engine process's end of its channel: poll(timeout_ms) is recorded; a message lands at the given poll."""
 
     def __init__(self, lands_at_poll: int | None = None, msg=("stop",)):
         self.polls: list[int] = []
@@ -36,10 +36,9 @@ class FakeInbox:
         self.polls.append(timeout_ms)
         return self.lands_at_poll is not None and len(self.polls) >= self.lands_at_poll
 
-    def recv(self, flags=0):
-        import zmq
+    def recv(self):
         if self.msg is None or not self.poll(0):
-            raise zmq.Again()
+            return None
         msg, self.msg = self.msg, None
         return msg
 
@@ -100,38 +99,36 @@ def test_with_a_window_of_zero_the_engine_blocks_at_once():
     assert core.inp.polls == [1000] and core.spin.num_pauses == 0
 
 
-class FakePull:
-    """The server's PULL socket: its EVENTS say POLLIN from the given reading on, for one message."""
+class FakeChannel:
+    """The server's end of the channel: one message, whole from the given read on."""
+
+    closed = False
 
     def __init__(self, lands_at_read: int | None, msg):
         self.reads, self.lands_at_read, self.msg = 0, lands_at_read, pickle.dumps(msg, protocol=5)
 
-    def getsockopt(self, opt):
-        import zmq
+    def recv(self):
         self.reads += 1
-        ready = self.msg is not None and self.lands_at_read is not None and self.reads >= self.lands_at_read
-        return zmq.POLLIN if ready else 0
-
-    def recv(self, flags=0):
+        if self.msg is None or self.lands_at_read is None or self.reads < self.lands_at_read:
+            return None
         msg, self.msg = self.msg, None
         return msg
 
 
-def _spinning_server(pull, window_s):
-    pytest.importorskip("zmq")
+def _spinning_server(ch, window_s):
     from experiments.serve.engine_client import ProcessEngine
     engine = ProcessEngine()
     engine.spin = SpinWindow(window_s, clock=FakeClock())
-    engine._pull = pull
+    engine._ch = ch
     return engine
 
 
 def test_the_server_loop_reads_a_message_landing_in_the_window_and_then_stops_spinning():
     async def main():
-        engine = _spinning_server(FakePull(5, ("probe", 7, {"live": 0})), 0.020)
+        engine = _spinning_server(FakeChannel(5, ("probe", 7, {"live": 0})), 0.020)
         engine._loop = asyncio.get_running_loop()
         fut = engine._probes[7] = engine._loop.create_future()
-        engine._keep_awake()            # a request went out; no add_reader: only the spin can read the socket
+        engine._keep_awake()            # a request went out; no add_reader: only the spin can read the channel
         for _ in range(1000):
             await asyncio.sleep(0)      # other tasks run between the spin's turns
             if not engine._spinning:
@@ -146,13 +143,13 @@ def test_the_server_loop_reads_a_message_landing_in_the_window_and_then_stops_sp
 
 def test_the_server_does_not_spin_with_a_window_of_zero():
     async def main():
-        engine = _spinning_server(FakePull(None, ("probe", 1, {})), 0.0)
+        engine = _spinning_server(FakeChannel(None, ("probe", 1, {})), 0.0)
         engine._loop = asyncio.get_running_loop()
         engine._keep_awake()
         return engine
 
     engine = asyncio.run(main())
-    assert not engine._spinning and engine._pull.reads == 0
+    assert not engine._spinning and engine._ch.reads == 0
 
 
 def _cpu_s(pid: int) -> float:
