@@ -180,7 +180,7 @@ class ProcessEngine:
     def abort(self, choices, count_as_aborted: bool = True) -> None:
         gone = [(c.seq.request_id, count_as_aborted) for c in choices
                 if self._table.choices.pop(c.seq.request_id, None) is not None]
-        if gone and not self._dead:
+        if gone and not (self._dead or self._stopping):      # stopping: the engine aborts everything itself
             self._send(("abort", gone))
             self._keep_awake()
 
