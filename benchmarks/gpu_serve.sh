@@ -114,7 +114,7 @@ for LAYOUT in $ENGINES; do
   [ -n "${SERVER_URL:-}" ] && SUF=""
   SERVER_PID=""
   if [ -z "${SERVER_URL:-}" ]; then
-    log "=== [serve$SUF] $(date -u +%H:%M:%S): python -m experiments.serve serve.engine_process=$ENGINE_PROCESS ${SPIN_ARG[*]} on $URL" \
+    log "=== [serve$SUF] $(date -u +%H:%M:%S): python -m experiments.serve serve.engine_process=$ENGINE_PROCESS${SPIN_ARG[*]:+ ${SPIN_ARG[*]}} on $URL" \
         "(log: server$SUF.log)"
     "$PY" -m experiments.serve "backend.model_path=$CKPT" "backend.device=$DEVICE" "max_model_len=$MAX_MODEL_LEN" \
       serve.host=127.0.0.1 "serve.port=$PORT" "serve.engine_process=$ENGINE_PROCESS" "${SPIN_ARG[@]}" > "$OUT_DIR/server$SUF.log" 2>&1 &
@@ -154,7 +154,7 @@ for LAYOUT in $ENGINES; do
   stage "compare$SUF" 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" \
     --http "${HTTP_DIRS[@]:-$WORK/runs/http1$SUF}" \
     --loadgen "$OUT_DIR/loadgen$SUF.json" --out "$OUT_DIR/serve_compare$SUF.json" --device "$TAG" \
-    --command "ENGINES=$ENGINES benchmarks/gpu_serve.sh $* (serve.engine_process=$ENGINE_PROCESS ${SPIN_ARG[*]})"
+    --command "ENGINES=$ENGINES benchmarks/gpu_serve.sh $* (serve.engine_process=$ENGINE_PROCESS${SPIN_ARG[*]:+ ${SPIN_ARG[*]}})"
   [ -n "${SERVER_URL:-}" ] && break       # someone else's server: one layout, theirs
 done
 

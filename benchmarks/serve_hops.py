@@ -124,9 +124,9 @@ ORDER = ["client_sent", "begin", "task", "route", "body", "json", "validated", "
 WHAT = {"begin": "bytes reach uvicorn", "task": "ASGI task starts", "route": "handler", "body": "body read",
         "json": "(parsed with the checks)", "validated": "JSON parsed, pydantic, checks", "prompt": "prompt checked",
         "sequences": "Sequences built",
-        "queue": "text streams, queue", "engine_read": "ZeroMQ to the engine", "admitted": "LLM.submit",
+        "queue": "text streams, queue", "engine_read": "socket to the engine", "admitted": "LLM.submit",
         "step": "next step starts", "first_token": "step stamps token", "step_done": "step returns",
-        "engine_sent": "records, pickled, sent", "server_read": "ZeroMQ to the server", "handed": "to the request",
+        "engine_sent": "records, pickled, sent", "server_read": "socket to the server", "handed": "to the request",
         "text": "detokenized", "framed": "SSE chunk", "written": "transport write", "client_read": "client reads it"}
 
 
