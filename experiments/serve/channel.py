@@ -12,8 +12,11 @@ A frame is a 4-byte big-endian length and that many bytes (a pickle). ZeroMQ, wh
 before, hands every message to an I/O thread of its own in each process, which reads the IPC socket and then
 wakes the thread waiting in poll through a mailbox: two wake-ups a hop, and on a host with few cores two more
 threads wanting one. Here the receiving thread reads the socket itself (benchmarks/wakeup_latency.py times
-both). Both sides buffer without limit, as the ZeroMQ sockets did (SNDHWM 0); a blocking send keeps reading
-into the inbox while it waits, so two processes sending to each other at once never wait on each other.
+both). The event loop's side (send_nowait) buffers without limit, as the ZeroMQ sockets did (SNDHWM 0); a
+blocking send (the engine process's) waits until the kernel has the message, so an engine more than a socket
+buffer (~200 KB, a few steps' messages) ahead of its server waits for it instead of piling messages up. A
+blocking send keeps reading into the inbox while it waits: two processes sending to each other at once never
+wait on each other.
 """
 from __future__ import annotations
 
