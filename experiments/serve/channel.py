@@ -12,11 +12,11 @@ A frame is a 4-byte big-endian length and that many bytes (a pickle). ZeroMQ, wh
 before, hands every message to an I/O thread of its own in each process, which reads the IPC socket and then
 wakes the thread waiting in poll through a mailbox: two wake-ups a hop, and on a host with few cores two more
 threads wanting one. Here the receiving thread reads the socket itself (benchmarks/wakeup_latency.py times
-both). The event loop's side (send_nowait) buffers without limit, as the ZeroMQ sockets did (SNDHWM 0); a
-blocking send (the engine process's) waits until the kernel has the message, so an engine more than a socket
-buffer (~200 KB, a few steps' messages) ahead of its server waits for it instead of piling messages up. A
-blocking send keeps reading into the inbox while it waits: two processes sending to each other at once never
-wait on each other.
+both). Messages sent with send_nowait are buffered without limit, as the ZeroMQ sockets did (SNDHWM 0): the
+event loop writes the rest when the socket is writable, the engine process at its next poll, so neither
+waits for the other to read. A blocking send (the last messages, and the server's before its loop runs)
+keeps reading into the inbox while it waits: two processes sending to each other at once never wait on
+each other.
 """
 from __future__ import annotations
 
@@ -72,7 +72,10 @@ class Channel:
             del buf[:pos]
 
     def poll(self, timeout_ms: float) -> bool:
-        """Whether a message waits, after up to timeout_ms for one (0: only look)."""
+        """Whether a message waits, after up to timeout_ms for one (0: only look). What send_nowait left
+        queued goes out meanwhile, as the socket takes it."""
+        if self._out:
+            self.flush()
         if not self._frames:
             self.fill()
         deadline_s = time.monotonic() + timeout_ms / 1000
@@ -80,7 +83,9 @@ class Channel:
             left_s = deadline_s - time.monotonic()
             if left_s <= 0:
                 break
-            readable, _, _ = select.select([self.sock], [], [], left_s)
+            readable, writable, _ = select.select([self.sock], [self.sock] if self._out else [], [], left_s)
+            if writable:
+                self.flush()
             if readable:
                 self.fill()
         return bool(self._frames)

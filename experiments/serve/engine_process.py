@@ -201,7 +201,7 @@ class EngineCore:
         if not (records or rejected or self._failed or self._num_aborted or stats != self._last_stats):
             return
         self._last_stats = stats
-        self.out.send(pickle.dumps(("step", records, self._failed, rejected, num_preempted, self._num_aborted,
+        self.out.send_nowait(pickle.dumps(("step", records, self._failed, rejected, num_preempted, self._num_aborted,
                                     self._num_drained, stats), protocol=5))
         self._failed = []
         self._num_aborted = 0
@@ -231,7 +231,7 @@ class EngineCore:
                         if self.llm.abort_request(rid) and counted:
                             self._num_aborted += 1
             elif kind == "probe":
-                self.out.send(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
+                self.out.send_nowait(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
             elif kind == "stop":
                 self._stopping = True
 

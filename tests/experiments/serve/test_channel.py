@@ -1,7 +1,7 @@
 """experiments/serve/channel.py: whole messages both ways over one Unix socket. A message larger than the
 socket's buffer arrives whole; two processes sending to each other at once never deadlock (a blocking send
-reads meanwhile); the loop's non-blocking send keeps what did not fit, in order; what was sent before the
-other end closed is still read, and then `closed` says so."""
+reads meanwhile); a non-blocking send keeps what did not fit, in order, and the next polls write it; what was
+sent before the other end closed is still read, and then `closed` says so."""
 from __future__ import annotations
 
 import socket
@@ -73,3 +73,20 @@ def test_what_came_before_the_other_end_closed_is_read_then_closed_says_so():
     assert b.poll(1000) and b.recv() == b"last words"
     assert b.recv() is None and b.closed
     assert not b.poll(1000)                     # no waiting on a closed channel
+
+
+def test_polls_send_what_a_nonblocking_send_left():
+    # the engine process queues its step messages (send_nowait) and never waits for a slow server: its polls
+    # between steps write the rest as the socket takes it
+    a, b = _pair()
+    big = b"z" * 3_000_000
+    assert not a.send_nowait(big)
+    got: list = []
+    reader = threading.Thread(target=_drain, args=(b, 1, got))
+    reader.start()
+    for _ in range(2000):
+        if not a._out:
+            break
+        a.poll(50)
+    reader.join(30)
+    assert not a._out and got == [big]

@@ -261,6 +261,8 @@ class _Socket:
         import pickle
         self.sent.append(pickle.loads(data))
 
+    send_nowait = send
+
 
 def test_the_engine_sends_one_message_per_step_with_every_requests_tokens(ckpt):
     from experiments.serve.engine_process import EngineCore, to_wire
