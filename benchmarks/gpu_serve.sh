@@ -15,8 +15,10 @@
 #   inproc      servelab backend=engine on the slice (warm-up first; the engine in this process), REPEATS times
 #   serve       servelab-serve (python -m experiments.serve) on the same checkpoint and limits, in the background,
 #               once per engine layout of ENGINES (default "process thread": serve.engine_process=true, the
-#               default, then false); each layout gets the next three stages, its files named _<layout> but the
-#               first's; SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
+#               default, then false; process_spinW: the engine process with serve.spin_window_ms=W, e.g.
+#               process_spin0, the receivers blocking); each layout gets the next three stages, its files named
+#               _<layout> but the first's;
+#               SERVER_URL=http://... skips it and uses that server instead (vLLM's, say)
 #   loadgen     benchmarks/loadgen.py: guidellm, LOADGEN_REQUESTS at RATE_RPS, 256-token prompts, 128-token outputs
 #               (also the server's warm-up before the timed replay)
 #   http        servelab backend=http on the slice against the server (token-id prompts, ignore_eos), REPEATS times
@@ -24,11 +26,16 @@
 #                                                                                 -> serve_compare.json
 #   hops        benchmarks/serve_hops.py: a server of its own (the engine process) with time stamps at every hop,
 #               150 streamed requests one at a time (1,000-token prompts; smoke: 400), each hop's median and what
-#               the HTTP path adds to a first token -> serve_hops.json (HOPS=0 skips it)
+#               the HTTP path adds to a first token -> serve_hops.json (HOPS=0 skips it); then again with each
+#               serve.spin_window_ms of HOPS_SPIN_MS (default "0": the receivers block, as before the setting)
+#               -> serve_hops_spin0.json, ...; the two alternate HOPS_REPEATS times (default 1; k > 1: _rk names)
+#   wakeup      benchmarks/wakeup_latency.py: one message between two processes, ZeroMQ or a plain Unix socket,
+#               the receiver blocked or spinning -> wakeup_latency.json (~40 s; WAKEUP=0 skips it)
 # Outputs (--out, default $OUT, else benchmarks/results/serve): gpu_serve.log, serve_compare.json, loadgen.json,
 # guidellm.json, server.log, server_metrics.txt (a /metrics scrape after the replay), runs_serve.tgz (every run's
 # folder: requests.parquet, summary.json, config.yaml); the second layout's as serve_compare_thread.json, ...
 # Knobs (environment): REPEATS (default 1; 2 gives each side's run-to-run spread, ~2 more minutes on the H200), HOPS,
+# HOPS_SPIN_MS, HOPS_REPEATS, WAKEUP,
 # ENGINES (default "process thread"; "process" alone saves ~2 minutes on the H200), MAX_REQUESTS, RATE_RPS,
 # MAX_MODEL_LEN, LOADGEN_REQUESTS, PORT, SERVER_URL, CKPT (reuse a checkpoint directory), SERVER_START_S (seconds to
 # wait for /health).
@@ -62,7 +69,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_serve benchmarks/results/serve '2,38p' "$0" "$@"
+gpu_init gpu_serve benchmarks/results/serve '2,46p' "$0" "$@"
 
 serve_settings 120
 PORT="${PORT:-8011}"
@@ -98,16 +105,19 @@ done
 # with the same in-process runs. The first layout's files keep the plain names, the others' carry _<layout>.
 FIRST_LAYOUT=""
 for LAYOUT in $ENGINES; do
+  SPIN_ARG=()
   case "$LAYOUT" in process) ENGINE_PROCESS=true ;; thread) ENGINE_PROCESS=false ;;
-    *) log "!!! ENGINES: unknown layout $LAYOUT (process | thread)"; FAILED+=("engines"); continue ;; esac
+    process_spin[0-9]*) ENGINE_PROCESS=true; SPIN_ARG=("serve.spin_window_ms=${LAYOUT#process_spin}") ;;
+    *) log "!!! ENGINES: unknown layout $LAYOUT (process | process_spinW | thread)"; FAILED+=("engines"); continue ;;
+  esac
   if [ -z "$FIRST_LAYOUT" ]; then FIRST_LAYOUT=$LAYOUT; SUF=""; else SUF="_$LAYOUT"; fi
   [ -n "${SERVER_URL:-}" ] && SUF=""
   SERVER_PID=""
   if [ -z "${SERVER_URL:-}" ]; then
-    log "=== [serve$SUF] $(date -u +%H:%M:%S): python -m experiments.serve serve.engine_process=$ENGINE_PROCESS on $URL" \
+    log "=== [serve$SUF] $(date -u +%H:%M:%S): python -m experiments.serve serve.engine_process=$ENGINE_PROCESS${SPIN_ARG[*]:+ ${SPIN_ARG[*]}} on $URL" \
         "(log: server$SUF.log)"
     "$PY" -m experiments.serve "backend.model_path=$CKPT" "backend.device=$DEVICE" "max_model_len=$MAX_MODEL_LEN" \
-      serve.host=127.0.0.1 "serve.port=$PORT" "serve.engine_process=$ENGINE_PROCESS" > "$OUT_DIR/server$SUF.log" 2>&1 &
+      serve.host=127.0.0.1 "serve.port=$PORT" "serve.engine_process=$ENGINE_PROCESS" "${SPIN_ARG[@]}" > "$OUT_DIR/server$SUF.log" 2>&1 &
     SERVER_PID=$!
   fi
   ready=0; t_serve=$SECONDS
@@ -144,14 +154,27 @@ for LAYOUT in $ENGINES; do
   stage "compare$SUF" 60 "$PY" benchmarks/serve_compare.py --inproc "${INPROC_DIRS[@]}" \
     --http "${HTTP_DIRS[@]:-$WORK/runs/http1$SUF}" \
     --loadgen "$OUT_DIR/loadgen$SUF.json" --out "$OUT_DIR/serve_compare$SUF.json" --device "$TAG" \
-    --command "ENGINES=$ENGINES benchmarks/gpu_serve.sh $* (serve.engine_process=$ENGINE_PROCESS)"
+    --command "ENGINES=$ENGINES benchmarks/gpu_serve.sh $* (serve.engine_process=$ENGINE_PROCESS${SPIN_ARG[*]:+ ${SPIN_ARG[*]}})"
   [ -n "${SERVER_URL:-}" ] && break       # someone else's server: one layout, theirs
 done
 
 if [ "${HOPS:-1}" = 1 ]; then
   HOPS_PROMPT=1000; [ "$SMOKE" = 1 ] && HOPS_PROMPT=400
-  stage hops 300 "$PY" benchmarks/serve_hops.py --model-path "$CKPT" --device "$DEVICE" --prompt-len "$HOPS_PROMPT" \
-    --vocab-size "$VOCAB" --out "$OUT_DIR/serve_hops.json"
+  # the default spin window (serve.spin_window_ms unset) against each of HOPS_SPIN_MS, alternating, so that a drift
+  # of the host over the minutes falls on both
+  for r in $(seq 1 "${HOPS_REPEATS:-1}"); do
+    RS=""; [ "$r" -gt 1 ] && RS="_r$r"
+    stage "hops$RS" 300 "$PY" benchmarks/serve_hops.py --model-path "$CKPT" --device "$DEVICE" \
+      --prompt-len "$HOPS_PROMPT" --vocab-size "$VOCAB" --out "$OUT_DIR/serve_hops$RS.json"
+    for W in ${HOPS_SPIN_MS:-0}; do
+      stage "hops_spin$W$RS" 300 "$PY" benchmarks/serve_hops.py --model-path "$CKPT" --device "$DEVICE" \
+        --prompt-len "$HOPS_PROMPT" --vocab-size "$VOCAB" --serve-arg "serve.spin_window_ms=$W" \
+        --out "$OUT_DIR/serve_hops_spin$W$RS.json"
+    done
+  done
+fi
+if [ "${WAKEUP:-1}" = 1 ]; then
+  stage wakeup 120 "$PY" benchmarks/wakeup_latency.py --out "$OUT_DIR/wakeup_latency.json"
 fi
 
 if [ -d "$WORK/runs" ]; then

@@ -2,6 +2,7 @@
 
     python benchmarks/serve_hops.py                               # the tiny CPU model, 150 requests, 400-token prompts
     python benchmarks/serve_hops.py --model-path DIR --device cuda --prompt-len 1000 --vocab-size 151936 --out hops.json
+    python benchmarks/serve_hops.py --serve-arg serve.spin_window_ms=0        # any servelab-serve override, repeatable
 
 It copies the tree's packages to a temporary folder and adds time stamps to the copy (time.perf_counter,
 CLOCK_MONOTONIC: one clock for every process of the host) at each hop: the request's bytes reaching uvicorn, the ASGI
@@ -67,9 +68,9 @@ EDITS = [
      f"        arrival = time.perf_counter()\n        {H}request.state.hop = {{'begin': _hop.LAST[0], 'task': "
      "_hop.TASK[0], 'route': arrival}\n        raw = await request.body()\n        request.state.hop['body'] = "
      "time.perf_counter()\n"),
-    ("experiments/serve/app.py", "        try:\n            req = schema.model_validate(body)",
-     "        request.state.hop['json'] = time.perf_counter()\n        try:\n"
-     "            req = schema.model_validate(body)"),
+    ("experiments/serve/app.py", "            req = schema.model_validate_json(raw)\n",
+     "            request.state.hop['json'] = time.perf_counter()\n"
+     "            req = schema.model_validate_json(raw)\n"),
     ("experiments/serve/app.py", "        req, arrival = await self._parse(request, CompletionRequest)\n",
      "        req, arrival = await self._parse(request, CompletionRequest)\n        request.state.hop['validated'] = "
      "time.perf_counter()\n"),
@@ -95,11 +96,11 @@ EDITS = [
      '                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})\n',
      '                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})\n'
      f'                {H}\'"token_ids"\' in chunk and _hop.put(_hop.RID, "written")\n'),
-    ("experiments/serve/engine_client.py", "            msg = pickle.loads(pull.recv(zmq.NOBLOCK))\n",
-     "            t_read = time.perf_counter()\n            msg = pickle.loads(pull.recv(zmq.NOBLOCK))\n"
+    ("experiments/serve/engine_client.py", "            msg = pickle.loads(data)\n",
+     "            t_read = time.perf_counter()\n            msg = pickle.loads(data)\n"
      f"            {H}[_hop.put(r[0], 'server_read', t_read) for r in (msg[1] if msg[0] == 'step' else ()) if r[1]]\n"),
-    ("experiments/serve/engine_process.py", "        llm.close()\n        inp.close(linger=0)",
-     f"        {H}_hop.dump('engine')\n        llm.close()\n        inp.close(linger=0)"),
+    ("experiments/serve/engine_process.py", "        llm.close()\n        ch.close()",
+     f"        {H}_hop.dump('engine')\n        llm.close()\n        ch.close()"),
     ("experiments/serve/engine_process.py", "                batch, finished, rejected = llm.step_batch()\n",
      "                t_step = time.perf_counter()\n                batch, finished, rejected = llm.step_batch()\n"
      "                t_done = time.perf_counter()\n"),
@@ -110,9 +111,9 @@ EDITS = [
      "_hop.put(r[0], 'first_token', r[3]), _hop.put(r[0], 'step_done', t_done)) for r in records if r[1]]\n"
      "                self._send_step(records, gone, len(batch.preempted) + len(batch.swapped_out))\n"
      "                [_hop.put(r[0], 'engine_sent') for r in records if r[1]]\n"),
-    ("experiments/serve/engine_process.py", "                msg = pickle.loads(inp.recv(zmq.NOBLOCK))\n",
-     "                t_read = time.perf_counter()\n                msg = pickle.loads(inp.recv(zmq.NOBLOCK))\n"
-     f"                {H}[_hop.put(f[0], 'engine_read', t_read) for f in (msg[1] if msg[0] == 'add' else ())]\n"),
+    ("experiments/serve/engine_process.py", "            msg = pickle.loads(data)\n",
+     "            t_read = time.perf_counter()\n            msg = pickle.loads(data)\n"
+     f"            {H}[_hop.put(f[0], 'engine_read', t_read) for f in (msg[1] if msg[0] == 'add' else ())]\n"),
     ("experiments/serve/engine_process.py", "            self._sent[seq.request_id] = 0\n",
      f"            self._sent[seq.request_id] = 0\n            {H}_hop.put(seq.request_id, 'admitted')\n"),
 ]
@@ -121,11 +122,11 @@ ORDER = ["client_sent", "begin", "task", "route", "body", "json", "validated", "
          "engine_read", "admitted", "step", "first_token", "step_done", "engine_sent", "server_read", "handed", "text",
          "framed", "written", "client_read"]
 WHAT = {"begin": "bytes reach uvicorn", "task": "ASGI task starts", "route": "handler", "body": "body read",
-        "json": "json.loads", "validated": "pydantic, checks", "prompt": "prompt checked",
+        "json": "(parsed with the checks)", "validated": "JSON parsed, pydantic, checks", "prompt": "prompt checked",
         "sequences": "Sequences built",
-        "queue": "text streams, queue", "engine_read": "ZeroMQ to the engine", "admitted": "LLM.submit",
+        "queue": "text streams, queue", "engine_read": "socket to the engine", "admitted": "LLM.submit",
         "step": "next step starts", "first_token": "step stamps token", "step_done": "step returns",
-        "engine_sent": "records, pickled, sent", "server_read": "ZeroMQ to the server", "handed": "to the request",
+        "engine_sent": "records, pickled, sent", "server_read": "socket to the server", "handed": "to the request",
         "text": "detokenized", "framed": "SSE chunk", "written": "transport write", "client_read": "client reads it"}
 
 
@@ -192,8 +193,13 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=500, help="prompt token ids are drawn below this")
     ap.add_argument("--gap-s", type=float, default=0.03, help="pause between requests (the engine idles)")
     ap.add_argument("--max-model-len", type=int, default=None, help="default: prompt length + 64")
+    ap.add_argument("--serve-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="a servelab-serve override for the server, e.g. serve.spin_window_ms=0 (repeatable)")
     ap.add_argument("--out", help="write the figures here as JSON")
     args = ap.parse_args()
+    bad = [a for a in args.serve_arg if "=" not in a]
+    if bad:
+        ap.error(f"--serve-arg {bad[0]!r}: give KEY=VALUE, e.g. serve.spin_window_ms=0")
 
     work = Path(tempfile.mkdtemp(prefix="serve_hops_"))
     try:
@@ -212,7 +218,7 @@ def main() -> None:
         env = {**os.environ, "HOPS_DIR": str(hops_dir), "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
         max_len = args.max_model_len or args.prompt_len + 64
         proc, base, _ = start_server([f"backend.model_path={ckpt}", f"backend.device={args.device}", "serve.port=0",
-                                      f"max_model_len={max_len}", "serve.log_level=info"],
+                                      f"max_model_len={max_len}", "serve.log_level=info", *args.serve_arg],
                                      copy, {**env, "PYTHONUNBUFFERED": "1"})
         stamps: dict = {}
         sys.path.insert(0, str(ROOT))
@@ -229,9 +235,10 @@ def main() -> None:
         out = report(stamps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    out["settings"] = {k: getattr(args, k) for k in ("device", "requests", "prompt_len", "gap_s")}
+    out["settings"] = {k: getattr(args, k) for k in ("device", "requests", "prompt_len", "gap_s", "serve_arg")}
     print(f"{out['num_requests']} streamed requests one at a time, {args.prompt_len}-token prompts, device "
-          f"{args.device}; median of each hop, microseconds:")
+          f"{args.device}{', ' + ' '.join(args.serve_arg) if args.serve_arg else ''}; median of each hop, "
+          "microseconds:")
     for hop, us in out["hop_median_us"].items():
         print(f"  {hop:34s} {us:8.0f}   {WHAT.get(hop.split(' -> ')[1], '')}")
     print(f"client TTFT p50 {out['client_ttft_us_p50']:.0f} us; the engine's admission to its first token (what the "

@@ -40,6 +40,8 @@ Options are servelab's Hydra overrides:
   serve.host=127.0.0.1 serve.port=8000 serve.served_model_name=NAME
   serve.max_waiting_requests=N serve.retry_after_s=1 serve.shutdown_grace_s=10 serve.log_level=info
   serve.engine_process=true|false   the engine in its own process (default) or in a thread of the server's
+  serve.spin_window_ms=50           after activity both processes poll without sleeping this long (0: block;
+                                    default null: 50 on 4 cores or more, else 0)
 --cfg prints the composed config; docs/serving.md has the details."""
 
 
@@ -75,6 +77,8 @@ def compose(overrides: list[str]) -> DictConfig:
     if int(s.retry_after_s) < 0 or float(s.shutdown_grace_s) < 0:
         raise ValueError(f"serve.retry_after_s and serve.shutdown_grace_s must be >= 0, got {s.retry_after_s} and "
                          f"{s.shutdown_grace_s}")
+    from experiments.serve.spin import resolve_spin_window_ms
+    resolve_spin_window_ms(s.spin_window_ms)        # its one-line error for a negative window
     if str(s.log_level) not in ("critical", "error", "warning", "info", "debug", "trace"):
         raise ValueError(f"serve.log_level must be critical, error, warning, info, debug or trace, got "
                          f"{s.log_level!r}")
@@ -108,15 +112,11 @@ def launch_engine(cfg: DictConfig, options):
     """The engine in its own process (experiments/serve/engine_client.py), its LLM built there from `cfg`."""
     import functools
 
-    try:
-        import zmq  # noqa: F401
-    except ModuleNotFoundError as e:
-        raise MissingExtraError("servelab-serve needs the serve extra (pyzmq is not installed): "
-                                "pip install -e '.[serve]'; or serve.engine_process=false") from e
     from experiments.serve.engine_client import ProcessEngine
 
     container = OmegaConf.to_container(cfg, resolve=True)
-    return ProcessEngine.launch(functools.partial(build_llm_from, container), log_level=options.log_level)
+    return ProcessEngine.launch(functools.partial(build_llm_from, container), log_level=options.log_level,
+                                spin_window_ms=options.spin_window_ms)
 
 
 def serve_options(cfg: DictConfig):

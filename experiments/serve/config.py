@@ -33,6 +33,11 @@ class ServeOptions:
     # themselves); false: in a thread of the server's process. The command's switch: create_app serves
     # whatever it is given (an LLM: a thread; a launched ProcessEngine: its process)
     engine_process: bool = True
+    # with the engine in its own process: after a message, a step or a request, both processes poll their socket
+    # with zero timeout (awake, no wake-up when the next message lands) for this long, then block on it again;
+    # 0: block at once; None: 50 where the server may use at least 4 cores, else 0 (experiments/serve/spin.py).
+    # Idle CPU: at most one window per burst of work. docs/serving.md has the figures
+    spin_window_ms: Optional[float] = None
 
 
 @dataclass

@@ -1,9 +1,11 @@
-"""The engine core in its own process: steps the LLM, talks to the HTTP server over two ZeroMQ sockets.
+"""The engine core in its own process: steps the LLM, talks to the HTTP server over one Unix socket.
 
-    engine_main(factory, in_addr, out_addr, parent_pid, log_level)   # multiprocessing spawn target
+    engine_main(factory, path, parent_pid, log_level, spin_window_s)   # multiprocessing spawn target
 
-The server (experiments/serve/engine_client.py) binds both IPC sockets; this process connects, builds
-its LLM with `factory()` (a picklable callable, e.g. the CLI's config), and then owns it alone: the
+The server (experiments/serve/engine_client.py) listens on the socket at `path`; this process connects
+(experiments/serve/channel.py: whole messages both ways, read by the thread that waits for them, no I/O
+thread in between), builds its LLM with `factory()` (a picklable callable, e.g. the CLI's config), and then
+owns it alone: the
 server's process does tokenization, detokenization and HTTP, so the engine's host work never waits
 for that interpreter's GIL (vLLM's EngineCoreProc layout).
 
@@ -21,6 +23,8 @@ Out (engine -> server), one message per loop turn that changed anything, never o
         adds taken since start (the server's waiting count adds those still in flight); stats: (waiting,
         running, swapped, KV blocks used / total) after the turn, what /metrics' gauges show
     ("probe", token, {...})  |  ("fatal", message): a step raised; the process exits 1
+Waiting for work (no request unfinished), the loop polls the socket with zero timeout for spin_window_s after
+its last message or step (serve.spin_window_ms, experiments/serve/spin.py), then blocks on it.
 SIGINT and SIGTERM are ignored (a terminal's Ctrl-C reaches the whole process group: the server decides
 when its engine stops); the process exits by itself within a second once its parent is gone (on Linux the
 kernel also kills it when the thread that started it ends, _die_with_parent).
@@ -37,6 +41,7 @@ from collections import deque
 
 from engine.core.in_flight import settled_tokens
 from engine.core.sequence import SamplingParams, Sequence, SequenceStatus
+from experiments.serve.spin import SpinWindow
 
 log = logging.getLogger("servelab.serve")
 FINISHED = SequenceStatus.FINISHED
@@ -44,21 +49,19 @@ PARENT_CHECK_S = 1.0            # how often a busy or idle engine looks for its 
 HELD_BACK_WAIT_MS = 5           # the policy held everything back: wait this long for an arrival or abort
 
 
-def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level: str = "info") -> None:
-    import zmq
+def engine_main(factory, path: str, parent_pid: int, log_level: str = "info", spin_window_s: float = 0.0) -> None:
+    import socket
+
+    from experiments.serve.channel import Channel
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     _die_with_parent()
     logging.basicConfig(level=log_level.upper() if log_level != "trace" else "DEBUG",
                         format="%(levelname)s %(name)s: %(message)s")
-    ctx = zmq.Context()
-    inp = ctx.socket(zmq.PULL)
-    inp.connect(in_addr)
-    out = ctx.socket(zmq.PUSH)
-    out.setsockopt(zmq.SNDHWM, 0)       # never drop or block on a slow reader
-    out.setsockopt(zmq.LINGER, 5000)    # the last messages leave before the process does
-    out.connect(out_addr)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    ch = Channel(sock)      # both ways; what is sent before the process exits is in the kernel's hands already
     try:
         llm = factory()
     except BaseException as e:      # noqa: BLE001 (whatever stops the engine is the server's start error)
@@ -66,22 +69,19 @@ def engine_main(factory, in_addr: str, out_addr: str, parent_pid: int, log_level
         user = is_user_error(e)
         if not user:
             log.exception("the engine failed to start")
-        out.send(pickle.dumps(("start_failed", user, one_line(e)), protocol=5))
-        out.close()
-        ctx.term()
+        ch.send(pickle.dumps(("start_failed", user, one_line(e)), protocol=5))
+        ch.close()
         os._exit(1)
     code = 0
     try:
         from experiments.serve.engine_info import EngineInfo
         freeze_startup_heap()
-        out.send(pickle.dumps(("ready", EngineInfo.of(llm)), protocol=5))
+        ch.send(pickle.dumps(("ready", EngineInfo.of(llm)), protocol=5))
         log.info("engine process running (pid %d)", os.getpid())
-        code = EngineCore(llm, inp, out, parent_pid).run()
+        code = EngineCore(llm, ch, ch, parent_pid, SpinWindow(spin_window_s)).run()
     finally:
         llm.close()
-        inp.close(linger=0)
-        out.close()
-        ctx.term()
+        ch.close()
     os._exit(code)
 
 
@@ -122,8 +122,9 @@ def from_wire(fields: tuple):
 class EngineCore:
     """The stepping loop of the engine process (module docstring: the messages)."""
 
-    def __init__(self, llm, inp, out, parent_pid: int):
+    def __init__(self, llm, inp, out, parent_pid: int, spin: SpinWindow | None = None):
         self.llm, self.inp, self.out, self.parent_pid = llm, inp, out, parent_pid
+        self.spin = spin or SpinWindow(0.0)     # after a message or a step: poll without sleeping this long
         self._sent: dict = {}               # request_id -> output tokens sent, of every live request
         self._unreported: set = set()       # live request ids no record named yet (their admission)
         self._failed: list = []
@@ -135,7 +136,6 @@ class EngineCore:
         self._parent_checked_s = time.monotonic()
 
     def run(self) -> int:
-        import zmq
         llm = self.llm
         try:
             while True:
@@ -147,6 +147,7 @@ class EngineCore:
                     self._send_step([], [], 0)
                     continue
                 batch, finished, rejected = llm.step_batch()
+                self.spin.touch()
                 for seq in rejected:
                     self._forget(seq.request_id)
                 gone = [(seq.request_id, seq.reject_reason) for seq in rejected]
@@ -158,14 +159,17 @@ class EngineCore:
         except Exception as e:      # the step failed: the server fails every request and /health
             msg = f"{type(e).__name__}: {e}"
             log.exception("engine step failed; the server stops serving")
-            self.out.send(pickle.dumps(("fatal", msg), protocol=5))
+            try:
+                self.out.send(pickle.dumps(("fatal", msg), protocol=5))
+            except OSError:         # the server is gone too
+                pass
             return 1
         for rid in list(self._sent):
             llm.abort_request(rid)
         self._sent.clear()
         try:
-            self.out.send(pickle.dumps(("stopped",), protocol=5), zmq.NOBLOCK)
-        except zmq.ZMQError:
+            self.out.send(pickle.dumps(("stopped",), protocol=5))
+        except OSError:             # the server is gone
             pass
         return 0
 
@@ -197,7 +201,7 @@ class EngineCore:
         if not (records or rejected or self._failed or self._num_aborted or stats != self._last_stats):
             return
         self._last_stats = stats
-        self.out.send(pickle.dumps(("step", records, self._failed, rejected, num_preempted, self._num_aborted,
+        self.out.send_nowait(pickle.dumps(("step", records, self._failed, rejected, num_preempted, self._num_aborted,
                                     self._num_drained, stats), protocol=5))
         self._failed = []
         self._num_aborted = 0
@@ -208,15 +212,15 @@ class EngineCore:
 
     def _drain(self, timeout_ms: int) -> None:
         """Takes every message waiting (after up to timeout_ms for the first) and applies it."""
-        import zmq
         inp = self.inp
-        if not inp.poll(timeout_ms):
+        if not self._wait(timeout_ms):
             return
         while True:
-            try:
-                msg = pickle.loads(inp.recv(zmq.NOBLOCK))
-            except zmq.Again:
+            data = inp.recv()
+            if data is None:
                 return
+            msg = pickle.loads(data)
+            self.spin.touch()
             kind = msg[0]
             if kind == "add":
                 self._add(msg[1])
@@ -227,9 +231,25 @@ class EngineCore:
                         if self.llm.abort_request(rid) and counted:
                             self._num_aborted += 1
             elif kind == "probe":
-                self.out.send(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
+                self.out.send_nowait(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
             elif kind == "stop":
                 self._stopping = True
+
+    def _wait(self, timeout_ms: int) -> bool:
+        """Whether a message waits, after up to timeout_ms: inside the spin window by zero-timeout polls
+        (the message is read as it lands, no wake-up), then blocked on the socket for what is left."""
+        inp, spin = self.inp, self.spin
+        if timeout_ms <= 0 or not spin.open():
+            return bool(inp.poll(timeout_ms))
+        deadline_s = spin.clock() + timeout_ms / 1000
+        while not inp.poll(0):
+            if not spin.open():
+                left_ms = int((deadline_s - spin.clock()) * 1000)
+                return left_ms > 0 and bool(inp.poll(left_ms))
+            if spin.clock() >= deadline_s:
+                return False
+            spin.pause()
+        return True
 
     def _add(self, wired) -> None:
         llm = self.llm

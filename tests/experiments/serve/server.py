@@ -79,8 +79,9 @@ def make_faulty_llm(ckpt: str, step_sleep_s: float = 0.0, fail_after_steps: int 
 
 @contextlib.contextmanager
 def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, grace_s=None,
-                   engine_process: bool = False, factory=None, **engine_options):
-    """engine_process: the engine in its own process, its LLM made by factory() (default: make_llm's)."""
+                   engine_process: bool = False, factory=None, spin_window_ms=None, **engine_options):
+    """engine_process: the engine in its own process, its LLM made by factory() (default: make_llm's), both
+    processes spinning spin_window_ms after activity (None: serve.spin_window_ms's auto rule)."""
     import functools
 
     from experiments.serve.app import create_app
@@ -89,7 +90,7 @@ def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, 
 
     if engine_process:
         proc = ProcessEngine.launch(factory or functools.partial(make_llm, ckpt, **engine_options),
-                                    log_level="warning")
+                                    log_level="warning", spin_window_ms=spin_window_ms)
         with contextlib.ExitStack() as stack:
             stack.callback(proc.close)
             with _serving(create_app(proc, name, serve_options or ServeOptions()), None, grace_s) as running:

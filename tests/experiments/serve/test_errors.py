@@ -74,6 +74,16 @@ def test_a_body_that_is_not_a_json_object_is_refused(srv, raw):
     assert "JSON" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
+def test_a_lone_surrogate_escape_is_a_400_not_a_500(srv, endpoint):
+    # "\ud800" alone is no character: json.loads let it through to the tokenizer, which raised (500)
+    body = {"completions": b'{"prompt": "w1 \\ud800", "max_tokens": 2}',
+            "chat/completions": b'{"messages": [{"role": "user", "content": "w1 \\ud800"}], "max_tokens": 2}'}[endpoint]
+    r = httpx.post(f"{srv.url}/{endpoint}", content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400, r.text
+    assert "not valid JSON" in r.json()["error"]["message"]
+
+
 def test_the_openai_package_raises_bad_request_with_the_message(srv):
     client = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError, match="temperature"):
