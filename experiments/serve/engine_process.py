@@ -13,7 +13,8 @@ Messages are pickled tuples. In (server -> engine), drained between steps:
     ("add", [to_wire(Sequence), ...])   queue these (checked by the server; a refused one comes back in `failed`):
                                     plain tuples, not pickled Sequences (a third of the bytes, a quarter of the time)
     ("abort", [(request_id, count_as_aborted), ...])
-    ("probe", token)                the engine's state, for tests and debugging (answered after the drain)
+    ("probe", token)                the engine's state, for tests and debugging (answered at once, behind a
+                                    "step" message with whatever this turn has not reported yet)
     ("stop",)                       abort everything left, answer ("stopped",), exit 0
 Out (engine -> server), one message per loop turn that changed anything, never one per token:
     ("ready", EngineInfo)  |  ("start_failed", is_user_error, message)
@@ -231,6 +232,8 @@ class EngineCore:
                         if self.llm.abort_request(rid) and counted:
                             self._num_aborted += 1
             elif kind == "probe":
+                # what the engine did before the probe reaches the server first (aborts counted, failures)
+                self._send_step([], [], 0)
                 self.out.send_nowait(pickle.dumps(("probe", msg[1], self.probe()), protocol=5))
             elif kind == "stop":
                 self._stopping = True

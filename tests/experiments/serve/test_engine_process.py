@@ -303,3 +303,19 @@ def test_a_new_sequence_crosses_to_the_engine_as_plain_values():
 
 def test_the_engine_process_freezes_its_startup_heap(srv):
     assert srv.engine.probe()["gc_frozen"] > 10_000      # the model and the imports, out of the collector's reach
+
+
+def test_a_probe_answer_follows_what_the_engine_did_before_it(ckpt):
+    # an abort and a probe drained in one turn: the abort's count reaches the server before the probe's answer
+    # (a test waiting on the probe then reads the aborted count), not after it with the next step
+    from experiments.serve.engine_process import EngineCore, to_wire
+    llm = make_llm(ckpt)
+    params = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
+    seq = llm.make_sequence([1, 2, 3], params, request_id="r0", arrival_time_s=0.0)
+    core = EngineCore(llm, _Socket([("add", [to_wire(seq)])]), _Socket(), os.getppid())
+    core._drain(0)
+    core.inp = _Socket([("abort", [("r0", True)]), ("probe", 7)])
+    core._drain(0)
+    kinds = [m[0] for m in core.out.sent]
+    assert kinds[-2:] == ["step", "probe"] and core.out.sent[-2][5] == 1 and core.out.sent[-1][1] == 7
+    llm.close()
