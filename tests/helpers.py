@@ -7,6 +7,7 @@ invariants are checked after every step.
 
     run_timeline(sched, seqs)         # the (request_id, num_new_tokens) timeline of a built Scheduler
     drive(policy, [Req(...)], ...)    # builds the Scheduler; the timeline plus preemptions and swap copies
+    exit_code_and_output(capsys, main, *argv)   # a command's main() in this process: (status, stdout, stderr)
 """
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # The public traces sit beside the repository root, never inside it: ../shared/traces/<file>.
 TRACES_REL = "../shared/traces"
 TRACES = ROOT.parent / "shared" / "traces"
+
+
+def exit_code_and_output(capsys, main, *argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a command's main(argv) run in this process (0 unless it exits)."""
+    code = 0
+    try:
+        main(*argv)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def trace_file(name: str) -> Path:

@@ -4,6 +4,7 @@ import sys
 import pytest
 
 from experiments import output_dirs, run
+from tests.helpers import exit_code_and_output
 
 QUIET = ["progress=false", "print_summary=false", "plots=false"]
 SMALL = ["experiment=smoke", "workload.num_requests=6", *QUIET]
@@ -20,13 +21,7 @@ def servelab(monkeypatch, capsys, *args, full_error: bool = False):
     monkeypatch.setattr(output_dirs, "_created", {})
     monkeypatch.setattr(output_dirs, "_last_output", {})
     monkeypatch.setattr(output_dirs, "_created_sweep", [])
-    code = 0
-    try:
-        run.main()
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return exit_code_and_output(capsys, run.main)
 
 
 def error_line(monkeypatch, capsys, *args) -> str:

@@ -6,16 +6,11 @@ import json
 import pytest
 
 from experiments import tiny_checkpoint
+from tests.helpers import exit_code_and_output
 
 
 def run(capsys, *args):
-    code = 0
-    try:
-        tiny_checkpoint.main(list(args))
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return exit_code_and_output(capsys, tiny_checkpoint.main, list(args))
 
 
 def test_writes_a_servable_checkpoint(tmp_path, capsys):

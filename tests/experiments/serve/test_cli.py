@@ -4,17 +4,12 @@ from __future__ import annotations
 import pytest
 
 from experiments.serve import cli
+from tests.helpers import exit_code_and_output
 
 
 def serve(capsys, monkeypatch, *args):
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
-    code = 0
-    try:
-        cli.main(list(args))
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return exit_code_and_output(capsys, cli.main, list(args))
 
 
 @pytest.fixture(scope="module")
