@@ -24,7 +24,7 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (512: the
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
-# (vllm_swap; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays).
@@ -52,7 +52,7 @@ else
 fi
 CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
-CAL_POLICIES="${CAL_POLICIES:-vllm_swap}"
+CAL_POLICIES="${CAL_POLICIES:-vllm_swap,sarathi}"
 # replayed again with overlap scheduling, for the device model only (empty: none)
 CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm}"
 

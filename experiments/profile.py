@@ -142,9 +142,9 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
                 rng: np.random.Generator) -> list[Shape]:
     """The full grid's long end and the shapes a sum hides, sparse (a few per context length).
 
-    * prefills of up to max_num_batched_tokens new tokens on an empty cache, and chunks of 128 / 1,024 /
+    * prefills of up to max_num_batched_tokens new tokens on an empty cache, and chunks of 128 / 512 / 1,024 /
       4,096 tokens whose context (cached prefix + chunk) reaches each long context: a prefix-cache hit or
-      a late chunk of a long prompt;
+      a late chunk of a long prompt (512: the sarathi scheduler's token budget, conf/scheduler/sarathi.yaml);
     * several long prefills in one step;
     * mixed chunked steps: a chunk with a cached context plus a decode batch (chunked prefill);
     * uniform decode batches at each long context, up to DECODE_KV_TOKENS keys in all;
@@ -157,7 +157,7 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     shapes = [Shape("prefill", ((n, 0),)) for n in (6144, 12288, 16384, 24576, 32768) if n <= min(L, T)]
     if L > 8192 and L <= T:
         shapes.append(Shape("prefill", ((L, 0),)))
-    shapes += [Shape("prefill", ((n, c - n),)) for c in ctxs for n in (128, 1024, 4096) if n <= T and n < c]
+    shapes += [Shape("prefill", ((n, c - n),)) for c in ctxs for n in (128, 512, 1024, 4096) if n <= T and n < c]
     shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in ((2, 4096), (2, 8192), (4, 4096), (3, 5000))
                if n <= L and k * n <= T and k <= max_num_seqs]
     mixed = [(n, c, b, d) for n, c in ((512, 2048), (2048, 2048), (512, 8192), (2048, 16384), (512, 32768))
