@@ -5,8 +5,9 @@
 Prints, over every run and repeat under --real-root (benchmarks/gpu_generalize.sh's real/ folder): the
 step-sum ratio (predicted / real cycle time) of each run and its range across the repeats of one workload and
 policy; the same decode shape's median cycle time in every run (engine speed from run to run); and sum
-ratios of decode steps by batch size, swap steps by blocks moved, mixed (chunked) steps by prefill context
-and by decode count, prefill-only steps by prefill tokens.
+ratios of decode steps by batch size, swap steps by blocks moved (and, in runs that recorded copy_host_s, the
+host's share of them), mixed (chunked) steps by prefill context and by decode count, prefill-only steps by
+prefill tokens.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import io
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -72,6 +74,14 @@ def report(a: pd.DataFrame) -> None:
     sw = a[a.num_swap_blocks > 0]
     print("swap steps by blocks moved:\n", by_bins(sw, "num_swap_blocks", [0, 32, 128, 256, 512, 4096], "blocks"))
     print(ratio_by(sw, ["workload", "policy"]).round(3).to_string(), "\n")
+    if "copy_host_s" in sw and sw["copy_host_s"].notna().any():
+        # runs recorded since copy_host_s: how much of a swap step the host's copy work takes, a block
+        sw = sw[sw["copy_host_s"].notna()].assign(direction=lambda x: np.where(x.num_swap_in_blocks > 0, "in", "out"))
+        per = sw.groupby("direction").apply(lambda x: pd.Series(dict(
+            steps=len(x), copy_host_share=x.copy_host_s.sum() / x.duration_s.sum(),
+            host_us_per_block=1e6 * (x.copy_host_s / x.num_swap_blocks).median(),
+            step_us_per_block=1e6 * (x.duration_s / x.num_swap_blocks).median())))
+        print("swap steps, the host's copy work (copy_host_s):\n", per.round(3).to_string(), "\n")
     mx = a[(a.num_prefill_seqs > 0) & (a.num_decode_seqs > 0) & (a.num_swap_blocks == 0)]
     print("mixed steps by prefill context (keys):\n",
           by_bins(mx, "prefill_context_sum", [0, 1024, 2048, 4096, 8192, 1 << 30], "ctx"))

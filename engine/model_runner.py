@@ -75,7 +75,7 @@ def resolve_dtype(name: str, hf_config: dict, device: torch.device) -> torch.dty
 
 class LaunchedStep:
     """A step queued on the device (ModelRunner.launch); ModelRunner.collect returns its tokens."""
-    __slots__ = ("tokens", "sample_rows", "num_seqs", "offload", "host", "ready", "timing")
+    __slots__ = ("tokens", "sample_rows", "num_seqs", "offload", "host", "ready", "timing", "copy_host_s")
 
     def __init__(self, tokens, sample_rows, num_seqs: int, offload: bool = False):
         self.tokens = tokens                # [num_sampled] int64 on the device; None: nothing sampled
@@ -85,6 +85,7 @@ class LaunchedStep:
         self.host = None                    # overlap on CUDA: pinned copy of tokens, valid once `ready` passed
         self.ready = None
         self.timing = None                  # time_device on CUDA: (start, end) timing events around the step
+        self.copy_host_s = None             # host seconds in the step's block copies (None: it had none)
 
 
 class ModelRunner:
@@ -102,6 +103,7 @@ class ModelRunner:
         # time_device (set by a replay): each CUDA step is timed on the device, last_device_time_s its seconds
         self.time_device = False
         self.last_device_time_s: float | None = None
+        self.last_copy_host_s: float | None = None     # host seconds of the collected step's block copies
         # overlap scheduling: when the latest launch() had to wait for the device first (block copies), the
         # time.perf_counter() at which it had drained; else None
         self.drained_at_s: float | None = None
@@ -272,10 +274,15 @@ class ModelRunner:
             timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             timing[0].record()
         try:
+            copies = bool(batch.swap_out or batch.swap_in or batch.offload or batch.load)
+            copy_start = time.perf_counter()
             self._copy_blocks(batch.swap_out, batch.swap_in, batch.offload, batch.load)
+            copy_host_s = time.perf_counter() - copy_start if copies else None
             if step is None:
                 self.cpu_tier.finish()
-                return LaunchedStep(None, None, 0)
+                out = LaunchedStep(None, None, 0)
+                out.copy_host_s = copy_host_s
+                return out
             logits = self._logits(step)                                       # [num_sampled, V]
         except Exception as exc:
             failure = self.workers.failure() if self.workers is not None else None
@@ -285,6 +292,7 @@ class ModelRunner:
         sample_rows = step.sample_rows
         tokens = self.sampler(logits, self._sampling_tensors([batch.seqs[i] for i in sample_rows]))
         out = LaunchedStep(tokens, sample_rows, S, offload=bool(batch.offload))
+        out.copy_host_s = copy_host_s
         if timing is not None:
             timing[1].record()
             out.timing = timing
@@ -304,6 +312,7 @@ class ModelRunner:
     def collect(self, launched: "LaunchedStep") -> list[int | None]:
         """The tokens of a launched step, aligned with its batch.seqs (waits for the device)."""
         self.last_device_time_s = None
+        self.last_copy_host_s = launched.copy_host_s
         if launched.tokens is None:
             return []
         if launched.ready is not None:

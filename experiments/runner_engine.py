@@ -200,13 +200,15 @@ class EngineReplayer:
         # waits for, so they would not be the device's time.
         self.runner.time_device = getattr(self.runner, "is_cuda", False) and bool(self.config.overlap_scheduling)
         device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
+        copy_time = lambda: getattr(self.runner, "last_copy_host_s", None)    # noqa: E731
         if self.config.overlap_scheduling:
             info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
                                        release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time,
-                                       drained=lambda: getattr(self.runner, "drained_at_s", None))
+                                       drained=lambda: getattr(self.runner, "drained_at_s", None),
+                                       copy_time=copy_time)
         else:
             info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
-                            max_wall_s=max_wall_s, device_time=device_time)
+                            max_wall_s=max_wall_s, device_time=device_time, copy_time=copy_time)
         tier = sched.block_manager.cpu_cache
         info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
                     eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
@@ -261,13 +263,14 @@ class _Intake:
 
 
 def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorder, *, release=None,
-             clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None, device_time=None) -> dict:
+             clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None, device_time=None,
+             copy_time=None) -> dict:
     """The real-time loop over `seqs` (sorted by arrival); returns facts about the run.
 
     execute(batch) -> tokens and sync() are the executor (the model runner and a device
     synchronize); clock and sleep are injectable so the loop can be tested on a fake clock;
     device_time() -> seconds or None, the device's time of the step just executed (the steps'
-    device_time_s column).
+    device_time_s column); copy_time() -> seconds or None, the host's time in its block copies (copy_host_s).
     """
     intake = _Intake(seqs, sched, rec, clock, sleep, max_wall_s)
     pending, now = intake.pending, intake.now
@@ -305,6 +308,8 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
         rec.on_step(start, end - start, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
         if device_time is not None and (dt := device_time()) is not None:
             rec.set_device_time(rec.num_steps - 1, dt)
+        if copy_time is not None and (ct := copy_time()) is not None:
+            rec.set_copy_host_time(rec.num_steps - 1, ct)
         done = sched.postprocess(batch, tokens, end)
         for seq in done:
             if release is not None:
@@ -319,7 +324,7 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
 
 def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence], rec: Recorder, *, release=None,
                         clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None,
-                        device_time=None, drained=None) -> dict:
+                        device_time=None, drained=None, copy_time=None) -> dict:
     """run_loop with overlap scheduling (docs/overlap.md): each step is scheduled and launched while the
     one before runs (launch(batch) -> handle, then Scheduler.mark_in_flight), and the one before is then
     collected (collect(handle) -> tokens, Scheduler.postprocess_in_flight).
@@ -371,6 +376,8 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
         rec.set_step_time(row, begin, row_end - begin)
         if device_time is not None and (dt := device_time()) is not None:
             rec.set_device_time(row, dt)
+        if copy_time is not None and (ct := copy_time()) is not None:
+            rec.set_copy_host_time(row, ct)
         busy_s += row_end - begin
         for seq in sched.postprocess_in_flight(batch, tokens, end):
             if release is not None:

@@ -68,6 +68,9 @@ STEP_COLUMNS = (
     # where the device runs steps back to back (overlap scheduling; the profile queues a second launch); NaN
     # elsewhere (the simulator, CPU, synchronous replays, where the events would span the host's launches)
     "device_time_s",
+    # host seconds of the step's block copies (swaps, CPU-tier copies: index tensors, the host gather or scatter,
+    # the waits for the copies' staging), where the engine ran some; NaN elsewhere. Where a swap step's time goes
+    "copy_host_s",
 )
 RECORD_STEPS = ("all", "none")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
@@ -124,6 +127,8 @@ class Recorder:
         self._step_used = array("q")
         self._device_rows = array("q")           # steps whose device time was measured, and those seconds
         self._device_s = array("d")
+        self._copy_rows = array("q")             # steps with block copies on the host, and their host seconds
+        self._copy_s = array("d")
         self._run = array("q")                   # len(_RUN) values per run of steps
         self._cached = array("q")                # (step index, kv_blocks_cached) where the count changes
         self._last_cached = None
@@ -204,6 +209,12 @@ class Recorder:
         if self._keep_steps:
             self._device_rows.append(row)
             self._device_s.append(device_time_s)
+
+    def set_copy_host_time(self, row: int, copy_host_s: float) -> None:
+        """The host's seconds in step `row`'s block copies (see STEP_COLUMNS' copy_host_s)."""
+        if self._keep_steps:
+            self._copy_rows.append(row)
+            self._copy_s.append(copy_host_s)
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached, max_decode_context_tokens=None) -> None:
@@ -366,6 +377,10 @@ class Recorder:
         if len(self._device_rows):
             device[np.frombuffer(self._device_rows, dtype=np.int64)] = np.frombuffer(self._device_s, dtype=np.float64)
         cols["device_time_s"] = device
+        copies = np.full(n, np.nan)
+        if len(self._copy_rows):
+            copies[np.frombuffer(self._copy_rows, dtype=np.int64)] = np.frombuffer(self._copy_s, dtype=np.float64)
+        cols["copy_host_s"] = copies
         return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
 
     def decisions_frame(self):

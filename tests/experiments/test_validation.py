@@ -80,13 +80,30 @@ def test_replay_loop_records_each_steps_device_time(overlapped):
             return handle[0]
 
         run_loop_overlapped(sched, launch, collect, seqs, rec, clock=clock, sleep=clock.sleep,
-                            device_time=lambda: last["t"])
+                            device_time=lambda: last["t"], copy_time=lambda: last["t"] and 2 * last["t"])
     else:
         run_loop(sched, execute, lambda: None, seqs, rec, clock=clock, sleep=clock.sleep,
-                 device_time=lambda: last["t"])
-    dev = rec.steps_frame()["device_time_s"].to_numpy()
+                 device_time=lambda: last["t"], copy_time=lambda: last["t"] and 2 * last["t"])
+    steps = rec.steps_frame()
+    dev = steps["device_time_s"].to_numpy()
     assert len(dev) == 9 and np.isnan(dev[4])
     assert list(np.delete(dev, 4)) == pytest.approx([0.01 * (i + 1) for i in range(9) if i != 4])
+    # copy_time() (the host's seconds in the step's block copies) lands in copy_host_s the same way
+    np.testing.assert_allclose(steps["copy_host_s"].to_numpy(), 2 * dev)
+
+
+def test_the_model_runner_times_its_block_copies_on_the_host(tiny):
+    """ModelRunner.collect leaves the host's seconds in the collected step's block copies in last_copy_host_s,
+    None for a step without copies (the steps' copy_host_s)."""
+    from engine.config import EngineConfig
+    from engine.core.batch import Batch
+    from engine.model_runner import ModelRunner
+    runner = ModelRunner(EngineConfig(str(tiny), device="cpu", num_kvcache_blocks=16, num_cpu_blocks=16,
+                                      max_model_len=256, enforce_eager=True))
+    runner.collect(runner.launch(Batch(swap_out=[(1, 2), (3, 4)])))
+    assert runner.last_copy_host_s is not None and runner.last_copy_host_s > 0
+    runner.collect(runner.launch(Batch()))
+    assert runner.last_copy_host_s is None
 
 
 @pytest.fixture(scope="module")
