@@ -21,6 +21,9 @@ Written into --out:
                                  with prefill work, by prefill tokens: which cost term the error sits in
   policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload
   divergence.json                experiments.divergence for each --divergence WORKLOAD:POLICY
+  generalize.png                 each cell's E2E median |error| against its goal and floor, its step-sum ratio,
+                                 and per workload the policy pairs' verdicts (experiments.plots.generalization);
+                                 generalize.json's `summary` counts the cells within each goal
   reports/validation_<w>.json    the full validate reports
 """
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments import policy_diff
+from experiments import plots, policy_diff
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.step_tables import run_was_overlapped
 
@@ -307,17 +310,51 @@ def main(argv=None) -> int:
     atomic_write_text(out / "step_kinds.md", kinds_markdown(kinds_df) + "\n")
     atomic_write_text(out / "policy_diff.md", policy_diff.to_markdown(diff_df) + "\n")
     write_json(out / "divergence.json", divergences)
+    summary = suite_summary(table)
+    plots.generalization(table, diff_df, out / "generalize.png", GOALS,
+                         title=f"{Path(args.profile).name} on the runs in {args.real_root}")
     write_json(out / "generalize.json", {
         "format": "servelab.generalize/v1", "profile": args.profile, "goals": GOALS,
         "command": "python -m experiments.generalize " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "validate_commands": commands,
         "rows": table.to_dict(orient="records"),
-        "policy_diff_summary": _diff_summary(diff_df), "divergence": divergences})
+        "summary": summary, "policy_diff_summary": _diff_summary(diff_df), "divergence": divergences})
     with pd.option_context("display.width", 250, "display.max_columns", None, "display.precision", 3):
         print(to_markdown(table))
         print(_diff_summary(diff_df))
-    print(f"wrote {out}/generalize.{{parquet,md,json}}, step_kinds, policy_diff, divergence.json")
+    print(summary_line(summary))
+    print(f"wrote {out}/generalize.{{parquet,md,json,png}}, step_kinds, policy_diff, divergence.json")
     return 0
+
+
+def suite_summary(table: pd.DataFrame) -> dict:
+    """The suite's goals counted over its cells: E2E median |error| (median and max cell, by workload), cells
+    within the E2E goal, at or below their floor, with step sums within their band, with TTFT p50 and with all of
+    the TTFT and of the E2E quantiles within their goal."""
+    e2e = table["e2e_median_err"].abs()
+    ttft_q = table[["ttft_q50_err", "ttft_q90_err", "ttft_q99_err"]].abs().max(axis=1)
+    e2e_q = table[["e2e_q50_err", "e2e_q90_err", "e2e_q99_err"]].abs().max(axis=1)
+    return {
+        "num_cells": int(len(table)),
+        "e2e_median_err_median": float(e2e.median()), "e2e_median_err_max": float(e2e.max()),
+        "e2e_median_err_by_workload": {w: float(v) for w, v in e2e.groupby(table["workload"]).median().items()},
+        "cells_e2e_goal": int((e2e <= GOALS["e2e_median_err"]).sum()),
+        "cells_at_or_below_floor": int((e2e <= table["floor_e2e_median"]).sum()),
+        "cells_step_sum_goal": int(((table["step_sum_ratio"] - 1).abs() <= GOALS["step_sum_err"]).sum()),
+        "cells_ttft_p50_goal": int((table["ttft_q50_err"].abs() <= GOALS["quantile_err"]).sum()),
+        "cells_ttft_quantiles_goal": int((ttft_q <= GOALS["quantile_err"]).sum()),
+        "cells_e2e_quantiles_goal": int((e2e_q <= GOALS["quantile_err"]).sum()),
+    }
+
+
+def summary_line(s: dict) -> str:
+    by = ", ".join(f"{w} {100 * v:.1f}%" for w, v in s["e2e_median_err_by_workload"].items())
+    n = s["num_cells"]
+    return (f"{n} cells: E2E median |error| median {100 * s['e2e_median_err_median']:.1f}%, max "
+            f"{100 * s['e2e_median_err_max']:.1f}% (by workload: {by}); within goals: E2E {s['cells_e2e_goal']}/{n}, "
+            f"step sums {s['cells_step_sum_goal']}/{n}, TTFT p50 {s['cells_ttft_p50_goal']}/{n}, TTFT quantiles "
+            f"{s['cells_ttft_quantiles_goal']}/{n}, E2E quantiles {s['cells_e2e_quantiles_goal']}/{n}; at or below "
+            f"the floor {s['cells_at_or_below_floor']}/{n}")
 
 
 def _diff_summary(df: pd.DataFrame) -> dict:

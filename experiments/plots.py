@@ -279,3 +279,54 @@ def attainment_vs_load(summaries: pd.DataFrame, path, x: str = "request_rate_rps
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def generalization(table: pd.DataFrame, diffs: pd.DataFrame, path, goals: dict, title: str | None = None) -> Path:
+    """The generalization suite at a glance (experiments.generalize): per (workload, policy) cell the per-request
+    E2E median |error| against its goal and its real-vs-real floor, and the step-sum ratio against its band;
+    per workload the verdicts of the policy pairs whose real difference exceeds twice its noise band."""
+    fig, axes = plt.subplots(3, 1, figsize=(max(8, 0.32 * len(table) + 2), 9),
+                             gridspec_kw=dict(height_ratios=[3, 2, 2]))
+    x = np.arange(len(table))
+    wl = table["workload"].to_numpy()
+    colors = {w: f"C{i}" for i, w in enumerate(dict.fromkeys(wl))}
+    err = 100 * table["e2e_median_err"].abs().to_numpy(dtype=float)
+    axes[0].bar(x, np.maximum(err, 1e-3), color=[colors[w] for w in wl])
+    axes[0].scatter(x, 100 * table["floor_e2e_median"].to_numpy(dtype=float), marker="_", s=120, color="k",
+                    zorder=3, label="real-vs-real floor")
+    axes[0].axhline(100 * goals["e2e_median_err"], ls="--", color="k", lw=0.8, label="goal")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("E2E median |error| (%)")
+    axes[0].legend(fontsize=8)
+    ratio = table["step_sum_ratio"].to_numpy(dtype=float)
+    axes[1].scatter(x, ratio, color=[colors[w] for w in wl], zorder=3)
+    band = goals["step_sum_err"]
+    axes[1].axhspan(1 - band, 1 + band, color="0.85", label=f"goal: within {100 * band:g}%")
+    axes[1].set_ylabel("step sum, sim / real")
+    axes[1].legend(fontsize=8)
+    for ax in axes[:2]:
+        ax.set_xticks(x)
+        ax.set_xlim(-0.6, len(x) - 0.4)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_xticklabels([])
+    axes[1].set_xticklabels([f"{w}:{p}" for w, p in zip(wl, table["policy"])], rotation=70, fontsize=7)
+    sig = diffs[diffs["verdict"] != "real: no difference"] if len(diffs) else diffs
+    order = ["agree", "sign only", "sim: no difference", "wrong sign"]
+    counts = (sig.groupby(["workload", "verdict"]).size().unstack(fill_value=0).reindex(columns=order, fill_value=0)
+              if len(sig) else pd.DataFrame(columns=order))
+    bottom = np.zeros(len(counts))
+    pos = np.arange(len(counts))
+    for verdict, color in zip(order, ("C2", "C1", "0.6", "C3")):
+        vals = counts[verdict].to_numpy(dtype=float)
+        axes[2].bar(pos, vals, bottom=bottom, color=color, label=verdict)
+        bottom += vals
+    axes[2].set_xticks(pos)
+    axes[2].set_xticklabels(counts.index, fontsize=8)
+    axes[2].set_ylabel("policy pairs x metrics")
+    axes[2].set_ylim(0, 1.3 * max(bottom.max(initial=0), 1))
+    axes[2].legend(fontsize=7, ncol=4, loc="upper center")
+    axes[2].grid(alpha=0.3, axis="y")
+    if title:
+        axes[0].set_title(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)

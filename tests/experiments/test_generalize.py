@@ -65,6 +65,11 @@ def test_every_policy_validates_on_cpu_and_generalize_remakes_the_table(tiny, tm
     div = json.loads((out / "divergence.json").read_text())
     assert div[0]["policy"] == "vllm" and div[0]["num_real_rows"] > 0 and div[0]["num_sim_rows"] > 0
     assert (out / "generalize.md").read_text().count("\n") == 2 + 9
+    assert (out / "generalize.png").stat().st_size > 0
+    summary = json.loads((out / "generalize.json").read_text())["summary"]
+    assert summary["num_cells"] == 9 and set(summary["e2e_median_err_by_workload"]) == {"mix"}
+    assert summary["cells_e2e_goal"] == int((table["e2e_median_err"].abs() <= 0.03).sum())
+    assert summary["e2e_median_err_max"] == table["e2e_median_err"].abs().max()
 
 
 def test_workload_argv_drops_engine_flags_and_reroots_traces():
