@@ -32,8 +32,11 @@ gpu_init() {
   export PYTHONUNBUFFERED=1
   PY="${PYTHON:-python3}"
   # The GPU image lacks simpy and hydra-core; install the carried wheels (shared/gpu-wheels/README.md) when needed.
-  if ! "$PY" -c "import simpy, hydra" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" .gpuwheels/* 2>&1 | tail -3
+  # GPU_WHEELS names the carried folder (default .gpuwheels): a call that needs no serving stack can carry the four
+  # wheels of simpy and hydra alone and leave the device's 64 MiB working tree to the repository's results.
+  local wheels="${GPU_WHEELS:-.gpuwheels}"
+  if ! "$PY" -c "import simpy, hydra" 2>/dev/null && ls "$wheels"/* >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" "$wheels"/* 2>&1 | tail -3
     export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
   fi
   if [ -z "$TRACE" ]; then
