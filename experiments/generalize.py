@@ -312,7 +312,8 @@ def main(argv=None) -> int:
     write_json(out / "divergence.json", divergences)
     summary = suite_summary(table)
     plots.generalization(table, diff_df, out / "generalize.png", GOALS,
-                         title=f"{Path(args.profile).name} on the runs in {args.real_root}")
+                         title=f"{Path(args.profile).name}: {len(table)} cells, "
+                               f"{table['workload'].nunique()} workloads")
     write_json(out / "generalize.json", {
         "format": "servelab.generalize/v1", "profile": args.profile, "goals": GOALS,
         "command": "python -m experiments.generalize " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),

@@ -285,8 +285,9 @@ def generalization(table: pd.DataFrame, diffs: pd.DataFrame, path, goals: dict, 
     """The generalization suite at a glance (experiments.generalize): per (workload, policy) cell the per-request
     E2E median |error| against its goal and its real-vs-real floor, and the step-sum ratio against its band;
     per workload the verdicts of the policy pairs whose real difference exceeds twice its noise band."""
-    fig, axes = plt.subplots(3, 1, figsize=(max(8, 0.32 * len(table) + 2), 9),
+    fig, axes = plt.subplots(3, 1, figsize=(max(8, 0.32 * len(table) + 2), 9), layout="constrained",
                              gridspec_kw=dict(height_ratios=[3, 2, 2]))
+    axes[0].sharex(axes[1])
     x = np.arange(len(table))
     wl = table["workload"].to_numpy()
     colors = {w: f"C{i}" for i, w in enumerate(dict.fromkeys(wl))}
@@ -308,7 +309,7 @@ def generalization(table: pd.DataFrame, diffs: pd.DataFrame, path, goals: dict, 
         ax.set_xticks(x)
         ax.set_xlim(-0.6, len(x) - 0.4)
         ax.grid(alpha=0.3, axis="y")
-    axes[0].set_xticklabels([])
+    axes[0].tick_params(labelbottom=False)
     axes[1].set_xticklabels([f"{w}:{p}" for w, p in zip(wl, table["policy"])], rotation=70, fontsize=7)
     sig = diffs[diffs["verdict"] != "real: no difference"] if len(diffs) else diffs
     order = ["agree", "sign only", "sim: no difference", "wrong sign"]
@@ -322,11 +323,10 @@ def generalization(table: pd.DataFrame, diffs: pd.DataFrame, path, goals: dict, 
         bottom += vals
     axes[2].set_xticks(pos)
     axes[2].set_xticklabels(counts.index, fontsize=8)
-    axes[2].set_ylabel("policy pairs x metrics")
+    axes[2].set_ylabel("pairs x metrics whose real\ndifference > 2x its band", fontsize=8)
     axes[2].set_ylim(0, 1.3 * max(bottom.max(initial=0), 1))
     axes[2].legend(fontsize=7, ncol=4, loc="upper center")
     axes[2].grid(alpha=0.3, axis="y")
     if title:
         axes[0].set_title(title, fontsize=9)
-    fig.tight_layout()
     return _save(fig, path)
