@@ -274,10 +274,11 @@ class ModelRunner:
             timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             timing[0].record()
         try:
-            copies = bool(batch.swap_out or batch.swap_in or batch.offload or batch.load)
-            copy_start = time.perf_counter()
-            self._copy_blocks(batch.swap_out, batch.swap_in, batch.offload, batch.load)
-            copy_host_s = time.perf_counter() - copy_start if copies else None
+            copy_host_s = None
+            if batch.swap_out or batch.swap_in or batch.offload or batch.load:
+                copy_start = time.perf_counter()
+                self._copy_blocks(batch.swap_out, batch.swap_in, batch.offload, batch.load)
+                copy_host_s = time.perf_counter() - copy_start
             if step is None:
                 self.cpu_tier.finish()
                 out = LaunchedStep(None, None, 0)
