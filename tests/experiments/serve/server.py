@@ -30,6 +30,7 @@ class RunningServer:
     engine: object
     app: object
     stop: object = None     # () -> None: uvicorn's shutdown (graceful for grace_s), then the thread joined
+    thread_id: int | None = None    # the native id of uvicorn's thread (its CPU time: /proc/self/task/<id>/stat)
 
     def wait_idle(self, timeout_s: float = 30.0) -> dict | None:
         """Until the engine holds no request and its inbox is empty; the engine process's probe, if one."""
@@ -119,6 +120,7 @@ def _serving(app, llm, grace_s):
     base = f"http://127.0.0.1:{port}"
     running = RunningServer(f"{base}/v1", base, llm, app.state.server.engine, app)
     running.stop = lambda: (setattr(server, "should_exit", True), thread.join(30))
+    running.thread_id = thread.native_id
     try:
         yield running
     finally:
