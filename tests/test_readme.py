@@ -159,7 +159,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "benchmarks/gpu_validate.sh": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_generalize.sh": Excluded(NEEDS_CUDA),
     "python -m experiments.generalize": Excluded("needs the kept real runs (benchmarks/results/generalize/"
-                                                 "real_h200.tgz, unpacked to /tmp); "
+                                                 "real_h200.tar.xz, unpacked to /tmp); "
                                                  "tests/experiments/test_generalize.py runs "
                                                  "it on tiny-model runs"),
     "python benchmarks/swap_speed.py --blocks 8,32,128,256,512": Excluded(NEEDS_CUDA),
