@@ -72,12 +72,13 @@ def report(a: pd.DataFrame) -> None:
 
     print("decode steps by batch size:\n", by_bins(dec, "num_decode_seqs", [0, 8, 16, 32, 64, 256], "seqs"), "\n")
     sw = a[a.num_swap_blocks > 0]
+    if "num_swap_in_blocks" in sw:
+        sw = sw.assign(direction=np.where(sw.num_swap_in_blocks > 0, "in", "out"))
     print("swap steps by blocks moved:\n", by_bins(sw, "num_swap_blocks", [0, 32, 128, 256, 512, 4096], "blocks"))
     print(ratio_by(sw, ["workload", "policy"]).round(3).to_string(), "\n")
     if "num_swap_in_blocks" in sw:
         # one direction alone; us_per_block: the step's time less a decode step's (1.7 ms), a block (32 or more)
         one = sw[(sw.num_swap_in_blocks == sw.num_swap_blocks) | (sw.num_swap_out_blocks == sw.num_swap_blocks)]
-        one = one.assign(direction=np.where(one.num_swap_in_blocks > 0, "in", "out"))
         big = one[one.num_swap_blocks >= 32]
         per = (1e6 * (big.duration_s - 1.7e-3) / big.num_swap_blocks).groupby(big.direction).quantile([0.25, 0.5, 0.75])
         print("swap steps by direction (one direction alone):\n", ratio_by(one, "direction").round(3).to_string())
@@ -85,7 +86,7 @@ def report(a: pd.DataFrame) -> None:
               {d: [round(v) for v in per[d]] for d in per.index.get_level_values(0).unique()}, "\n")
     if "copy_host_s" in sw and sw["copy_host_s"].notna().any():
         # runs recorded since copy_host_s: how much of a swap step the host's copy work takes, a block
-        sw = sw[sw["copy_host_s"].notna()].assign(direction=lambda x: np.where(x.num_swap_in_blocks > 0, "in", "out"))
+        sw = sw[sw["copy_host_s"].notna()]
         per = sw.groupby("direction").apply(lambda x: pd.Series(dict(
             steps=len(x), copy_host_share=x.copy_host_s.sum() / x.duration_s.sum(),
             host_us_per_block=1e6 * (x.copy_host_s / x.num_swap_blocks).median(),

@@ -19,10 +19,12 @@ LOG="$OUT_DIR/gpu_engine.log"
 : > "$LOG"
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 PY="${PYTHON:-python3}"
-# simpy (the simulator's roofline bound) is missing on the GPU image: install the carried wheels when needed.
-if ! "$PY" -c "import simpy" 2>/dev/null && ls .gpuwheels/* >/dev/null 2>&1; then
+# simpy (the simulator's roofline bound) is missing on the GPU image: install the carried wheels when needed
+# (GPU_WHEELS: the carried folder, as benchmarks/gpu_lib.sh).
+WHEELS="${GPU_WHEELS:-.gpuwheels}"
+if ! "$PY" -c "import simpy" 2>/dev/null && ls "$WHEELS"/* >/dev/null 2>&1; then
   SITE="$(mktemp -d)"
-  "$PY" -m pip install -q --no-index --no-deps --target "$SITE" .gpuwheels/* 2>&1 | tail -3
+  "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/* 2>&1 | tail -3
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 FAILED=()

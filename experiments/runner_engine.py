@@ -262,6 +262,13 @@ class _Intake:
                             f"nothing schedulable and no arrivals left")
 
 
+def _record_measured(rec: Recorder, row: int, device_time, copy_time) -> None:
+    """The step's device_time_s and copy_host_s, where the callbacks (None: not measured) have them."""
+    for column, read in (("device_time_s", device_time), ("copy_host_s", copy_time)):
+        if read is not None and (seconds := read()) is not None:
+            rec.set_measured(row, column, seconds)
+
+
 def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorder, *, release=None,
              clock=time.perf_counter, sleep=time.sleep, max_wall_s: float | None = None, device_time=None,
              copy_time=None) -> dict:
@@ -306,10 +313,7 @@ def run_loop(sched: Scheduler, execute, sync, seqs: list[Sequence], rec: Recorde
         end = now()
         busy_s += end - start
         rec.on_step(start, end - start, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
-        if device_time is not None and (dt := device_time()) is not None:
-            rec.set_device_time(rec.num_steps - 1, dt)
-        if copy_time is not None and (ct := copy_time()) is not None:
-            rec.set_copy_host_time(rec.num_steps - 1, ct)
+        _record_measured(rec, rec.num_steps - 1, device_time, copy_time)
         done = sched.postprocess(batch, tokens, end)
         for seq in done:
             if release is not None:
@@ -374,10 +378,7 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
         row_end = end if drained_s is None else max(begin, min(end, drained_s))
         drained_s = None
         rec.set_step_time(row, begin, row_end - begin)
-        if device_time is not None and (dt := device_time()) is not None:
-            rec.set_device_time(row, dt)
-        if copy_time is not None and (ct := copy_time()) is not None:
-            rec.set_copy_host_time(row, ct)
+        _record_measured(rec, row, device_time, copy_time)
         busy_s += row_end - begin
         for seq in sched.postprocess_in_flight(batch, tokens, end):
             if release is not None:

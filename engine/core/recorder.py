@@ -73,6 +73,7 @@ STEP_COLUMNS = (
     "copy_host_s",
 )
 RECORD_STEPS = ("all", "none")
+_MEASURED = ("device_time_s", "copy_host_s")      # float columns measured on some steps (Recorder.set_measured)
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
 DECISION_COLUMNS = ("step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids", "swapped_in_ids")
 # int64 ('q') columns of each run of steps (see the module docstring):
@@ -125,10 +126,8 @@ class Recorder:
         self._step_start = array("d")
         self._step_dur = array("d")
         self._step_used = array("q")
-        self._device_rows = array("q")           # steps whose device time was measured, and those seconds
-        self._device_s = array("d")
-        self._copy_rows = array("q")             # steps with block copies on the host, and their host seconds
-        self._copy_s = array("d")
+        # the float columns set on some steps only (NaN elsewhere): column -> (rows, values)
+        self._measured = {c: (array("q"), array("d")) for c in _MEASURED}
         self._run = array("q")                   # len(_RUN) values per run of steps
         self._cached = array("q")                # (step index, kv_blocks_cached) where the count changes
         self._last_cached = None
@@ -204,17 +203,13 @@ class Recorder:
             self._step_start[row] = start_s
             self._step_dur[row] = duration_s
 
-    def set_device_time(self, row: int, device_time_s: float) -> None:
-        """The device's seconds of step `row` (the engine's CUDA events; see STEP_COLUMNS' device_time_s)."""
+    def set_measured(self, row: int, column: str, seconds: float) -> None:
+        """A measured float column of step `row`: device_time_s (the engine's CUDA events) or copy_host_s (the
+        host's seconds in its block copies); see STEP_COLUMNS."""
         if self._keep_steps:
-            self._device_rows.append(row)
-            self._device_s.append(device_time_s)
-
-    def set_copy_host_time(self, row: int, copy_host_s: float) -> None:
-        """The host's seconds in step `row`'s block copies (see STEP_COLUMNS' copy_host_s)."""
-        if self._keep_steps:
-            self._copy_rows.append(row)
-            self._copy_s.append(copy_host_s)
+            rows, values = self._measured[column]
+            rows.append(row)
+            values.append(seconds)
 
     def on_steps_bulk(self, start_s, duration_s, num_decode_seqs, decode_context_sum, kv_blocks_used,
                       kv_blocks_free, kv_blocks_cached, max_decode_context_tokens=None) -> None:
@@ -373,14 +368,11 @@ class Recorder:
                 "batch_size": sp["num_prefill_seqs"] + d["num_decode_seqs"],
                 "num_batched_tokens": sp["num_prefill_tokens"] + d["num_decode_seqs"], **d, **sp}
         cols["max_context_tokens"] = np.maximum(cols["max_prefill_context_tokens"], cols["max_decode_context_tokens"])
-        device = np.full(n, np.nan)
-        if len(self._device_rows):
-            device[np.frombuffer(self._device_rows, dtype=np.int64)] = np.frombuffer(self._device_s, dtype=np.float64)
-        cols["device_time_s"] = device
-        copies = np.full(n, np.nan)
-        if len(self._copy_rows):
-            copies[np.frombuffer(self._copy_rows, dtype=np.int64)] = np.frombuffer(self._copy_s, dtype=np.float64)
-        cols["copy_host_s"] = copies
+        for c, (rows, values) in self._measured.items():
+            col = np.full(n, np.nan)
+            if len(rows):
+                col[np.frombuffer(rows, dtype=np.int64)] = np.frombuffer(values, dtype=np.float64)
+            cols[c] = col
         return pd.DataFrame(cols, columns=list(STEP_COLUMNS))
 
     def decisions_frame(self):
