@@ -14,14 +14,15 @@
 # is put on PYTHONPATH.
 # Stages (STAGES, default all): offline (~3 min: three engine starts), online (~3 min: two real-time replays).
 # Outputs (--out, default $OUT, else benchmarks/results/peer): gpu_peer.log, peer_vllm_<tag>.json,
-# peer_online_<tag>.json. Knobs: STAGES, VSITE, MAX_REQUESTS, RATE_RPS.
+# peer_online_<tag>.json. Knobs: STAGES, VSITE, MAX_REQUESTS, RATE_RPS, OVERLAP (on: servelab's overlap scheduling,
+# the default, as vLLM's async scheduling is on by its default; off: servelab's synchronous loop).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_peer benchmarks/results/peer '2,16p' "$0" "$@"
 select_stages "offline online"
-MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"
+MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; OVERLAP="${OVERLAP:-on}"
 
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke
@@ -37,7 +38,8 @@ else
   fi
   OFFLINE=(); ONLINE=(--max-requests "$MAX_REQUESTS" --rate-rps "$RATE_RPS")
 fi
-log "gpu_peer: smoke=$SMOKE stages='$STAGES' out=$OUT_DIR trace=${TRACE:-none}"
+OFFLINE+=(--overlap-scheduling "$OVERLAP"); ONLINE+=(--overlap-scheduling "$OVERLAP")
+log "gpu_peer: smoke=$SMOKE stages='$STAGES' overlap=$OVERLAP out=$OUT_DIR trace=${TRACE:-none}"
 
 if has_stage offline; then
   stage offline 420 "$PY" benchmarks/peer_vllm.py "${OFFLINE[@]}" --out "$OUT_DIR/peer_vllm_$TAG.json"

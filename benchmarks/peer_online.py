@@ -48,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--num-kvcache-blocks", type=int, default=1024)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=16384, help="vLLM's (servelab: its default)")
+    p.add_argument("--overlap-scheduling", choices=["off", "on"], default="off",
+                   help="servelab's loop (vLLM's async scheduling is on by its default)")
     add_peer_arguments(p)
     return p.parse_args(argv)
 
@@ -111,7 +113,8 @@ def child_servelab(args) -> dict:
 
     reqs = requests(args)
     factory = functools.partial(LLM, str(args.model), device=args.device, num_kvcache_blocks=args.num_kvcache_blocks,
-                                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs)
+                                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                                overlap_scheduling=args.overlap_scheduling == "on")
     t0 = time.perf_counter()
     engine = ProcessEngine.launch(factory, log_level="warning")
     init_s = time.perf_counter() - t0
@@ -136,7 +139,8 @@ def child_servelab(args) -> dict:
         rows, makespan = drive(reqs, submit, engine.start)
     finally:
         engine.close()
-    return dict(engine="servelab", init_s=init_s, **summarize(rows, makespan))
+    return dict(engine="servelab", overlap_scheduling=args.overlap_scheduling == "on", init_s=init_s,
+                **summarize(rows, makespan))
 
 
 def child_vllm(args) -> dict:
