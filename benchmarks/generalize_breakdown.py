@@ -64,19 +64,25 @@ def report(a: pd.DataFrame) -> None:
                                                          real_ms=("duration_s", lambda x: 1e3 * x.median()),
                                                          pred_ms=("pred", lambda x: 1e3 * x.median()))
     g = g[g.n >= 30]
-    print(f"one decode shape (4-8 sequences, 1k-4k keys) in {len(g)} runs: median real cycle {g.real_ms.min():.3f}"
-          f"-{g.real_ms.max():.3f} ms (p10-p90 {g.real_ms.quantile(0.1):.3f}-{g.real_ms.quantile(0.9):.3f}), "
-          f"priced {g.pred_ms.min():.3f}-{g.pred_ms.max():.3f} ms\n")
+    if g.empty:
+        print("one decode shape (4-8 sequences, 1k-4k keys): in no run 30 times or more\n")
+    else:
+        print(f"one decode shape (4-8 sequences, 1k-4k keys) in {len(g)} runs: median real cycle {g.real_ms.min():.3f}"
+              f"-{g.real_ms.max():.3f} ms (p10-p90 {g.real_ms.quantile(0.1):.3f}-{g.real_ms.quantile(0.9):.3f}), "
+              f"priced {g.pred_ms.min():.3f}-{g.pred_ms.max():.3f} ms\n")
     def by_bins(df, column, bins, label):
         return ratio_by(df.assign(**{label: pd.cut(df[column], bins)}), label).round(3).to_string()
 
     print("decode steps by batch size:\n", by_bins(dec, "num_decode_seqs", [0, 8, 16, 32, 64, 256], "seqs"), "\n")
     sw = a[a.num_swap_blocks > 0]
-    if "num_swap_in_blocks" in sw:
+    if sw.empty:
+        print("swap steps: none in these runs\n")
+    if not sw.empty and "num_swap_in_blocks" in sw:
         sw = sw.assign(direction=np.where(sw.num_swap_in_blocks > 0, "in", "out"))
-    print("swap steps by blocks moved:\n", by_bins(sw, "num_swap_blocks", [0, 32, 128, 256, 512, 4096], "blocks"))
-    print(ratio_by(sw, ["workload", "policy"]).round(3).to_string(), "\n")
-    if "num_swap_in_blocks" in sw:
+    if not sw.empty:
+        print("swap steps by blocks moved:\n", by_bins(sw, "num_swap_blocks", [0, 32, 128, 256, 512, 4096], "blocks"))
+        print(ratio_by(sw, ["workload", "policy"]).round(3).to_string(), "\n")
+    if not sw.empty and "num_swap_in_blocks" in sw:
         # one direction alone; us_per_block: the step's time less a decode step's (1.7 ms), a block (32 or more)
         one = sw[(sw.num_swap_in_blocks == sw.num_swap_blocks) | (sw.num_swap_out_blocks == sw.num_swap_blocks)]
         big = one[one.num_swap_blocks >= 32]

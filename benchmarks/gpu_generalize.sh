@@ -42,13 +42,13 @@ if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-60}"
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-512}"
   CAL=(--target-rate-rps 20 --max-requests "${CAL_REQUESTS:-16}" --num-kvcache-blocks 40 --num-cpu-blocks 40)
-  T_CKPT=120; T_PROFILE=120; T_CAL=60; T_REPLAY=120; T_WL=300
+  T_CKPT=120; T_PROFILE=120; T_CAL=120; T_REPLAY=120; T_WL=300
 else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
   # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
   CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-512}" --num-cpu-blocks 2048)
-  T_CKPT=90; T_PROFILE=200; T_CAL=60; T_REPLAY=120; T_WL=330
+  T_CKPT=90; T_PROFILE=200; T_CAL=240; T_REPLAY=120; T_WL=330
 fi
 CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on

@@ -51,7 +51,7 @@ if [ "${1:-}" = --download-wheels ]; then
   PIP=(python3 -m pip download -q --no-deps -d .gpuwheels)
   "${PIP[@]}" --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    simpy==4.1.2 hydra-core==1.3.8 omegaconf==2.3.0 \
+    simpy==4.1.2 hydra-core==1.3.8 omegaconf==2.3.0 hydra-joblib-launcher==1.2.0 joblib==1.6.0 \
     fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 httptools==0.9.0 prometheus_client==0.26.0 \
     pydantic==2.14.4 pydantic_core==2.50.5 \
     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 click==8.4.2 \
