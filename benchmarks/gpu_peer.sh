@@ -14,7 +14,7 @@
 # is put on PYTHONPATH.
 # Stages (STAGES, default all): offline (~3 min: three engine starts), online (~3 min: two real-time replays).
 # Outputs (--out, default $OUT, else benchmarks/results/peer): gpu_peer.log, peer_vllm_<tag>.json,
-# peer_online_<tag>.json. Knobs: STAGES, VSITE, MAX_REQUESTS, RATE_RPS, OVERLAP (on: servelab's overlap scheduling,
+# peer_online_<tag>.json. Knobs: STAGES, VSITE, MAX_REQUESTS, RATE_RPS, VLLM_REPEATS (offline vLLM runs, 1), OVERLAP (on: servelab's overlap scheduling,
 # the default, as vLLM's async scheduling is on by its default; off: servelab's synchronous loop).
 set -uo pipefail
 
@@ -38,7 +38,7 @@ else
   fi
   OFFLINE=(); ONLINE=(--max-requests "$MAX_REQUESTS" --rate-rps "$RATE_RPS")
 fi
-OFFLINE+=(--overlap-scheduling "$OVERLAP"); ONLINE+=(--overlap-scheduling "$OVERLAP")
+OFFLINE+=(--overlap-scheduling "$OVERLAP" --vllm-repeats "${VLLM_REPEATS:-1}"); ONLINE+=(--overlap-scheduling "$OVERLAP")
 log "gpu_peer: smoke=$SMOKE stages='$STAGES' overlap=$OVERLAP out=$OUT_DIR trace=${TRACE:-none}"
 
 if has_stage offline; then

@@ -10,7 +10,8 @@ temperature 0.6, ignore_eos, all submitted at once). Each engine runs in its own
 the other (each takes most of the GPU's memory), with the same limits: max_num_seqs 512,
 max_num_batched_tokens 16,384, max_model_len 2 x max_len, gpu_memory_utilization 0.9; vLLM with its
 defaults otherwise (V1 engine, torch.compile, CUDA graphs, FlashAttention, async scheduling). The order
-is servelab, vLLM, servelab again (--repeats), so the ratio comes with servelab's own run-to-run spread.
+is servelab, vLLM (--vllm-repeats times), servelab again (--repeats), so the ratio (each servelab run over the
+vLLM runs' mean) comes with each side's run-to-run spread.
 Prints and writes servelab / vLLM output tokens/s. A vLLM that does not import is reported, not raised:
 the servelab side still lands.
 """
@@ -40,6 +41,7 @@ def parse_args(argv=None):
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--overlap-scheduling", choices=["off", "on"], default="off", help="servelab's loop")
     p.add_argument("--repeats", type=int, default=2, help="servelab runs (first and last, vLLM between)")
+    p.add_argument("--vllm-repeats", type=int, default=1, help="vLLM runs (between servelab's first and last)")
     add_peer_arguments(p)
     return p.parse_args(argv)
 
@@ -110,7 +112,7 @@ def main(argv=None) -> int:
     if "servelab" in engines:
         order.append("servelab")
     if "vllm" in engines:
-        order.append("vllm")
+        order += ["vllm"] * max(args.vllm_repeats, 1)
     if "servelab" in engines:
         order += ["servelab"] * max(args.repeats - 1, 0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,7 +126,8 @@ def main(argv=None) -> int:
     ours = [r["output_tokens_per_s"] for r in result["runs"] if r["engine"] == "servelab" and "error" not in r]
     peer = [r["output_tokens_per_s"] for r in result["runs"] if r["engine"] == "vllm" and "error" not in r]
     if ours and peer:
-        result["servelab_over_vllm"] = [o / peer[0] for o in ours]
+        # each servelab run over the vLLM runs' mean; the spread of either side is in the runs
+        result["servelab_over_vllm"] = [o / (sum(peer) / len(peer)) for o in ours]
         print("servelab / vLLM: " + ", ".join(f"{x:.3f}" for x in result["servelab_over_vllm"]))
     result["roofline_tokens_per_s"] = et.roofline_tokens_per_s(prompts, output_lens, args.preset)
     if ours and result["roofline_tokens_per_s"]:
