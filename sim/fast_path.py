@@ -23,6 +23,10 @@ steps of the shrinking running set as one sim.fast_forward.DecodeChain
 (`Recorder.on_decode_runs`; with a prefix cache while the running sequences'
 private blocks are unpublished, and only when the chain reaches at least as far as
 the exact horizon); the others take one exact horizon after another.
+
+With overlap scheduling (docs/overlap.md) the loop always has one step in flight; `_overlap_fast` takes
+the pure decodes after it the same way, timed by the overlap loop's recursion (its docstring says why the
+tables stay the same).
 """
 from __future__ import annotations
 
@@ -30,10 +34,15 @@ import math
 from bisect import bisect_left
 from itertools import accumulate
 
+from engine.core.sequence import SequenceStatus
 from sim.fast_forward import DecodeChain
 from sim.replica import Replica
 
 INF = math.inf
+RUNNING = SequenceStatus.RUNNING
+# The in-flight step of the overlap loop whose effects the overlap fast path already applied: collected for
+# its time only (Simulator._overlap_loop).
+APPLIED = object()
 
 
 class FastPathMixin:
@@ -167,6 +176,95 @@ class FastPathMixin:
             r.outstanding_tokens -= sum(j * n for j, n, _, _ in runs)
         self._count_fast(r, durs, done)
         return ends[-1]
+
+    def _overlap_fast(self, r: Replica, t: float, in_flight: tuple, last_end_s: float | None):
+        """The decode fast path of the overlap loop (sim.simulator.Simulator._overlap_loop), exact: at the top
+        of an iteration that would schedule step j+1 at t while step j, a pure decode of the whole running
+        set S, is in flight. If the next M + 1 steps are certain pure decodes of S (decode_horizon on the
+        state with step j's placeholders) and the next arrival comes after the iterations that schedule
+        them, it runs the loop's time recursion for those iterations on the cost model's parts
+        (decode_overlap_parts_lists) and applies their effects at once: step j postprocessed at its tokens'
+        time, steps j+1..j+M advanced with their tokens' times (advance_decodes), rows j..j+M-1 timed, row
+        j+M opened as at its schedule. It returns (the time of the iteration scheduling step j+M+1, the
+        in-flight tuple of step j+M marked APPLIED, the end of row j+M-1), or None to step one at a time.
+        The loop then schedules step j+M+1 (a decode of S, priced as predicted) and collects step j+M
+        without postprocessing it.
+
+        Why the same tables: without finishes (none happens before step j+M+1), a schedule sees the same
+        decision and block counts whether the step before is in flight or applied; publishing a full block
+        commutes with taking a plain free one, and where a taken block evicts a cached-free one, nothing
+        these steps fill is published (every running sequence's private blocks are registered
+        implicitly); the times are the loop's own float operations in its order."""
+        sched, fast, cm = r.scheduler, r.fast, r.cost_model
+        batch = in_flight[0]
+        running = sched.running
+        n = len(running)
+        if (batch is APPLIED or batch.num_prefill_seqs or len(batch.seqs) != n or batch.swap_out or batch.swap_in
+                or batch.offload or batch.load or any(s.status is not RUNNING for s in batch.seqs)):
+            return None
+        k = fast.decode_horizon(self.max_fast_steps)
+        if k < 2:
+            return None
+        t_next = r.inbox[0].arrival_time_s if r.inbox else INF
+        m = k if t_next == INF or r.last_decode_s <= 0 else min(k, int((t_next - t) / r.last_decode_s) + 2)
+        if m < 2:
+            return None
+        parts = cm.decode_overlap_parts_lists(n, fast.horizon_context_sum, m, fast.horizon_context_max)
+        if parts is None:
+            r.overlap_fast_ok = False
+            return None
+        prep, dev, post = parts
+        # the loop's recursion; iteration i schedules step j+1+i at scheds[i] and collects step j+i at tokens[i]
+        dev_end, sched_prev, post_prev = in_flight[1], in_flight[3], in_flight[4]
+        last = last_end_s
+        scheds, begins, tokens, dev_ends = [], [], [], []
+        for i in range(m):
+            if t >= t_next:
+                break               # this iteration's schedule would see the arrival
+            host_s = t + prep[i]
+            start = max(host_s, dev_end)
+            tokens_s = max(dev_end, host_s)
+            scheds.append(t)
+            begins.append(sched_prev if last is None else max(sched_prev, last))
+            tokens.append(tokens_s)
+            dev_end = start + dev[i]
+            dev_ends.append(dev_end)
+            last, sched_prev = tokens_s, t
+            t = tokens_s + post_prev
+            post_prev = post[i]
+        M = len(tokens) - 1         # steps j+1..j+M applied; iteration M (step j+M+1) is the loop's
+        if M < 1:
+            return None
+        bm = sched.block_manager
+        if (bm.enable_prefix_caching and not all(map(bm.registers_lazily, running))
+                and fast._blocks_for_decodes(M + 1, fast.memo[4]) > len(bm.free_ids) - bm.num_dead_free):
+            # a block would be evicted from the cached-free ones while blocks of these steps get published:
+            # the overlap loop takes step s+1's blocks before it publishes step s's, so the order matters
+            return None
+        token = self._token_fn()
+        done = sched.postprocess_in_flight(batch, [token(s) for s in batch.seqs], tokens[0])
+        assert not done, "overlap fast path: a sequence finished in step j"
+        rec = r.recorder
+        used0, cached0 = bm.num_used_blocks, bm.num_cached_free_blocks
+        free0 = len(bm.free_ids) - bm.num_dead_free if bm.enable_prefix_caching else bm.num_kvcache_blocks
+        used = fast.advance_decodes(M, tokens[1:], token, done, scheds[0])
+        # allocation takes plain free blocks first, then evicts cached-free ones (as in _fast_segment)
+        cached = [cached0 - max(0, u - used0 - free0) for u in used] if used[-1] - used0 > free0 else cached0
+        assert not done, "overlap fast path: a sequence finished before step j+M+1"
+        durs = [tok - b for tok, b in zip(tokens, begins)]
+        row = -1
+        if rec is not None:
+            rec.set_step_time(in_flight[2], begins[0], durs[0])
+            rec.on_decode_steps(begins[1:M] + [scheds[M - 1]], durs[1:M] + [0.0], n, fast.horizon_context_sum, used,
+                                bm.num_kvcache_blocks, cached, fast.horizon_context_max)
+            row = rec.num_steps - 1
+        del durs[M:]
+        r.num_steps += M
+        r.num_fast_steps += M
+        r.num_fast_calls += 1
+        r.busy_s = sum(durs, r.busy_s)
+        r.last_decode_s = durs[-1]
+        return scheds[M], (APPLIED, dev_ends[M - 1], row, scheds[M - 1], post[M - 1]), tokens[M - 1]
 
     def _count_fast(self, r: Replica, durs: list, done: list) -> None:
         r.num_steps += len(durs)

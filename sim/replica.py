@@ -15,7 +15,7 @@ class Replica:
 
     overlap_scheduling: schedule each step while the previous one runs, as the engine does with
     EngineConfig.overlap_scheduling (sim.simulator.Simulator._overlap_loop, docs/overlap.md): the same
-    scheduling decisions, steps timed by cost_model.overlap_parts_s, no decode fast path."""
+    scheduling decisions, steps timed by cost_model.overlap_parts_s (its decode fast path: sim/fast_path.py)."""
 
     def __init__(self, scheduler: Scheduler, cost_model: CostModel, recorder=None, index: int = 0,
                  overlap_scheduling: bool = False):
@@ -39,6 +39,7 @@ class Replica:
         self.busy_s = 0.0                    # simulated seconds spent executing steps
         self.last_decode_s = 0.0             # duration of the latest pure-decode step (fast-path heuristic)
         self.horizon_spent = False           # the latest fast segment used a horizon that free blocks cut short
+        self.overlap_fast_ok = True          # the cost model prices the overlap fast path's steps
         self.segment_whole = False           # the latest fast segment took its whole decode horizon
 
     def notify(self) -> None:

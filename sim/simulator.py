@@ -37,7 +37,7 @@ from simpy.events import NORMAL, URGENT, Event
 from engine.core.in_flight import is_placeholder
 from engine.core.recorder import RECORD_STEPS, Recorder
 from sim.arrivals import Arrivals, dummy_token_id, private_blocks_exact, token_of
-from sim.fast_path import FastPathMixin
+from sim.fast_path import APPLIED, FastPathMixin
 from sim.replica import Replica
 from sim.result import SimResult
 from sim.router import ReplicaView, RoundRobinRouter, Router, get_router
@@ -327,10 +327,13 @@ class Simulator(FastPathMixin):
         is launched). A recorder row runs from the previous step's tokens on the host (or its own
         schedule, after an idle device) to its own, as the engine records it; consecutive rows tile the
         busy time, and sim/overlap_timeline.py prices a recorded table the same way. A model without a
-        host term runs steps back to back at step_time_s. No decode fast path."""
+        host term runs steps back to back at step_time_s. Runs of pure decodes take the overlap fast path
+        (sim/fast_path.py, _overlap_fast) where requests are routed ahead of time."""
         env, sched, cm, rec = self.env, r.scheduler, r.cost_model, r.recorder
         bm = sched.block_manager
         track, direct = self._track_load, self._direct
+        # the overlap fast path (sim/fast_path.py, _overlap_fast): requests routed ahead of time, none tracked
+        fast = self.fast_path and sched.policy.fast_forward_ok and self._prerouted and not track
         t = env.now
         in_flight = None     # (batch, its device end, recorder row, schedule time, its loop seconds) on the device
         last_end_s = None        # where the step before's row ended; None after an idle device
@@ -342,6 +345,14 @@ class Simulator(FastPathMixin):
                     return
                 last_end_s = None
                 continue
+            if fast and in_flight is not None and r.overlap_fast_ok and sched.running:
+                taken = self._overlap_fast(r, t, in_flight, last_end_s)
+                if taken is not None:
+                    t_end, in_flight, last_end_s = taken
+                    if t_end > t:
+                        yield t_end if direct else _At(env, t_end)
+                    t = t_end
+                    continue
             batch = sched.schedule(t)
             for seq in batch.rejected:
                 self._reject(r, seq)
@@ -384,10 +395,11 @@ class Simulator(FastPathMixin):
             r.busy_s += end_s - begin
             if track:
                 r.outstanding_tokens -= self._emitted_load(done_batch, in_flight=True)
-            token = self._token_fn()
-            done = sched.postprocess_in_flight(done_batch, [token(s) for s in done_batch.seqs], tokens_s)
-            if done:
-                self._record_finished(rec, done)
+            if done_batch is not APPLIED:       # (APPLIED: the overlap fast path postprocessed it)
+                token = self._token_fn()
+                done = sched.postprocess_in_flight(done_batch, [token(s) for s in done_batch.seqs], tokens_s)
+                if done:
+                    self._record_finished(rec, done)
             last_end_s, in_flight = end_s, launched
             t = tokens_s + loop
             if loop:

@@ -114,6 +114,18 @@ class CostModel(ABC):
             return self.decode_step_times_s(num_seqs, start_context_sum, k, start_max_context).tolist()
         return self.decode_step_times_s(num_seqs, start_context_sum, k).tolist()
 
+    def decode_overlap_parts_lists(self, num_seqs: int, start_context_sum: int, k: int,
+                                   start_max_context: int | None = None) -> tuple[list, list, list] | None:
+        """overlap_parts_s of the k pure-decode steps decode_step_times_list prices, as three [k] lists of
+        floats (before the launch, device, after the tokens): the same numbers overlap_parts_s gives each
+        step's batch (the simulator's overlap fast path, sim/fast_path.py). None for a model whose
+        overlap_parts_s has no such form here (the overlap loop then steps one at a time)."""
+        if type(self).overlap_parts_s is not CostModel.overlap_parts_s:
+            return None
+        steps = self.decode_step_times_list(num_seqs, start_context_sum, k, start_max_context)
+        zeros = [0.0] * len(steps)
+        return zeros, steps, zeros
+
     # -- what the simulator calls ----------------------------------------------------------
     def step_time_s(self, batch) -> float:
         """Seconds to execute an engine.core.batch.Batch (swaps first, then the forward pass)."""

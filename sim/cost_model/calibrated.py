@@ -369,6 +369,20 @@ class CalibratedCostModel(FittedCostModel):
         loop = min(self._loop_step + self._loop_seq * n if (n or batch.swap_out or batch.swap_in) else 0.0, host)
         return host - loop, step - host, loop
 
+    def decode_overlap_parts_lists(self, num_seqs: int, start_context_sum: int, k: int,
+                                   start_max_context: int | None = None) -> tuple[list, list, list]:
+        """overlap_parts_s of k pure-decode steps (CostModel.decode_overlap_parts_lists), element by element
+        the same float operations as host_time_s and overlap_parts_s on each step's batch."""
+        steps = self.decode_step_times_list(num_seqs, start_context_sum, k, start_max_context)
+        loop_n = self._loop_step + self._loop_seq * num_seqs
+        if self.device_model is not None:
+            dev = self.device_model.decode_step_times_list(num_seqs, start_context_sum, k, start_max_context)
+            hosts = [max(s - d, 0.0) for s, d in zip(steps, dev)]
+        else:
+            hosts = [loop_n] * len(steps)
+        loops = [min(loop_n, h) for h in hosts]
+        return [h - lp for h, lp in zip(hosts, loops)], [s - h for s, h in zip(steps, hosts)], loops
+
     def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
                            block_size: int = 16) -> float:
         if not (num_offload_blocks or num_load_blocks):

@@ -83,5 +83,6 @@ def test_servelab_setting_reaches_the_simulated_replicas():
     for on in (False, True):
         cfg = compose_cfg(f"overlap_scheduling={str(on).lower()}", "workload.num_requests=30", "progress=false")
         runs[on] = run_sim(cfg)
-    assert runs[False].meta["num_fast_steps"] > 0 and runs[True].meta["num_fast_steps"] == 0
+    # both take the decode fast path (with overlap: sim/fast_path.py's _overlap_fast)
+    assert runs[False].meta["num_fast_steps"] > 0 and runs[True].meta["num_fast_steps"] > 0
     assert runs[True].requests["num_output_tokens"].tolist() == runs[False].requests["num_output_tokens"].tolist()
