@@ -185,8 +185,10 @@ class FastPathMixin:
         them, it runs the loop's time recursion for those iterations on the cost model's parts
         (decode_overlap_parts_lists) and applies their effects at once: step j postprocessed at its tokens'
         time, steps j+1..j+M advanced with their tokens' times (advance_decodes), rows j..j+M-1 timed, row
-        j+M opened as at its schedule. It returns (the time of the iteration scheduling step j+M+1, the
-        in-flight tuple of step j+M marked APPLIED, the end of row j+M-1), or None to step one at a time.
+        j+M opened as at its schedule. Where routing reads replica state, every step's tokens must also
+        reach the host before the next arrival anywhere. It returns (the time of the iteration scheduling
+        step j+M+1, the in-flight tuple of step j+M marked APPLIED, the end of row j+M-1), or None to step
+        one at a time.
         The loop then schedules step j+M+1 (a decode of S, priced as predicted) and collects step j+M
         without postprocessing it.
 
@@ -205,7 +207,10 @@ class FastPathMixin:
         k = fast.decode_horizon(self.max_fast_steps)
         if k < 2:
             return None
-        t_next = r.inbox[0].arrival_time_s if r.inbox else INF
+        prerouted = self._prerouted
+        # routed ahead of time: the replica's own next arrival; else the next one anywhere, which each step's
+        # effects (its tokens' time) must precede, so that routing sees this replica as stepping would
+        t_next = (r.inbox[0].arrival_time_s if r.inbox else INF) if prerouted else self._next_arrival_s
         m = k if t_next == INF or r.last_decode_s <= 0 else min(k, int((t_next - t) / r.last_decode_s) + 2)
         if m < 2:
             return None
@@ -233,6 +238,9 @@ class FastPathMixin:
             t = tokens_s + post_prev
             post_prev = post[i]
         M = len(tokens) - 1         # steps j+1..j+M applied; iteration M (step j+M+1) is the loop's
+        if not prerouted:
+            while M >= 0 and tokens[M] >= t_next:
+                M -= 1
         if M < 1:
             return None
         bm = sched.block_manager
@@ -259,6 +267,8 @@ class FastPathMixin:
                                 bm.num_kvcache_blocks, cached, fast.horizon_context_max)
             row = rec.num_steps - 1
         del durs[M:]
+        if self._track_load:
+            r.outstanding_tokens -= n * (M + 1)     # steps j..j+M (the loop collects step j+M for its time only)
         r.num_steps += M
         r.num_fast_steps += M
         r.num_fast_calls += 1

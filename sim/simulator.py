@@ -328,12 +328,11 @@ class Simulator(FastPathMixin):
         schedule, after an idle device) to its own, as the engine records it; consecutive rows tile the
         busy time, and sim/overlap_timeline.py prices a recorded table the same way. A model without a
         host term runs steps back to back at step_time_s. Runs of pure decodes take the overlap fast path
-        (sim/fast_path.py, _overlap_fast) where requests are routed ahead of time."""
+        (sim/fast_path.py, _overlap_fast)."""
         env, sched, cm, rec = self.env, r.scheduler, r.cost_model, r.recorder
         bm = sched.block_manager
         track, direct = self._track_load, self._direct
-        # the overlap fast path (sim/fast_path.py, _overlap_fast): requests routed ahead of time, none tracked
-        fast = self.fast_path and sched.policy.fast_forward_ok and self._prerouted and not track
+        fast = self.fast_path and sched.policy.fast_forward_ok        # sim/fast_path.py, _overlap_fast
         t = env.now
         in_flight = None     # (batch, its device end, recorder row, schedule time, its loop seconds) on the device
         last_end_s = None        # where the step before's row ended; None after an idle device
@@ -393,7 +392,7 @@ class Simulator(FastPathMixin):
                 rec.set_step_time(row, begin, end_s - begin)
             r.num_steps += 1
             r.busy_s += end_s - begin
-            if track:
+            if track and done_batch is not APPLIED:
                 r.outstanding_tokens -= self._emitted_load(done_batch, in_flight=True)
             if done_batch is not APPLIED:       # (APPLIED: the overlap fast path postprocessed it)
                 token = self._token_fn()
