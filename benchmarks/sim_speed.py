@@ -11,8 +11,8 @@ efficiencies and overheads, the vllm policy, Qwen3-8B on H200, the model's vocab
 Scenarios (`--scenario all`, the default, runs each in a fresh Python process so start-up is
 counted, then prints one table of them with their commands):
   azure     the Azure LLM conversation trace (19,366 requests, native arrival times), one replica;
-            also with prefix caching off, without step rows, and at the former 4,096-token default
-            (max_model_len = 4096, max_num_batched_tokens = 8192: long prompts clipped)
+            also with prefix caching off, without step rows, with overlap scheduling, and at the former
+            4,096-token default (max_model_len = 4096, max_num_batched_tokens = 8192: long prompts clipped)
   poisson   N synthetic Poisson requests (ShareGPT-like lognormal lengths, or lengths drawn
             from the ShareGPT length file) across R replicas behind a router
   coldstart python start + imports to the first simulated event
@@ -23,7 +23,7 @@ on a 2-core machine). The traces are read from ../shared/traces/ beside the repo
 (SERVELAB_TRACES=DIR reads them from DIR instead).
 
     python benchmarks/sim_speed.py                                  # every scenario, one table
-    python benchmarks/sim_speed.py --scenario azure [--no-prefix-caching] [--record-steps none]
+    python benchmarks/sim_speed.py --scenario azure [--no-prefix-caching] [--record-steps none] [--overlap-scheduling]
     python benchmarks/sim_speed.py --scenario poisson --requests 100000
     python benchmarks/sim_speed.py --scenario azure --profile       # cProfile top functions
 """
@@ -63,6 +63,7 @@ ALL = (("coldstart", ["--scenario", "coldstart"]),
        ("azure, defaults", ["--scenario", "azure"]),
        ("azure, prefix caching off", ["--scenario", "azure", "--no-prefix-caching"]),
        ("azure, no step rows", ["--scenario", "azure", "--record-steps", "none"]),
+       ("azure, overlap scheduling", ["--scenario", "azure", "--overlap-scheduling"]),
        ("azure, max_model_len 4096", ["--scenario", "azure", "--max-model-len", "4096",
                                       "--max-num-batched-tokens", "8192"]),
        ("poisson, defaults", ["--scenario", "poisson"]))
@@ -97,13 +98,15 @@ def build_replicas(n: int, args):
                               enable_chunked_prefill=d["enable_chunked_prefill"],
                               enable_prefix_caching=args.prefix_caching)
         cm = RooflineCostModel(spec, hw, max_model_len=args.max_model_len, **roofline)
-        reps.append(Replica(Scheduler(cfg, make_scheduling_policy(args.policy), LRUEviction()), cm))
+        reps.append(Replica(Scheduler(cfg, make_scheduling_policy(args.policy), LRUEviction()), cm,
+                            overlap_scheduling=args.overlap_scheduling))
     return reps, blocks, spec.vocab_size
 
 
 def settings(args) -> str:
     return (f"prefix caching {'on' if args.prefix_caching else 'off'}, max_model_len {args.max_model_len}, "
-            f"max_num_batched_tokens {args.max_num_batched_tokens}, per-step rows: {args.record_steps}")
+            f"max_num_batched_tokens {args.max_num_batched_tokens}, per-step rows: {args.record_steps}, "
+            f"overlap scheduling {'on' if args.overlap_scheduling else 'off'}")
 
 
 def report(name: str, res, t_start: float, t_sim0: float, args, extra: str = "") -> None:
@@ -240,6 +243,8 @@ def main():
     ap.add_argument("--overhead-s", type=float, default=d["roofline"]["overhead_s"], help="roofline per-step overhead")
     ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=d["enable_prefix_caching"])
     ap.add_argument("--no-fast-path", action="store_true")
+    ap.add_argument("--overlap-scheduling", action="store_true",
+                    help="schedule each step while the one before runs (docs/overlap.md; servelab's default: off)")
     ap.add_argument("--record-steps", choices=("all", "none"), default="all",
                     help="per-step table rows (engine.core.recorder.Recorder); 'none' keeps only the request table")
     ap.add_argument("--profile", action="store_true")
