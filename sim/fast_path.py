@@ -207,6 +207,13 @@ class FastPathMixin:
         k = fast.decode_horizon(self.max_fast_steps)
         if k < 2:
             return None
+        bm = sched.block_manager
+        # a block would be evicted from the cached-free ones while blocks of these steps get published: the
+        # overlap loop takes step s+1's blocks before it publishes step s's, so the order matters (checked for
+        # the fewest steps here, before pricing, and for the steps taken below)
+        guard = bm.enable_prefix_caching and not all(map(bm.registers_lazily, running))
+        if guard and fast._blocks_for_decodes(2, fast.memo[4]) > len(bm.free_ids) - bm.num_dead_free:
+            return None
         prerouted = self._prerouted
         # routed ahead of time: the replica's own next arrival; else the next one anywhere, which each step's
         # effects (its tokens' time) must precede, so that routing sees this replica as stepping would
@@ -243,11 +250,7 @@ class FastPathMixin:
                 M -= 1
         if M < 1:
             return None
-        bm = sched.block_manager
-        if (bm.enable_prefix_caching and not all(map(bm.registers_lazily, running))
-                and fast._blocks_for_decodes(M + 1, fast.memo[4]) > len(bm.free_ids) - bm.num_dead_free):
-            # a block would be evicted from the cached-free ones while blocks of these steps get published:
-            # the overlap loop takes step s+1's blocks before it publishes step s's, so the order matters
+        if guard and fast._blocks_for_decodes(M + 1, fast.memo[4]) > len(bm.free_ids) - bm.num_dead_free:
             return None
         token = self._token_fn()
         done = sched.postprocess_in_flight(batch, [token(s) for s in batch.seqs], tokens[0])
