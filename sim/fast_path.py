@@ -45,6 +45,21 @@ RUNNING = SequenceStatus.RUNNING
 APPLIED = object()
 
 
+def _block_counts(bm) -> tuple[int, int, int]:
+    """(blocks in use, plain free blocks, cached-free blocks): allocation takes plain free blocks first, then
+    evicts cached-free ones (none without a prefix cache)."""
+    if bm.enable_prefix_caching:
+        return bm.num_used_blocks, len(bm.free_ids) - bm.num_dead_free, bm.num_cached_free_blocks
+    return bm.num_used_blocks, bm.num_kvcache_blocks, 0
+
+
+def _cached_per_step(used: list, used0: int, free0: int, cached0: int):
+    """The cached-free blocks after each step's allocation (an int while none is evicted)."""
+    if used[-1] - used0 > free0:
+        return [cached0 - max(0, u - used0 - free0) for u in used]
+    return cached0
+
+
 class FastPathMixin:
     """The fast-path calls of sim.simulator.Simulator (which holds the state they read: max_fast_steps,
     _prerouted, _track_load, _token_fn, _record_finished)."""
@@ -122,19 +137,12 @@ class FastPathMixin:
         r.horizon_spent = r.segment_whole and fast.horizon_blocked
         k = len(durs)
         ends = clock[1:]
-        used0 = bm.num_used_blocks
-        if bm.enable_prefix_caching:
-            free0, cached0 = len(bm.free_ids) - bm.num_dead_free, bm.num_cached_free_blocks   # plain free
-        else:                                 # no cached-free blocks ever: nothing to evict
-            free0, cached0 = bm.num_kvcache_blocks, 0
+        used0, free0, cached0 = _block_counts(bm)
         done = []
         used = fast.advance_decodes(k, ends, self._token_fn(), done, t)   # [k] blocks in use after allocation
         rec = r.recorder
         if rec is not None:
-            if used[-1] - used0 > free0:      # allocation takes plain free blocks first, then evicts cached-free
-                cached = [cached0 - max(0, u - used0 - free0) for u in used]
-            else:
-                cached = cached0
+            cached = _cached_per_step(used, used0, free0, cached0)
             del clock[-1]
             rec.on_decode_steps(clock, durs, n, s0, used, bm.num_kvcache_blocks, cached, fast.horizon_context_max)
         if self._track_load:
@@ -212,7 +220,7 @@ class FastPathMixin:
         # overlap loop takes step s+1's blocks before it publishes step s's, so the order matters (checked for
         # the fewest steps here, before pricing, and for the steps taken below)
         guard = bm.enable_prefix_caching and not all(map(bm.registers_lazily, running))
-        if guard and fast._blocks_for_decodes(2, fast.memo[4]) > len(bm.free_ids) - bm.num_dead_free:
+        if guard and fast._blocks_for_decodes(2, fast.memo[4]) > _block_counts(bm)[1]:
             return None
         prerouted = self._prerouted
         # routed ahead of time: the replica's own next arrival; else the next one anywhere, which each step's
@@ -234,12 +242,11 @@ class FastPathMixin:
             if t >= t_next:
                 break               # this iteration's schedule would see the arrival
             host_s = t + prep[i]
-            start = max(host_s, dev_end)
-            tokens_s = max(dev_end, host_s)
+            tokens_s = max(dev_end, host_s)       # step j+i's tokens, and when step j+1+i starts on the device
             scheds.append(t)
             begins.append(sched_prev if last is None else max(sched_prev, last))
             tokens.append(tokens_s)
-            dev_end = start + dev[i]
+            dev_end = tokens_s + dev[i]
             dev_ends.append(dev_end)
             last, sched_prev = tokens_s, t
             t = tokens_s + post_prev
@@ -250,24 +257,22 @@ class FastPathMixin:
                 M -= 1
         if M < 1:
             return None
-        if guard and fast._blocks_for_decodes(M + 1, fast.memo[4]) > len(bm.free_ids) - bm.num_dead_free:
+        if guard and fast._blocks_for_decodes(M + 1, fast.memo[4]) > _block_counts(bm)[1]:
             return None
         token = self._token_fn()
         done = sched.postprocess_in_flight(batch, [token(s) for s in batch.seqs], tokens[0])
         assert not done, "overlap fast path: a sequence finished in step j"
         rec = r.recorder
-        used0, cached0 = bm.num_used_blocks, bm.num_cached_free_blocks
-        free0 = len(bm.free_ids) - bm.num_dead_free if bm.enable_prefix_caching else bm.num_kvcache_blocks
+        used0, free0, cached0 = _block_counts(bm)
         used = fast.advance_decodes(M, tokens[1:], token, done, scheds[0])
-        # allocation takes plain free blocks first, then evicts cached-free ones (as in _fast_segment)
-        cached = [cached0 - max(0, u - used0 - free0) for u in used] if used[-1] - used0 > free0 else cached0
         assert not done, "overlap fast path: a sequence finished before step j+M+1"
         durs = [tok - b for tok, b in zip(tokens, begins)]
         row = -1
         if rec is not None:
             rec.set_step_time(in_flight[2], begins[0], durs[0])
             rec.on_decode_steps(begins[1:M] + [scheds[M - 1]], durs[1:M] + [0.0], n, fast.horizon_context_sum, used,
-                                bm.num_kvcache_blocks, cached, fast.horizon_context_max)
+                                bm.num_kvcache_blocks, _cached_per_step(used, used0, free0, cached0),
+                                fast.horizon_context_max)
             row = rec.num_steps - 1
         del durs[M:]
         if self._track_load:
