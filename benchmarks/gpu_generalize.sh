@@ -27,7 +27,8 @@
 # (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
-# them so; the fit stays on synchronous replays).
+# them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
+# itself to CPU, from the archive's tables: it saves a device call's minutes).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -111,8 +112,12 @@ if has_stage fit; then
   for f in "$WORK"/real/calib_steps_"$TAG"*.parquet; do [ -f "$f" ] && CAL_INPUTS+=("$f"); done
   DEVICE_INPUTS=()
   for f in "$WORK"/real/calib_overlap_steps_"$TAG"*.parquet; do [ -f "$f" ] && DEVICE_INPUTS+=("$f"); done
-  stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$OUT_DIR/profile_$TAG.json" \
-    --hardware "$HW" --model "$MODEL_NAME" ${DEVICE_INPUTS[@]:+--device-tables "${DEVICE_INPUTS[@]}"}
+  if [ "${CALIBRATE:-1}" = 1 ]; then
+    stage calibrate "$T_CAL" "$PY" -m experiments.calibrate "${CAL_INPUTS[@]}" --out "$OUT_DIR/profile_$TAG.json" \
+      --hardware "$HW" --model "$MODEL_NAME" ${DEVICE_INPUTS[@]:+--device-tables "${DEVICE_INPUTS[@]}"}
+  else
+    log "calibrate skipped (CALIBRATE=0): fit on CPU from the archive's tables (experiments.calibrate)"
+  fi
 fi
 
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
