@@ -48,7 +48,7 @@ def host_memory_available_bytes() -> int | None:
     return None
 
 
-def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
+def block_runs(ids: list[int]) -> list[tuple[int, int, int]]:
     """(position in ids, first id, length) of each run of consecutive ids."""
     runs = []
     i, n = 0, len(ids)
@@ -94,7 +94,7 @@ class CpuTierSpace:
         if not self.is_cuda:
             src = torch.tensor([g for g, _ in pairs], dtype=torch.int64)
             gathered = kv_cache.index_select(2, src).permute(2, 0, 1, 3, 4, 5)    # [n, 2, L, bs, Hkv, D]
-            for i, c, k in _runs([c for _, c in pairs]):
+            for i, c, k in block_runs([c for _, c in pairs]):
                 self.host[c:c + k].copy_(gathered[i:i + k])
             return
         compute = torch.cuda.current_stream(self.device)
@@ -109,7 +109,7 @@ class CpuTierSpace:
             buf.copy_(kv_cache.index_select(2, src).permute(2, 0, 1, 3, 4, 5))
             self.stream.wait_stream(compute)
             with torch.cuda.stream(self.stream):
-                for i, c, k in _runs([c for _, c in part]):
+                for i, c, k in block_runs([c for _, c in part]):
                     self.host[c:c + k].copy_(buf[i:i + k], non_blocking=True)
                 ev = torch.cuda.Event()
                 ev.record(self.stream)
@@ -127,7 +127,7 @@ class CpuTierSpace:
         else:
             dst = dst.to(self.device, non_blocking=True)
             buf = torch.empty(len(pairs), *self.block_shape, dtype=self.dtype, device=self.device)
-        for i, c, k in _runs([c for c, _ in pairs]):
+        for i, c, k in block_runs([c for c, _ in pairs]):
             buf[i:i + k].copy_(self.host[c:c + k], non_blocking=self.is_cuda)
         kv_cache.index_copy_(2, dst, buf.permute(1, 2, 0, 3, 4, 5))
 

@@ -4,8 +4,8 @@
     token_ids = runner.execute(batch)      # list aligned with batch.seqs: int where batch.samples(i), else None
 
 KV cache: one tensor [2 (k|v), num_layers, num_blocks, block_size, num_kv_heads, head_dim]; layer l uses
-the contiguous views kv[0, l] and kv[1, l]. The swap space (engine/swap_space.py) has the same layout
-with num_cpu_blocks blocks in host memory (pinned on CUDA), so a swap is one gather and one scatter.
+the contiguous views kv[0, l] and kv[1, l]. The swap space (engine/swap_space.py) holds num_cpu_blocks
+blocks in host memory (pinned on CUDA, block-major), copied by the device in stream order.
 The prefix cache's CPU tier (engine/cpu_tier_space.py, cpu_cache_num_blocks blocks) offloads and loads
 blocks around the forward pass, its device->host transfer overlapping it.
 
@@ -162,8 +162,7 @@ class ModelRunner:
         self.kv_cache = torch.zeros(2, shape[0], self.num_kvcache_blocks, *shape[1:], dtype=self.dtype,
                                     device=self.device)
         self.kv_caches = [(self.kv_cache[0, l], self.kv_cache[1, l]) for l in range(mc.num_hidden_layers)]
-        self.swap_space = SwapSpace(self.num_cpu_blocks, shape, self.dtype, self.device,
-                                    staging_blocks=self.max_blocks_per_seq)
+        self.swap_space = SwapSpace(self.num_cpu_blocks, shape, self.dtype, self.device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.prefill_graphs: PrefillGraphs | None = None
         self.graph_pool = None
@@ -259,7 +258,9 @@ class ModelRunner:
         overlap = self.config.overlap_scheduling
         self.drained_at_s = None
         if overlap and self.is_cuda and (batch.swap_out or batch.swap_in or batch.offload or batch.load):
-            # the copies' pinned staging is reused across steps: let every earlier step finish first
+            # the CPU tier's device staging is reused across steps: let every earlier step finish first (the
+            # swaps, queued in stream order, keep the same wait: one rule for every step with copies, as the
+            # simulator's overlap timeline prices it)
             torch.cuda.current_stream(self.device).synchronize()
             self.drained_at_s = time.perf_counter()     # the step before ended by now (its row ends here)
         if self.inputs_copied is not None:

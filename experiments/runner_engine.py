@@ -357,9 +357,12 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
                 intake.reject(seq)
             if not batch.is_empty:
                 handle = launch(batch)      # reads the batch's inputs before mark_in_flight changes them
+                launched_s = now()
                 if drained is not None and in_flight is not None and (at := drained()) is not None:
                     drained_s = at - intake.t0
                 rec.on_step(start, 0.0, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
+                rec.set_measured(rec.num_steps - 1, "launch_host_s",
+                                 launched_s - (start if drained_s is None else max(start, drained_s)))
                 sched.mark_in_flight(batch)
                 launched = (batch, handle, start, rec.num_steps - 1)
         if in_flight is None:

@@ -71,9 +71,15 @@ STEP_COLUMNS = (
     # host seconds of the step's block copies (swaps, CPU-tier copies: index tensors, the host gather or scatter,
     # the waits for the copies' staging), where the engine ran some; NaN elsewhere. Where a swap step's time goes
     "copy_host_s",
+    # host seconds from the step's schedule() to the end of its launch (scheduling, block allocation, prefix
+    # hashing, input preparation, copies issued, kernel launches or a graph replay; from the drain where a
+    # step with copies first waited for the device), with overlap scheduling; NaN elsewhere. What the host
+    # spends before a step can run, which the step before hides when it is longer
+    "launch_host_s",
 )
 RECORD_STEPS = ("all", "none")
-_MEASURED = ("device_time_s", "copy_host_s")      # float columns measured on some steps (Recorder.set_measured)
+# float columns measured on some steps (Recorder.set_measured)
+_MEASURED = ("device_time_s", "copy_host_s", "launch_host_s")
 # One row per step with a decision; each id column holds the request ids, space-separated, in batch order.
 DECISION_COLUMNS = ("step", "start_time_s", "prefill_ids", "preempted_ids", "swapped_out_ids", "swapped_in_ids")
 # int64 ('q') columns of each run of steps (see the module docstring):
@@ -204,8 +210,8 @@ class Recorder:
             self._step_dur[row] = duration_s
 
     def set_measured(self, row: int, column: str, seconds: float) -> None:
-        """A measured float column of step `row`: device_time_s (the engine's CUDA events) or copy_host_s (the
-        host's seconds in its block copies); see STEP_COLUMNS."""
+        """A measured float column of step `row`: device_time_s (the engine's CUDA events), copy_host_s (the
+        host's seconds in its block copies) or launch_host_s (its schedule and launch); see STEP_COLUMNS."""
         if self._keep_steps:
             rows, values = self._measured[column]
             rows.append(row)

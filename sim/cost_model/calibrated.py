@@ -26,8 +26,9 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              work overlaps its host launches and shows only past the knee; replayed from a graph
                              it bends little (the H200 fit: +1% per token past 4,096). Absent when knee is None
     swap_step                fixed cost of a step's block copies (index tensors, staging, host sync)
-    swap_out_blocks          per KV block copied device -> host (gather, device->pinned copy, host scatter)
-    swap_in_blocks           per KV block copied host -> device (host gather into pinned staging, host->device copy)
+    swap_out_blocks          per KV block copied device -> host (device gather, a copy per run of CPU blocks into
+                             the pinned block-major swap space: engine/swap_space.py)
+    swap_in_blocks           per KV block copied host -> device (a copy per run of CPU blocks, device scatter)
     tier_step                fixed cost of a step with CPU-tier copies of the prefix cache (index tensors, the wait
                              for the offload stream)
     tier_out_blocks          per block offloaded to the CPU tier: the HBM gather, and the part of the device->host

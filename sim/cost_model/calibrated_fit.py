@@ -10,8 +10,8 @@ written per table row; `CalibratedCostModel.predict_table` and
 Which columns a table needs: sim.cost_model.base.STEP_TABLE_COLUMNS. Two
 optional columns refine it:
   * `num_swap_out_blocks` / `num_swap_in_blocks`: the swap direction of each
-    step's blocks (they run different copy paths: device->host staging plus a
-    host scatter vs. a host gather plus host->device). Where a row lacks them
+    step's blocks (the two directions copy over the host link each way, gather
+    before or scatter after the copy). Where a row lacks them
     (NaN or no column), the direction comes from the recorder's
     `num_swapped_out` / `num_swapped_in` sequence counts (blocks split in
     proportion), else from `kind` (a profile's swap_out / swap_in rows), else

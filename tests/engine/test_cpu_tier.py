@@ -7,7 +7,7 @@ import torch
 
 from engine.core.block_keys import hash_block
 from engine.core.sequence import SamplingParams
-from engine.cpu_tier_space import CpuTierSpace, _runs
+from engine.cpu_tier_space import CpuTierSpace, block_runs
 from engine.llm import LLM
 from tests.engine.tiny_model import make_tiny_qwen3
 
@@ -16,8 +16,8 @@ GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
 def test_runs_of_consecutive_ids():
-    assert _runs([3, 4, 5, 9, 2, 3]) == [(0, 3, 3), (3, 9, 1), (4, 2, 2)]
-    assert _runs([]) == []
+    assert block_runs([3, 4, 5, 9, 2, 3]) == [(0, 3, 3), (3, 9, 1), (4, 2, 2)]
+    assert block_runs([]) == []
 
 
 def test_offload_then_load_is_bit_exact():

@@ -11,12 +11,17 @@ def _cache(num_blocks, seed):
     return torch.randn(2, SHAPE[0], num_blocks, *SHAPE[1:], generator=torch.Generator().manual_seed(seed))
 
 
+def _host(num_blocks, seed):
+    """A block-major CPU cache [num_blocks, 2, L, bs, Hkv, D] of random values."""
+    return _cache(num_blocks, seed).permute(2, 0, 1, 3, 4, 5).contiguous()
+
+
 def test_round_trip_is_exact():
     kv = _cache(6, 0)
-    space = SwapSpace(5, SHAPE, torch.float32, torch.device("cpu"), staging_blocks=2)
+    space = SwapSpace(5, SHAPE, torch.float32, torch.device("cpu"))
     original = kv.clone()
     space.swap(kv, swap_out=[(4, 0), (1, 3)], swap_in=[])
-    assert torch.equal(space.cpu_cache[:, :, 0], original[:, :, 4]) and torch.equal(space.cpu_cache[:, :, 3],
+    assert torch.equal(space.cpu_cache[0], original[:, :, 4]) and torch.equal(space.cpu_cache[3],
                                                                                      original[:, :, 1])
     kv[:, :, [1, 4]] = float("nan")                             # the GPU blocks get reused meanwhile
     space.swap(kv, swap_out=[], swap_in=[(3, 2), (0, 5)])
@@ -26,29 +31,29 @@ def test_round_trip_is_exact():
 def test_same_step_swap_in_source_reused_as_swap_out_destination():
     kv = _cache(4, 1)
     space = SwapSpace(3, SHAPE, torch.float32, torch.device("cpu"))
-    space.cpu_cache.copy_(_cache(3, 2))
+    space.cpu_cache.copy_(_host(3, 2))
     cpu_before, kv_before = space.cpu_cache.clone(), kv.clone()
     # CPU block 1 swaps in to GPU block 0 while GPU block 2 swaps out into the freed CPU block 1
     space.swap(kv, swap_out=[(2, 1)], swap_in=[(1, 0)])
-    assert torch.equal(kv[:, :, 0], cpu_before[:, :, 1])
-    assert torch.equal(space.cpu_cache[:, :, 1], kv_before[:, :, 2])
-    assert torch.equal(space.cpu_cache[:, :, [0, 2]], cpu_before[:, :, [0, 2]])      # nothing else touched
+    assert torch.equal(kv[:, :, 0], cpu_before[1])
+    assert torch.equal(space.cpu_cache[1], kv_before[:, :, 2])
+    assert torch.equal(space.cpu_cache[[0, 2]], cpu_before[[0, 2]])      # nothing else touched
 
 
-def test_swaps_larger_than_the_staging_buffer_run_in_chunks():
-    """7 blocks each way through 2-block staging buffers (4 chunks, the last one short), with every swap-in
-    source reused as a swap-out destination and every swap-out source as a swap-in destination."""
+def test_many_blocks_in_runs_and_out_of_order():
+    """7 blocks each way, listed out of CPU-block order and holding runs of consecutive CPU blocks (one copy
+    per run), with every swap-in source reused as a swap-out destination and every swap-out source as a
+    swap-in destination."""
     kv = _cache(10, 3)
-    space = SwapSpace(12, SHAPE, torch.float32, torch.device("cpu"), staging_blocks=2)
-    space.cpu_cache.copy_(_cache(12, 4))
+    space = SwapSpace(12, SHAPE, torch.float32, torch.device("cpu"))
+    space.cpu_cache.copy_(_host(12, 4))
     cpu_before, kv_before = space.cpu_cache.clone(), kv.clone()
-    swap_in = [(c, g) for c, g in zip((5, 1, 7, 3, 9, 0, 11), (2, 8, 0, 6, 4, 9, 1))]
-    swap_out = [(g, c) for g, c in zip((8, 2, 6, 0, 4, 1, 9), (1, 3, 5, 7, 9, 11, 0))]
+    swap_in = [(c, g) for c, g in zip((5, 1, 7, 6, 9, 0, 11), (2, 8, 0, 6, 4, 9, 1))]
+    swap_out = [(g, c) for g, c in zip((8, 2, 6, 0, 4, 1, 9), (1, 3, 5, 7, 2, 4, 0))]
     space.swap(kv, swap_out=swap_out, swap_in=swap_in)
-    assert space.chunk_blocks == 2
     for c, g in swap_in:
-        assert torch.equal(kv[:, :, g], cpu_before[:, :, c])
+        assert torch.equal(kv[:, :, g], cpu_before[c])
     for g, c in swap_out:
-        assert torch.equal(space.cpu_cache[:, :, c], kv_before[:, :, g])
+        assert torch.equal(space.cpu_cache[c], kv_before[:, :, g])
     untouched = [c for c in range(12) if c not in {c for _, c in swap_out}]
-    assert torch.equal(space.cpu_cache[:, :, untouched], cpu_before[:, :, untouched])
+    assert torch.equal(space.cpu_cache[untouched], cpu_before[untouched])

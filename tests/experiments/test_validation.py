@@ -90,6 +90,13 @@ def test_replay_loop_records_each_steps_device_time(overlapped):
     assert list(np.delete(dev, 4)) == pytest.approx([0.01 * (i + 1) for i in range(9) if i != 4])
     # copy_time() (the host's seconds in the step's block copies) lands in copy_host_s the same way
     np.testing.assert_allclose(steps["copy_host_s"].to_numpy(), 2 * dev)
+    # launch_host_s: the host's seconds from schedule() to the end of launch(), overlapped only (launch() here
+    # advances the clock by the step's 0.1 s)
+    host = steps["launch_host_s"].to_numpy()
+    if overlapped:
+        np.testing.assert_allclose(host, 0.1)
+    else:
+        assert np.isnan(host).all()
 
 
 def test_the_model_runner_times_its_block_copies_on_the_host(tiny):
