@@ -162,7 +162,7 @@ COMMANDS: dict[str, Run | Excluded] = {
                                                  "real_h200.tar.xz, unpacked to /tmp); "
                                                  "tests/experiments/test_generalize.py runs "
                                                  "it on tiny-model runs"),
-    "python benchmarks/swap_speed.py --blocks 8,32,128,256,512": Excluded(NEEDS_CUDA),
+    "python benchmarks/swap_speed.py --out benchmarks/results/swap_speed_h200.json": Excluded(NEEDS_CUDA),
     "python benchmarks/decode_partition.py": Excluded(NEEDS_CUDA),
     "python benchmarks/gpu_fused_qkv.py --out DIR/gpu_fused_qkv_h200.json": Excluded(NEEDS_CUDA),
     "python benchmarks/sim_speed.py": Excluded("a benchmark of minutes (a 1M-request run among them); its figures "
