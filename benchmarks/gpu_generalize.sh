@@ -10,8 +10,8 @@
 # Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
-#                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm: device seconds for the
-#                  device model only), the fit on the tables           -> profile_<tag>.{csv,json}, calib steps in the archive
+#                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm and sarathi: device seconds
+#                  for the device model only, whole prompts and chunks), the fit on the tables           -> profile_<tag>.{csv,json}, calib steps in the archive
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
@@ -24,7 +24,7 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (512: the
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
-# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm,sarathi; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
@@ -55,7 +55,7 @@ CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
 CAL_POLICIES="${CAL_POLICIES:-vllm_swap,sarathi}"
 # replayed again with overlap scheduling, for the device model only (empty: none)
-CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm}"
+CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm,sarathi}"
 
 # workload_flags NAME: the validate flags of one family (prompts, outputs, arrivals, KV cache, policies).
 workload_flags() {

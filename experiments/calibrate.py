@@ -38,8 +38,9 @@ import pandas as pd
 
 from experiments.step_tables import read_step_table
 from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
-from sim.cost_model.calibrated_fit import decode_single_split_min_seqs, prefill_span_pairs_per_key
+from sim.cost_model.calibrated_fit import decode_single_split_min_seqs
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
+from sim.cost_model.prefill_span import PrefillSpanGrid
 
 
 def read_table(path) -> pd.DataFrame:
@@ -86,41 +87,57 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
               knee_candidates=KNEE_CANDIDATES, objective: str = "relative", robust: bool = True,
               metadata: dict | None = None, eval_tables: dict | None = None,
               single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
-              prefill_graph_max_tokens: int | None = None,
+              prefill_graph_max_tokens: int | None = None, prefill_span_grid: PrefillSpanGrid | None = None,
               device_tables: list | None = None) -> tuple[CalibratedCostModel, dict]:
     """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
 
     table: one calibration table (an optional `source` column names each row's input, for per-source errors).
     eval_tables: name -> table never fitted on, scored with the final model.
     single_split_min_seqs: the decode batch size from which the engine's decode kernel stops splitting keys
-    (decode_tail_keys; main() derives it from the profile's SM and KV-head counts). prefill_span_pairs: the
-    divisor of prefill_attention_span (main() derives it from the SM and head counts). prefill_graph_max_tokens:
-    the profiled engine's largest prefill CUDA graph (main(): the profile's record, profile_graph_max_tokens).
+    (decode_tail_keys; main() derives it from the profile's SM and KV-head counts). prefill_span_grid: the prefill
+    kernel's program grid, whose makespan prices prefill_attention_span (main() derives it from the SM and head
+    counts; prefill_span_pairs: the older spread-or-walk rule instead). prefill_graph_max_tokens: the profiled
+    engine's largest prefill CUDA graph (main(): the profile's record, profile_graph_max_tokens).
     device_tables: tables fitted for the device model only (device_table): e.g. a replay with overlap
     scheduling, whose step times are not the synchronous loop's but whose device seconds are measured.
+
+    With a device model (rows with device seconds) and the serving loop's synchronous rows, the step-time model
+    is the device model plus host terms fitted on what it leaves of those rows
+    (CalibratedCostModel.fit_device_plus_host); otherwise one joint fit of every term.
     """
     table = _valid(table)
     opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust,
                 single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
-                prefill_graph_max_tokens=prefill_graph_max_tokens)
+                prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid)
+    d_opts = dict(opts, run_share=DEVICE_RUN_SHARE)
+    extra = [_valid(t) for t in (device_tables or [])]
     train, test = heldout_split(len(table), heldout_fraction, seed)
-    part = CalibratedCostModel.fit(table.iloc[train], **opts)
+
+    def fitted(rows: pd.DataFrame, meta: dict | None) -> tuple[CalibratedCostModel, dict | None]:
+        """(the step-time model, the device model's held-out error) fitted on rows (and the device tables)."""
+        device = device_table(pd.concat([rows, *extra], ignore_index=True))
+        if device is None:
+            return CalibratedCostModel.fit(rows, metadata=meta, **opts), None
+        # the device's share alone: overlap scheduling hides the rest (CalibratedCostModel.host_time_s)
+        d_train, d_test = heldout_split(len(device), heldout_fraction, seed)
+        d_part = CalibratedCostModel.fit(device.iloc[d_train], **d_opts)
+        d_held = error_stats(d_part.predict_table(device.iloc[d_test]), device["duration_s"].to_numpy()[d_test])
+        dev = CalibratedCostModel.fit(device, metadata=dict(heldout=d_held, target="device_time_s"), **d_opts)
+        model = CalibratedCostModel.fit_device_plus_host(rows, dev, metadata=meta)
+        if model is None:
+            model = CalibratedCostModel.fit(rows, metadata=meta, **opts)
+            model.device_model = dev
+        return model, d_held
+
+    part, _ = fitted(table.iloc[train], None)
     heldout = _by_source(part, table, test)
     heldout["all"].update(fraction=heldout_fraction, seed=seed)
     meta = dict(metadata or {})
     meta["heldout"] = heldout["all"]
     meta["heldout_by_source"] = {k: v for k, v in heldout.items() if k != "all"}
-    model = CalibratedCostModel.fit(table, metadata=meta, **opts)
+    model, d_held = fitted(table, meta)
     model.metadata["train_error_all_rows"] = _by_source(model, table, np.arange(len(table)))["all"]
-    device = device_table(pd.concat([table, *[_valid(t) for t in (device_tables or [])]], ignore_index=True))
-    if device is not None:
-        # the device's share alone: overlap scheduling hides the rest (CalibratedCostModel.host_time_s)
-        d_train, d_test = heldout_split(len(device), heldout_fraction, seed)
-        d_opts = dict(opts, run_share=DEVICE_RUN_SHARE)
-        d_part = CalibratedCostModel.fit(device.iloc[d_train], **d_opts)
-        d_held = error_stats(d_part.predict_table(device.iloc[d_test]), device["duration_s"].to_numpy()[d_test])
-        model.device_model = CalibratedCostModel.fit(device, metadata=dict(heldout=d_held, target="device_time_s"),
-                                                     **d_opts)
+    if d_held is not None:
         model.metadata["device_heldout"] = d_held
     report = {"heldout": heldout["all"], "heldout_by_source": meta["heldout_by_source"],
               "train": model.metadata["train_error_all_rows"], "eval": {}}
@@ -246,11 +263,11 @@ def main(argv=None) -> int:
     # the decode kernel's split rule needs the GPU's SM count (a profile made before it was recorded: none)
     dims = meta["model_dims"] or {}
     split_min = decode_single_split_min_seqs(prof.get("num_sms"), dims.get("num_kv_heads"))
-    span_pairs = prefill_span_pairs_per_key(prof.get("num_sms"), dims.get("num_q_heads"), dims.get("num_kv_heads"))
+    span_grid = PrefillSpanGrid.from_counts(prof.get("num_sms"), dims.get("num_q_heads"), dims.get("num_kv_heads"))
     evals = {Path(t).name: read_table(t) for t in args.eval}
     model, report = calibrate(table, heldout_fraction=args.heldout, seed=args.seed, objective=args.objective,
                               robust=not args.no_robust, metadata=meta, eval_tables=evals,
-                              single_split_min_seqs=split_min, prefill_span_pairs=span_pairs,
+                              single_split_min_seqs=split_min, prefill_span_grid=span_grid,
                               prefill_graph_max_tokens=profile_graph_max_tokens(prof),
                               device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables])
     model.save(args.out)

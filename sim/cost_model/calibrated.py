@@ -69,25 +69,31 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              splits contexts its own way (32 partitions for 1-4 sequences, 17 for 8, 9 for 16),
                              so at one context the H200 step took 1.58 / 1.61 / 1.59 / 1.55 / 1.67 ms at 1 / 2 /
                              4 / 5 / 9 sequences, which no line in the batch size gives
-    prefill_attention_span   per key of max(prefill_attention_pairs / `prefill_span_pairs`, longest prefill context)
-                             in a step with prefill entries: the keys the prefill kernel's busiest program slot
-                             reads. A program owns 32 query tokens of one entry and one KV head; with few of them
-                             (a short chunk on a long cached prefix) one serial walk over the longest context
-                             sets the time, with many the pairs spread over the SMs' program slots do
-                             (calibrated_fit.prefill_span_pairs_per_key). On the H200 the terms without it priced
-                             128 new tokens on 16,384 cached at 0.87 of the profile's time and 1,024 at 1.32
+    prefill_attention_span   per key the prefill kernel's busiest program slot reads in a step with prefill entries:
+                             with `prefill_span_grid`, the greedy list schedule's makespan of its programs (32
+                             query tokens of one KV head each, in launch order on the SMs' program slots:
+                             sim/cost_model/prefill_span.py), one walk over the longest context when they all fit
+                             and the spread work plus a tail when they do not. On the H200 the terms without it
+                             priced 128 new tokens on 16,384 cached at 0.87 of the profile's time and 1,024 at
+                             1.32; max(spread, longest walk) instead (files fitted before the grid, which keep
+                             `prefill_span_pairs`, calibrated_fit.prefill_span_pairs_per_key) priced 2k-token
+                             prompts 0.93 of their device seconds and 8k ones 1.03
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's
 seconds; the loop terms loop_step and loop_seqs after its tokens (sim/overlap_timeline.py). Where the fit's
-tables hold each step's device seconds (`device_time_s`: CUDA events in the profile and the replays),
-the same terms are also fitted to those alone (the file's `device` model) and host = step - device:
-all of the host's share (input preparation, launches, the sampler's sync, the loop), which on the
-H200 is ~0.3 ms of a 1.9 ms small decode step. Without it, host = the loop_* terms, which miss the
-host work inside the step, so an overlapped step is priced too slow. experiments.calibrate fits the device
-model at the overlapped replays' level (the profile offset below, and 95% of the row weights on the
-replays: DEVICE_RUN_SHARE) and gives the profile's swap shapes their step time as device time (a swap's
-copies run on the device's stream).
+tables hold each step's device seconds (`device_time_s`: CUDA events in the profile and the overlapped
+replays), experiments.calibrate fits the same terms to those alone (the file's `device` model, at the
+overlapped replays' level: the profile offset below, and 95% of the row weights on the replays,
+DEVICE_RUN_SHARE; the profile's swap shapes count their step time as device time, a swap's copies running on
+the device's stream), and then the host's share on what it leaves of the synchronous replays' steps
+(calibrated_fit.fit_host_terms: step, eager_step, num_seqs, loop_prefill_tokens and the loop terms): the
+step-time model is the device model plus those host terms (CalibratedCostModel.fit_device_plus_host), and
+host = step - device is exactly them: on the H200 0.22 ms a step, 0.40 ms a prefill step, 0.23 us a prefill
+token, the loop's 20 us + 2.5 us a sequence. A joint fit of every term put what the synchronous replays' ~1k-token
+prompts showed beyond the profile into the host's share, 4.2 ms before an 8k prompt's launch where the engine
+spent 2.9 (`launch_host_s`). Without a device model, host = the loop_* terms, which miss the host work inside the
+step, so an overlapped step is priced too slow.
 
 With `prefill_graph_max_tokens` (the profiled engine's largest prefill CUDA graph) a step with prefill
 entries pays `prefill_tokens` and the knee on the token count of the graph it pads to (steps of 16 to
@@ -140,10 +146,12 @@ from sim.cost_model.calibrated_fit import (
     _col,
     design_matrix,
     fit_coefficients,
+    fit_host_terms,
     nnls,
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
+from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import overlapped_row_s, restarts
 
 FORMAT = "servelab.calibrated_cost_model/v3"
@@ -169,14 +177,17 @@ class CalibratedCostModel(FittedCostModel):
                  fitted_range: Mapping | None = None, max_model_len: int | None = None,
                  envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False,
                  single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None,
-                 prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None):
+                 prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
+                 prefill_span_grid: "PrefillSpanGrid | Mapping | None" = None):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
         single_split_min_seqs: the decode batch size from which the fitted engine's decode kernel stops
         splitting keys (calibrated_fit.decode_single_split_min_seqs); None: decode_tail_keys is not priced.
         prefill_span_pairs: the divisor of prefill_attention_span (calibrated_fit.prefill_span_pairs_per_key);
-        None: that term is not priced. prefill_graph_max_tokens: the fitted engine's largest prefill CUDA graph;
+        None: that term is not priced. prefill_span_grid: the prefill kernel's program grid
+        (sim/cost_model/prefill_span.py); when given, prefill_attention_span is its makespan instead of the
+        rule prefill_span_pairs gives. prefill_graph_max_tokens: the fitted engine's largest prefill CUDA graph;
         a step with prefill entries pays prefill_tokens on its padded token count (None or 0: its own).
         device: the same terms fitted to the steps' device seconds alone (the `device` key of a saved file;
         experiments.calibrate fits it where the tables have device_time_s): host_time_s is then the rest of a
@@ -191,6 +202,7 @@ class CalibratedCostModel(FittedCostModel):
             envelope = data.get("envelope")
             single_split_min_seqs = data.get("single_split_min_seqs")
             prefill_span_pairs = data.get("prefill_span_pairs")
+            prefill_span_grid = data.get("prefill_span_grid")
             prefill_graph_max_tokens = data.get("prefill_graph_max_tokens")
             device = data.get("device")
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
@@ -218,11 +230,14 @@ class CalibratedCostModel(FittedCostModel):
         if prefill_span_pairs is not None and not float(prefill_span_pairs) > 0:
             raise ValueError(f"prefill_span_pairs must be > 0 or None, got {prefill_span_pairs}")
         self.prefill_span_pairs = None if prefill_span_pairs is None else float(prefill_span_pairs)
+        if isinstance(prefill_span_grid, Mapping):
+            prefill_span_grid = PrefillSpanGrid.from_dict(prefill_span_grid)
+        self.prefill_span_grid: PrefillSpanGrid | None = prefill_span_grid
         if prefill_graph_max_tokens is not None and int(prefill_graph_max_tokens) < 0:
             raise ValueError(f"prefill_graph_max_tokens must be >= 0 or None, got {prefill_graph_max_tokens}")
         self.prefill_graph_max_tokens = int(prefill_graph_max_tokens) if prefill_graph_max_tokens else None
         self._graph_tokens = prefill_graph_sizes(self.prefill_graph_max_tokens or 0)
-        if self.prefill_span_pairs is None:
+        if self.prefill_span_pairs is None and self.prefill_span_grid is None:
             c["prefill_attention_span"] = 0.0
         self.coefficients = c
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
@@ -299,7 +314,10 @@ class CalibratedCostModel(FittedCostModel):
                   + self._ptok * (step_tokens - num_decode_seqs) + self._loop_ptok * pre_tokens + self._pairs * pairs
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
             if self._span:
-                t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
+                if self.prefill_span_grid is not None:
+                    t += self._span * self.prefill_span_grid.makespan_keys(n_pre, pre_tokens, sum(prefill_context_lens))
+                else:
+                    t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
             if step_tokens > self._knee:
                 t += self._knee_slope * (step_tokens - self._knee)
             if num_decode_seqs and self._dtail:
@@ -427,14 +445,17 @@ class CalibratedCostModel(FittedCostModel):
                 fixed = fixed + self._dec_split * np.minimum(start_max_context + np.arange(k), SPLIT_PARTITION_KEYS)
         return fixed + self._dctx * ctx
 
+    def _design(self, steps) -> np.ndarray:
+        return design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs,
+                             self.prefill_span_pairs, self.prefill_graph_max_tokens, self.prefill_span_grid)
+
     def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
         """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s). overlapped:
         the rows of one run with overlap scheduling, in step order, priced as the simulator's overlap loop times
         them (overlap_parts_s, sim/overlap_timeline.py); a row starting after a gap behind the row before
         (start_time_s, and the recorded measured_duration_s or else duration_s) was scheduled on an idle device, and a
         row with block copies (swaps, CPU-tier loads or offloads) waited for the device before its launch."""
-        x = design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
-                          self.prefill_graph_max_tokens)
+        x = self._design(steps)
         total = x @ np.array([self.coefficients[f] for f in FEATURES])
         if not overlapped:
             return total
@@ -459,7 +480,8 @@ class CalibratedCostModel(FittedCostModel):
     def fit(cls, steps: Any, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int | None = None,
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
             single_split_min_seqs: int | None = None, run_share: float = 0.5, prefill_span_pairs: float | None = None,
-            prefill_graph_max_tokens: int | None = None, **options) -> "CalibratedCostModel":
+            prefill_graph_max_tokens: int | None = None, prefill_span_grid: PrefillSpanGrid | None = None,
+            **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
@@ -469,12 +491,13 @@ class CalibratedCostModel(FittedCostModel):
         run_share: the real runs' share of the row weights where the table mixes profile and run rows
         (calibrated_fit.source_weights; default: equal shares).
         prefill_span_pairs: see __init__ (experiments.calibrate derives it from the profile's SM and head counts);
-        None leaves prefill_attention_span out. prefill_graph_max_tokens: see __init__ (from the profile).
+        None leaves prefill_attention_span out, as does prefill_span_grid (see __init__; it takes precedence).
+        prefill_graph_max_tokens: see __init__ (from the profile).
         """
         if options:
             raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
                             f"metadata, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs, "
-                            f"prefill_graph_max_tokens")
+                            f"prefill_graph_max_tokens, prefill_span_grid")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
@@ -486,7 +509,7 @@ class CalibratedCostModel(FittedCostModel):
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
         coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
                                               single_split_min_seqs, run_share, prefill_span_pairs,
-                                              prefill_graph_max_tokens)
+                                              prefill_graph_max_tokens, prefill_span_grid)
         rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -497,13 +520,38 @@ class CalibratedCostModel(FittedCostModel):
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
                    single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
-                   prefill_graph_max_tokens=prefill_graph_max_tokens)
+                   prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid)
+
+    @classmethod
+    def fit_device_plus_host(cls, steps: Any, device: "CalibratedCostModel",
+                             metadata: Mapping | None = None) -> "CalibratedCostModel | None":
+        """The step-time model as the device model plus the host's share fitted on what it leaves of the serving
+        loop's synchronous steps (calibrated_fit.fit_host_terms): its coefficients are the two sums, its knee
+        and shape options the device model's, and host_time_s is exactly the host terms. None when the table
+        has no such rows (a profile alone)."""
+        y = np.asarray(steps["duration_s"], dtype=np.float64)
+        keep = np.isfinite(y) & (y > 0)
+        table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
+        host = fit_host_terms(table, device._design(table), device.predict_table(table))
+        if host is None:
+            return None
+        coef = {f: device.coefficients[f] + float(h) for f, h in zip(FEATURES, host)}
+        rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
+        meta = dict(metadata or {})
+        meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        meta.update(num_fit_rows=int(keep.sum()), structure="device model + host terms (calibrated_fit.fit_host_terms)",
+                    host_coefficients={f: float(h) for f, h in zip(FEATURES, host) if h})
+        return cls(coefficients=coef, knee_tokens=device.knee_tokens, block_size=device.block_size, metadata=meta,
+                   fitted_range=rng, envelope=envelope_of(table), single_split_min_seqs=device.single_split_min_seqs,
+                   prefill_span_pairs=device.prefill_span_pairs, prefill_span_grid=device.prefill_span_grid,
+                   prefill_graph_max_tokens=device.prefill_graph_max_tokens, device=device)
 
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
              "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
              "single_split_min_seqs": self.single_split_min_seqs, "prefill_span_pairs": self.prefill_span_pairs,
              "prefill_graph_max_tokens": self.prefill_graph_max_tokens,
+             "prefill_span_grid": None if self.prefill_span_grid is None else self.prefill_span_grid.to_dict(),
              "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
              "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}
         if self.device_model is not None:

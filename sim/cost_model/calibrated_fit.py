@@ -32,6 +32,7 @@ import numpy as np
 
 from engine.core.graph_sizes import decode_graph_sizes, prefill_graph_sizes
 from sim.cost_model.base import STEP_TABLE_COLUMNS
+from sim.cost_model.prefill_span import PREFILL_BLOCK_M, PREFILL_PROGRAMS_PER_SM, PrefillSpanGrid, table_makespan_keys
 
 # the engine's smallest decode CUDA graph sizes: a batch pads to the next (none above 32 is priced apart)
 DECODE_GRAPH_BUCKETS = tuple(b for b in decode_graph_sizes(512) if b <= 32)
@@ -167,10 +168,6 @@ def decode_split_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
     return np.where(split, np.minimum(longest, SPLIT_PARTITION_KEYS), 0.0)
 
 
-PREFILL_BLOCK_M = 64          # engine/kernels/paged_prefill.paged_prefill_attention's block_m (query rows a program)
-PREFILL_PROGRAMS_PER_SM = 2   # its 64 x 64 tiles, 2 stages: ~80 KB of shared memory a program, two fit an H200 SM
-
-
 def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num_kv_heads: int | None) -> float | None:
     """The divisor of prefill_attention_span: query-key pairs that the prefill kernel's programs, running side by
     side (num_sms * PREFILL_PROGRAMS_PER_SM), cover while one of them reads one key. A program owns
@@ -183,12 +180,15 @@ def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num
     return float(block_m // group) * int(num_sms) * PREFILL_PROGRAMS_PER_SM / int(num_kv_heads)
 
 
-def prefill_attention_span(steps, pairs_per_key: float | None) -> np.ndarray:
-    """Per row with prefill entries: max(prefill_attention_pairs / pairs_per_key, longest prefill context), the keys
-    the prefill kernel's busiest program slot reads: its work spread over the slots, or one program's serial walk
-    over the longest context when there are too few programs to fill them (0 otherwise, for pairs_per_key None,
-    and for a table without the recorder's max_prefill_context_tokens column)."""
+def prefill_attention_span(steps, pairs_per_key: float | None, grid: PrefillSpanGrid | None = None) -> np.ndarray:
+    """Per row with prefill entries: the keys the prefill kernel's busiest program slot reads. With grid, the greedy
+    list schedule's makespan of the kernel's programs (sim/cost_model/prefill_span.py). Else, in files fitted
+    before it, max(prefill_attention_pairs / pairs_per_key, longest prefill context): the work spread over the
+    slots, or one program's serial walk over the longest context when there are too few programs to fill them.
+    0 otherwise (neither given; without grid, a table without the recorder's max_prefill_context_tokens)."""
     p_seqs = _col(steps, "num_prefill_seqs")
+    if grid is not None:
+        return table_makespan_keys(p_seqs, _col(steps, "num_prefill_tokens"), _col(steps, "prefill_context_sum"), grid)
     if pairs_per_key is None or "max_prefill_context_tokens" not in steps:
         return np.zeros_like(p_seqs)
     spread = _col(steps, "prefill_attention_pairs") / float(pairs_per_key)
@@ -208,12 +208,14 @@ def padded_step_tokens(tokens: np.ndarray, graph_max_tokens: int | None) -> np.n
 
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                   single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
-                  prefill_graph_max_tokens: int | None = None) -> np.ndarray:
+                  prefill_graph_max_tokens: int | None = None,
+                  prefill_span_grid: PrefillSpanGrid | None = None) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
     to it: a block twice as large copies twice the bytes). single_split_min_seqs: see decode_tail_keys and
-    decode_split_keys (None: those columns are 0). prefill_span_pairs: see prefill_attention_span (None: 0).
+    decode_split_keys (None: those columns are 0). prefill_span_pairs, prefill_span_grid: see
+    prefill_attention_span (both None: 0).
     prefill_graph_max_tokens: the engine's largest prefill CUDA graph; a step with prefill entries pays
     prefill_tokens and tokens_over_knee on its padded token count (padded_step_tokens; None or 0: its own).
     """
@@ -248,7 +250,8 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
                             tier_in, decode_tail_keys(steps, single_split_min_seqs),
                             decode_split_keys(steps, single_split_min_seqs),
-                            *decode_graph_buckets(steps), prefill_attention_span(steps, prefill_span_pairs)])
+                            *decode_graph_buckets(steps),
+                            prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid)])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
@@ -331,6 +334,43 @@ def fit_loop_terms(steps) -> np.ndarray | None:
     return coef
 
 
+# The host's share of a step where a device model prices the rest: launch, sampler sync and input copies per step,
+# a prefill step's graph inputs, admissions and first-token work (eager_step: on the serving loop's rows the same
+# column as loop_prefill_step, which stays 0), and the scheduler's block allocation and prefix hashing per prefill
+# token (the loop terms come from the gap between steps, fit_loop_terms)
+HOST_FIT_TERMS = ("step", "eager_step", "num_seqs", "loop_prefill_tokens")
+
+
+def fit_host_terms(steps, x: np.ndarray, device_s: np.ndarray) -> np.ndarray | None:
+    """Coefficients in FEATURES order (0 outside HOST_FIT_TERMS and LOOP_TERMS) of the host's share of the serving
+    loop's steps: a real run's synchronous rows (serving_loop 1, with measured_duration_s) less the device model's
+    seconds (device_s) and the loop terms, robust absolute least squares; None when no such row has sequences.
+
+    Fitted jointly with the device terms, the host terms took what the synchronous replays' ~1k-token prompts
+    showed beyond the profile, and overlap scheduling priced the rest of a step (total minus device) as host
+    work before its launch: an 8k-token prompt's 4.2 ms, where the engine took 2.9 (launch_host_s). Fitted on what
+    the device model leaves, the host's cost per prefill token is its own (0.23 us on the H200, the
+    launch-time slope) and the device model's shape cannot leak into it. Rows with block copies are left out
+    (a swap's copies are device work, priced by the device model)."""
+    loop_coef = fit_loop_terms(steps)
+    if loop_coef is None:
+        return None
+    seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
+    copies = sum(np.nan_to_num(_col(steps, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
+                                                               "num_cpu_hit_blocks"))
+    rows = (serving_loop_flags(steps) == 1) & np.isfinite(_col(steps, "measured_duration_s")) & (seqs > 0) \
+        & (copies == 0)
+    if not rows.any():
+        return None
+    loop_cols = [FEATURES.index(name) for name in LOOP_TERMS]
+    host_cols = [FEATURES.index(name) for name in HOST_FIT_TERMS]
+    y = np.asarray(steps["duration_s"], dtype=np.float64) - device_s - x[:, loop_cols] @ loop_coef
+    coef = np.zeros(len(FEATURES))
+    coef[host_cols], _ = robust_nnls(x[rows][:, host_cols], np.maximum(y[rows], 1e-7), "absolute", True)
+    coef[loop_cols] = loop_coef
+    return coef
+
+
 def source_weights(steps, run_share: float = 0.5) -> np.ndarray:
     """Per-row weights giving the real runs' rows (serving_loop 1) run_share of the total weight and the profile
     rows (0) the rest (default: equal shares).
@@ -377,7 +417,8 @@ def profile_offset_columns(steps) -> np.ndarray | None:
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
                      objective: str = "relative", robust: bool = True,
                      single_split_min_seqs: int | None = None, run_share: float = 0.5,
-                     prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None) -> Fit:
+                     prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
+                     prefill_span_grid: PrefillSpanGrid | None = None) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
@@ -403,7 +444,8 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     nf = len(FEATURES)
 
     def fit(knee):
-        x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs, prefill_graph_max_tokens)
+        x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs, prefill_graph_max_tokens,
+                          prefill_span_grid)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])

@@ -568,3 +568,55 @@ def test_a_mixed_step_priced_by_its_decode_tail_pays_its_tier_copies_too():
     copies = cm.with_tier_copies_s(0.0, 4, 0, 16)
     assert copies > 0 and cm.step_time_s(plain) > no_tail.step_time_s(plain)
     assert cm.step_time_s(tier) == pytest.approx(cm.step_time_s(plain) + copies, rel=1e-12)
+
+
+def test_prefill_span_grid_prices_the_kernels_makespan():
+    """With prefill_span_grid, prefill_attention_span is the makespan of the prefill kernel's programs
+    (sim/cost_model/prefill_span.py) in the batch form and the table form alike, and a file keeps the grid."""
+    from sim.cost_model.prefill_span import PrefillSpanGrid
+    grid = PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32)
+    coef = dict(step=1e-3, prefill_tokens=2e-6, prefill_attention_pairs=1e-10, prefill_attention_span=3e-7)
+    cm = CalibratedCostModel(coefficients=coef, prefill_span_grid=grid, prefill_span_pairs=1000.0)
+    rng = np.random.default_rng(0)
+    whole = build_batch(Shape("prefill", ((8192, 0),)), 16, 1000, 0.0, rng)
+    pairs = 8192 * 8193 // 2
+    assert cm.step_time_s(whole) == pytest.approx(1e-3 + 2e-6 * 8192 + 1e-10 * pairs + 3e-7 * 37376)
+    shapes = [Shape("prefill", ((n, c),)) for n in (16, 512, 2048, 8192) for c in (0, 8192)]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4)]
+    table, batches = _table(shapes, cm, loop=False)
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+    again = CalibratedCostModel.from_dict(json.loads(json.dumps(cm.to_dict())))
+    assert again.prefill_span_grid == grid
+    np.testing.assert_allclose(again.predict_table(table), table["duration_s"], rtol=1e-12)
+
+
+def test_device_plus_host_fit_recovers_both_shares():
+    """A device model and the serving loop's synchronous rows priced as device + host terms + the loop's gap:
+    fit_device_plus_host gives back the host terms alone on what the device model leaves (coefficients = the two
+    sums), so host_time_s is exactly those terms and a prefill's host share follows its own per-token cost."""
+    device = CalibratedCostModel(coefficients=dict(step=1e-3, num_seqs=1e-5, prefill_tokens=2e-6,
+                                                   prefill_attention_pairs=1e-10, decode_context_sum=2e-8),
+                                 single_split_min_seqs=SPLIT)
+    host = dict(step=2e-4, eager_step=3e-4, num_seqs=4e-6, loop_prefill_tokens=2e-7)
+    shapes = [Shape("decode", (), (c,) * n) for n in (1, 4, 40) for c in (50, 900)]
+    shapes += [Shape("prefill", ((n, 0),)) for n in (100, 700, 2000, 5000)] * 3
+    shapes += [Shape("mixed", ((n, 0),), (300,) * 3) for n in (64, 512)]
+    truth = CalibratedCostModel(coefficients={f: device.coefficients[f] + host.get(f, 0.0) for f in FEATURES},
+                                single_split_min_seqs=SPLIT)
+    run, batches = _table(shapes, truth, loop=True)
+    seqs = run["num_prefill_seqs"] + run["num_decode_seqs"]
+    gap = 3e-5 + 2e-6 * seqs                                    # the loop's host gap after each step
+    run = run.assign(measured_duration_s=run["duration_s"], duration_s=run["duration_s"] + gap)
+    fitted = CalibratedCostModel.fit_device_plus_host(run, device)
+    assert fitted.device_model is device
+    assert fitted.coefficients["loop_step"] == pytest.approx(3e-5, rel=1e-4)
+    assert fitted.coefficients["loop_seqs"] == pytest.approx(2e-6, rel=1e-4)
+    for f in FEATURES:
+        want = device.coefficients[f] + host.get(f, 0.0) + dict(loop_step=3e-5, loop_seqs=2e-6).get(f, 0.0)
+        assert fitted.coefficients[f] == pytest.approx(want, rel=1e-4, abs=1e-12), f
+    b = batches[len(shapes) - 3]                                # a 5,000-token prefill
+    want = 2e-4 + 3e-4 + 4e-6 + 2e-7 * 5000 + 3e-5 + 2e-6
+    assert fitted.host_time_s(b) == pytest.approx(want, rel=1e-4)
+    # a profile alone (no serving-loop rows): nothing to fit the host terms on
+    prof, _ = _table(shapes, device, loop=False)
+    assert CalibratedCostModel.fit_device_plus_host(prof, device) is None

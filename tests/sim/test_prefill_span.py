@@ -1,0 +1,86 @@
+"""The prefill kernel's makespan (sim/cost_model/prefill_span.py): an exact hand-built schedule, equality with an
+independent event-by-event list schedule, the resident case (one walk), the equal-entries rule of a step table,
+and the grid of the engine's kernel."""
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from sim.cost_model.prefill_span import (
+    PREFILL_BLOCK_M,
+    PREFILL_BLOCK_N,
+    PREFILL_PROGRAMS_PER_SM,
+    PrefillSpanGrid,
+    table_makespan_keys,
+)
+
+
+def _reference(grid, entries):
+    """The list schedule written out: programs in launch order (tiles fastest, then heads), each on the slot
+    that frees first (the lowest-numbered among ties), finishing at its start plus its key blocks."""
+    work = []
+    for n, c in entries:
+        work += [math.ceil((c - n + min(grid.tile_tokens * (i + 1), n)) / grid.block_keys) + 1
+                 for i in range(math.ceil(n / grid.tile_tokens))]
+    free_at = [0] * grid.slots
+    end = 0
+    for _ in range(grid.num_kv_heads):
+        for w in work:
+            s = min(range(grid.slots), key=lambda j: (free_at[j], j))
+            free_at[s] += w
+            end = max(end, free_at[s])
+    return end * grid.block_keys
+
+
+def test_a_hand_built_schedule():
+    """2 slots, 2 heads, 2-token tiles, 1 key a block: 4 new tokens on 4 keys are tiles of 2 + 1 and 4 + 1 key
+    blocks per head. Launch order 3, 5, 3, 5: slot A runs 3 then 3 (ends 6), slot B 5 then 5 (ends 10)."""
+    grid = PrefillSpanGrid(slots=2, num_kv_heads=2, tile_tokens=2, block_keys=1)
+    assert grid.makespan_keys(1, 4, 4) == 10
+    # one head: both programs resident at once, the longest walk sets it
+    assert PrefillSpanGrid(slots=2, num_kv_heads=1, tile_tokens=2, block_keys=1).makespan_keys(1, 4, 4) == 5
+    assert grid.makespan_keys(0, 0, 0) == 0 and grid.makespan_keys(1, 0, 5) == 0
+
+
+def test_matches_an_independent_list_schedule():
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        grid = PrefillSpanGrid(int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.integers(1, 9)),
+                               int(rng.integers(1, 9)))
+        k, n = int(rng.integers(1, 4)), int(rng.integers(1, 60))
+        c = n + int(rng.integers(0, 80))
+        assert grid.makespan_keys(k, k * n, k * c) == _reference(grid, [(n, c)] * k), (grid, k, n, c)
+
+
+def test_between_the_spread_and_the_walk():
+    """Qwen3-0.6B on an H200: a short chunk on a long cached prefix is one walk (its programs all resident); a
+    long prompt's makespan lies between its work spread over the slots and that plus the longest walk."""
+    grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    assert grid == PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64)
+    assert grid.makespan_keys(1, 512, 8192) == 8192 + 64             # 128 programs <= 264 slots
+    span = grid.makespan_keys(1, 8192, 8192)
+    work = 8 * sum(math.ceil(32 * (i + 1) / 64) + 1 for i in range(256)) * 64
+    assert work / 264 < span < work / 264 + 8192 + 64
+    assert span == 37376
+
+
+def test_a_table_prices_a_steps_entries_as_equal_ones():
+    grid = PrefillSpanGrid(slots=16, num_kv_heads=2, tile_tokens=4, block_keys=8)
+    got = table_makespan_keys([0, 1, 3, 2], [0, 100, 300, 101], [0, 150, 600, 151], grid)
+    assert list(got) == [0, grid.makespan_keys(1, 100, 150), _reference(grid, [(100, 200)] * 3),
+                         _reference(grid, [(50, 76)] * 2)]
+    with pytest.raises(ValueError, match="prefill_span_grid.slots"):
+        PrefillSpanGrid(slots=0, num_kv_heads=1, tile_tokens=1)
+    assert PrefillSpanGrid.from_counts(None, 16, 8) is None
+    assert PrefillSpanGrid.from_dict(grid.to_dict()) == grid
+
+
+def test_the_grid_follows_the_prefill_kernel():
+    """The kernel's own defaults: block_m and block_n, and tiles of block_m // group query tokens per KV head."""
+    from engine.kernels.paged_prefill import paged_prefill_attention
+    params = inspect.signature(paged_prefill_attention).parameters
+    assert params["block_m"].default == PREFILL_BLOCK_M and params["block_n"].default == PREFILL_BLOCK_N
+    assert PrefillSpanGrid.from_counts(132, 32, 8).tile_tokens == 16
+    assert PrefillSpanGrid.from_counts(132, 24, 8).tile_tokens == 21          # 64 // 3 tokens
+    assert PrefillSpanGrid.from_counts(100, 16, 8).slots == 100 * PREFILL_PROGRAMS_PER_SM
