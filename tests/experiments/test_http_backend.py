@@ -210,16 +210,12 @@ def test_ctrl_c_keeps_what_the_client_saw(stub):
     import signal
     import threading
     reqs = [HttpRequest(i, 0.25 * i, [1, 2, 3], 2) for i in range(40)]      # 10 s of arrivals
-    # Ctrl-C as a terminal delivers it: Python's own SIGINT handler (a server run in-process earlier in the
-    # session may have left its handler installed, under which the signal never reaches the replay)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         out = replay(reqs, HttpTarget(stub.url))
     finally:
         timer.cancel()
-        signal.signal(signal.SIGINT, previous)
     df = requests_frame(out)
     assert out.interrupted and len(df) == 40
     done = df[df["status"] == "finished"]
