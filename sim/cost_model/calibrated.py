@@ -445,9 +445,23 @@ class CalibratedCostModel(FittedCostModel):
                 fixed = fixed + self._dec_split * np.minimum(start_max_context + np.arange(k), SPLIT_PARTITION_KEYS)
         return fixed + self._dctx * ctx
 
+    def _design_options(self) -> tuple:
+        return (self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
+                self.prefill_graph_max_tokens, self.prefill_span_grid)
+
     def _design(self, steps) -> np.ndarray:
-        return design_matrix(steps, self.knee_tokens, self.block_size, self.single_split_min_seqs,
-                             self.prefill_span_pairs, self.prefill_graph_max_tokens, self.prefill_span_grid)
+        return design_matrix(steps, *self._design_options())
+
+    def _coefficient_vector(self) -> np.ndarray:
+        return np.array([self.coefficients[f] for f in FEATURES])
+
+    def _device_table_s(self, steps, x: np.ndarray) -> np.ndarray:
+        """The device model's predict_table, from x (this model's design matrix of steps) where the two share
+        their design options (a device-plus-host fit always does): the makespan column is not computed twice."""
+        dev = self.device_model
+        if dev._design_options() == self._design_options():
+            return x @ dev._coefficient_vector()
+        return dev.predict_table(steps)
 
     def predict_table(self, steps, overlapped: bool = False) -> np.ndarray:
         """Predicted seconds for every row of a step table (vectorized; same formula as step_time_s). overlapped:
@@ -456,11 +470,11 @@ class CalibratedCostModel(FittedCostModel):
         (start_time_s, and the recorded measured_duration_s or else duration_s) was scheduled on an idle device, and a
         row with block copies (swaps, CPU-tier loads or offloads) waited for the device before its launch."""
         x = self._design(steps)
-        total = x @ np.array([self.coefficients[f] for f in FEATURES])
+        total = x @ self._coefficient_vector()
         if not overlapped:
             return total
         if self.device_model is not None:
-            host = np.maximum(total - self.device_model.predict_table(steps), 0.0)
+            host = np.maximum(total - self._device_table_s(steps, x), 0.0)
         else:
             cols = [FEATURES.index(f) for f in HOST_TERMS]
             host = x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols])
@@ -510,7 +524,7 @@ class CalibratedCostModel(FittedCostModel):
         coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
                                               single_split_min_seqs, run_share, prefill_span_pairs,
                                               prefill_graph_max_tokens, prefill_span_grid)
-        rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
+        rng = _fitted_range(table)
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta.update(num_fit_rows=int(len(table["duration_s"])), objective=objective, robust=bool(robust),
@@ -532,17 +546,18 @@ class CalibratedCostModel(FittedCostModel):
         y = np.asarray(steps["duration_s"], dtype=np.float64)
         keep = np.isfinite(y) & (y > 0)
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
-        host = fit_host_terms(table, device._design(table), device.predict_table(table))
+        x = device._design(table)
+        host = fit_host_terms(table, x, x @ device._coefficient_vector())
         if host is None:
             return None
         coef = {f: device.coefficients[f] + float(h) for f, h in zip(FEATURES, host)}
-        rng = {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta.update(num_fit_rows=int(keep.sum()), structure="device model + host terms (calibrated_fit.fit_host_terms)",
                     host_coefficients={f: float(h) for f, h in zip(FEATURES, host) if h})
         return cls(coefficients=coef, knee_tokens=device.knee_tokens, block_size=device.block_size, metadata=meta,
-                   fitted_range=rng, envelope=envelope_of(table), single_split_min_seqs=device.single_split_min_seqs,
+                   fitted_range=_fitted_range(table), envelope=envelope_of(table),
+                   single_split_min_seqs=device.single_split_min_seqs,
                    prefill_span_pairs=device.prefill_span_pairs, prefill_span_grid=device.prefill_span_grid,
                    prefill_graph_max_tokens=device.prefill_graph_max_tokens, device=device)
 
@@ -574,6 +589,11 @@ class CalibratedCostModel(FittedCostModel):
         tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
         os.replace(tmp, path)
         return path
+
+
+def _fitted_range(table: Mapping) -> dict:
+    """[min, max] of every STEP_TABLE_COLUMNS column a fit saw (the saved file's fitted_range)."""
+    return {c: [float(np.min(table[c])), float(np.max(table[c]))] for c in STEP_TABLE_COLUMNS if c in table}
 
 
 class _WithoutSwaps:

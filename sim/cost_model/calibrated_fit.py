@@ -32,7 +32,7 @@ import numpy as np
 
 from engine.core.graph_sizes import decode_graph_sizes, prefill_graph_sizes
 from sim.cost_model.base import STEP_TABLE_COLUMNS
-from sim.cost_model.prefill_span import PREFILL_BLOCK_M, PREFILL_PROGRAMS_PER_SM, PrefillSpanGrid, table_makespan_keys
+from sim.cost_model.prefill_span import PrefillSpanGrid, table_makespan_keys
 
 # the engine's smallest decode CUDA graph sizes: a batch pads to the next (none above 32 is priced apart)
 DECODE_GRAPH_BUCKETS = tuple(b for b in decode_graph_sizes(512) if b <= 32)
@@ -169,15 +169,11 @@ def decode_split_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
 
 
 def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num_kv_heads: int | None) -> float | None:
-    """The divisor of prefill_attention_span: query-key pairs that the prefill kernel's programs, running side by
-    side (num_sms * PREFILL_PROGRAMS_PER_SM), cover while one of them reads one key. A program owns
-    TOK = block_m // group query tokens of one entry and one KV head (engine/kernels/paged_prefill), so
-    pairs / (TOK * slots / num_kv_heads) are the keys each slot reads. None when a count is unknown."""
-    if not num_sms or not num_q_heads or not num_kv_heads:
-        return None
-    group = int(num_q_heads) // int(num_kv_heads)
-    block_m = max(PREFILL_BLOCK_M, 16, 1 << max(group - 1, 0).bit_length())
-    return float(block_m // group) * int(num_sms) * PREFILL_PROGRAMS_PER_SM / int(num_kv_heads)
+    """The divisor of the older span rule (max(spread, walk), files without a prefill_span_grid): query-key pairs
+    that the prefill kernel's program slots, running side by side, cover while one of them reads one key, i.e. the
+    tokens a program owns times the slots, per KV head (PrefillSpanGrid.from_counts). None when a count is unknown."""
+    grid = PrefillSpanGrid.from_counts(num_sms, num_q_heads, num_kv_heads)
+    return None if grid is None else float(grid.tile_tokens) * grid.slots / grid.num_kv_heads
 
 
 def prefill_attention_span(steps, pairs_per_key: float | None, grid: PrefillSpanGrid | None = None) -> np.ndarray:

@@ -297,7 +297,8 @@ def test_the_prefill_span_divisor_follows_the_prefill_kernel():
     import inspect
 
     from engine.kernels.paged_prefill import paged_prefill_attention
-    from sim.cost_model.calibrated_fit import PREFILL_BLOCK_M, PREFILL_PROGRAMS_PER_SM, prefill_span_pairs_per_key
+    from sim.cost_model.calibrated_fit import prefill_span_pairs_per_key
+    from sim.cost_model.prefill_span import PREFILL_BLOCK_M, PREFILL_PROGRAMS_PER_SM
     assert inspect.signature(paged_prefill_attention).parameters["block_m"].default == PREFILL_BLOCK_M
     assert prefill_span_pairs_per_key(132, 16, 8) == 32 * 132 * PREFILL_PROGRAMS_PER_SM / 8     # Qwen3-0.6B
     assert prefill_span_pairs_per_key(132, 32, 8) == 16 * 132 * PREFILL_PROGRAMS_PER_SM / 8
