@@ -16,7 +16,9 @@ Written into --out:
                                  (the fit pricing the real run's own steps: sum predicted / sum real), preemptions
                                  real / sim, and the real-vs-real floor (per-request E2E / TTFT median |diff|
                                  between the repeats, mean over pairs); `*_all_runs`: the same simulated run
-                                 scored against every real run (repeats too), averaged
+                                 scored against every real run (repeats too), averaged; `e2e_gain`: how many %
+                                 the simulated E2E moves per 1% of step price (the queue's amplification of any
+                                 price error; cells above FRAGILE_GAIN are listed in the summary as fragile)
   step_kinds.{parquet,md}        the step-sum ratio by step kind (decode / prefill / mixed / swap) and, for steps
                                  with prefill work, by prefill tokens: which cost term the error sits in
   policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload
@@ -48,6 +50,8 @@ ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-di
                 "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
                 "--enforce-eager": False, "--attention-backend": True}
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
+PRICE_BIAS = 0.01      # the uniform step-price bias e2e_gain simulates
+FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
 
 
@@ -170,7 +174,7 @@ def _pct(x, signed=False) -> str:
 
 def to_markdown(df: pd.DataFrame) -> str:
     head = ["workload", "policy", "E2E med / p90", "E2E med, all runs", "floor E2E", "TTFT med / p90", "TPOT med",
-            "TTFT p50/p90/p99", "E2E p50/p90/p99", "throughput", "step sum", "preempt real/sim",
+            "TTFT p50/p90/p99", "E2E p50/p90/p99", "throughput", "step sum", "E2E gain", "preempt real/sim",
             "goals E2E/quant/steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     yn = lambda b: "y" if b else "n"   # noqa: E731
@@ -181,9 +185,14 @@ def to_markdown(df: pd.DataFrame) -> str:
             f"{_pct(r.ttft_median_err)} / {_pct(r.ttft_p90_err)}", _pct(r.tpot_median_err),
             " / ".join(_pct(getattr(r, f"ttft_q{q}_err"), True) for q in ("50", "90", "99")),
             " / ".join(_pct(getattr(r, f"e2e_q{q}_err"), True) for q in ("50", "90", "99")),
-            _pct(r.throughput_err, True), f"{r.step_sum_ratio:.3f}", f"{r.preemptions_real:g} / {r.preemptions_sim:g}",
+            _pct(r.throughput_err, True), f"{r.step_sum_ratio:.3f}", _gain(getattr(r, "e2e_gain", float("nan"))),
+            f"{r.preemptions_real:g} / {r.preemptions_sim:g}",
             f"{yn(r.meets_e2e_goal)}/{yn(r.meets_quantile_goal)}/{yn(r.meets_step_sum_goal)} |"]))
     return "\n".join(lines)
+
+
+def _gain(g: float) -> str:
+    return "n/a" if not np.isfinite(g) else (f"**{g:.1f}x**" if g > FRAGILE_GAIN else f"{g:.1f}x")
 
 
 def kinds_markdown(df: pd.DataFrame) -> str:
@@ -213,12 +222,27 @@ def simulate_saved(wl_dir: Path, name: str, policy: str, argv: list[str], cost_m
     return specs, saved, sim
 
 
-def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
+def e2e_gain(sim, biased, bias: float = PRICE_BIAS) -> float:
+    """Per-request E2E median |relative change| from sim to biased (the same run simulated with every step
+    priced 1 + bias times as long), per unit of bias: ~1 where requests only pay their own steps, more where a
+    queue compounds a price error (then a cell's E2E error is about this many times its step-price error)."""
+    a = sim.requests.set_index("request_id")["e2e_s"]
+    b = biased.requests.set_index("request_id")["e2e_s"].reindex(a.index)
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0)
+    return float(np.median(np.abs(b[ok] / a[ok] - 1)) / bias) if ok.any() else float("nan")
+
+
+def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model,
+                      sensitivity: bool = True) -> dict:
     """The simulated run scored against every real run of the policy (repeat 0 and each repeat<k>): per-request
-    E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run."""
+    E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run; with
+    sensitivity, `e2e_gain` (e2e_gain: the run simulated again with every price PRICE_BIAS longer)."""
     from experiments.saved_runs import SavedReplays
     from experiments.validate import compare
     _, _, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
+    gain = float("nan")
+    if sensitivity and hasattr(cost_model, "scaled"):
+        gain = e2e_gain(sim, simulate_saved(wl_dir, name, policy, argv, cost_model.scaled(1 + PRICE_BIAS))[2])
     dirs = [wl_dir] + sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
     e2e, ttft, sums = [], [], []
     for d in dirs:
@@ -231,7 +255,8 @@ def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cos
         sums.append(c["step_time"]["sum_pred_over_real"])
     return dict(e2e_median_err_all_runs=float(np.mean(e2e)), e2e_median_err_best_run=float(np.min(e2e)),
                 ttft_median_err_all_runs=float(np.mean(ttft)), step_sum_ratio_all_runs=float(np.mean(sums)),
-                step_sum_ratio_min=float(np.min(sums)), step_sum_ratio_max=float(np.max(sums)), num_real_runs=len(e2e))
+                step_sum_ratio_min=float(np.min(sums)), step_sum_ratio_max=float(np.max(sums)), num_real_runs=len(e2e),
+                e2e_gain=gain)
 
 
 def run_divergence(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
@@ -345,6 +370,8 @@ def suite_summary(table: pd.DataFrame) -> dict:
         "cells_ttft_p50_goal": int((table["ttft_q50_err"].abs() <= GOALS["quantile_err"]).sum()),
         "cells_ttft_quantiles_goal": int((ttft_q <= GOALS["quantile_err"]).sum()),
         "cells_e2e_quantiles_goal": int((e2e_q <= GOALS["quantile_err"]).sum()),
+        "fragile_cells": [f"{r.workload}:{r.policy}" for r in table.itertuples(index=False)
+                          if getattr(r, "e2e_gain", 0.0) > FRAGILE_GAIN],
     }
 
 
@@ -355,7 +382,9 @@ def summary_line(s: dict) -> str:
             f"{100 * s['e2e_median_err_max']:.1f}% (by workload: {by}); within goals: E2E {s['cells_e2e_goal']}/{n}, "
             f"step sums {s['cells_step_sum_goal']}/{n}, TTFT p50 {s['cells_ttft_p50_goal']}/{n}, TTFT quantiles "
             f"{s['cells_ttft_quantiles_goal']}/{n}, E2E quantiles {s['cells_e2e_quantiles_goal']}/{n}; at or below "
-            f"the floor {s['cells_at_or_below_floor']}/{n}")
+            f"the floor {s['cells_at_or_below_floor']}/{n}"
+            + (f"; fragile (E2E moves > {FRAGILE_GAIN:g}% per 1% of step price: a ranking there rests on the fit's "
+               f"last percent): {', '.join(s['fragile_cells'])}" if s.get("fragile_cells") else ""))
 
 
 def _diff_summary(df: pd.DataFrame) -> dict:

@@ -77,7 +77,20 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              priced 128 new tokens on 16,384 cached at 0.87 of the profile's time and 1,024 at
                              1.32; max(spread, longest walk) instead (files fitted before the grid, which keep
                              `prefill_span_pairs`, calibrated_fit.prefill_span_pairs_per_key) priced 2k-token
-                             prompts 0.93 of their device seconds and 8k ones 1.03
+                             prompts 0.93 of their device seconds and 8k ones 1.03. The walk of resident
+                             programs is the longest entry's (max_prefill_context_tokens; priced as the mean
+                             entry's, 2-3 entries of 512-token chunks came out at 0.89-0.91 of real)
+    prefill_attention_span_alone  the same keys where each program has an SM to itself (PrefillSpanGrid.runs_alone:
+                             a 512-token chunk, 128 programs on the H200's 132 SMs); it reads them at 0.88x the
+                             cost of programs sharing an SM (fitted), which priced such chunks 1.03-1.07 of the
+                             profile's device time and 1,024-token ones 0.93-0.97 under one per-key cost. A file
+                             without it prices both at prefill_attention_span
+    prefill_small_tokens     per padded prefill token up to SMALL_PREFILL_TOKENS = 256 (calibrated_fit), in a step
+                             with prefill entries: small GEMMs cost more a token (H200: 16-256-token prompts took
+                             1.27-2.25 ms, ~4 us a token, 2.6 us beyond), priced 11-18% slow under one slope
+    decode_step              fixed cost of a pure-decode step, beside step: with it a prefill step's base
+                             (step + eager_step) can sit below a decode step's (calibrated_fit.canonical_step_base
+                             keeps the smaller of eager_step and decode_step at 0)
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's
@@ -142,6 +155,7 @@ from sim.cost_model.calibrated_fit import (
     KNEE_CANDIDATES,
     LOOP_TERMS,
     OBJECTIVES,
+    SMALL_PREFILL_TOKENS,
     SPLIT_PARTITION_KEYS,
     _col,
     design_matrix,
@@ -213,6 +227,8 @@ class CalibratedCostModel(FittedCostModel):
         if unknown:
             raise ValueError(f"unknown coefficient(s) {unknown}; allowed: {list(FEATURES)}")
         c = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
+        if "prefill_attention_span_alone" not in coefficients:   # a file fitted before the split: one per-key cost
+            c["prefill_attention_span_alone"] = c["prefill_attention_span"]
         bad = {f: v for f, v in c.items() if not (v >= 0 and np.isfinite(v))}
         if bad:
             raise ValueError(f"coefficients must be finite and >= 0 (seconds per unit), got {bad}")
@@ -238,7 +254,7 @@ class CalibratedCostModel(FittedCostModel):
         self.prefill_graph_max_tokens = int(prefill_graph_max_tokens) if prefill_graph_max_tokens else None
         self._graph_tokens = prefill_graph_sizes(self.prefill_graph_max_tokens or 0)
         if self.prefill_span_pairs is None and self.prefill_span_grid is None:
-            c["prefill_attention_span"] = 0.0
+            c["prefill_attention_span"] = c["prefill_attention_span_alone"] = 0.0
         self.coefficients = c
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
         self.block_size = int(block_size)
@@ -251,7 +267,8 @@ class CalibratedCostModel(FittedCostModel):
         (self._step, self._eager, self._seq, self._ptok, self._pairs, self._dctx, self._lm, self._knee_slope,
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
-         self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span) = (c[f] for f in FEATURES)
+         self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
+         self._dstep) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -312,10 +329,14 @@ class CalibratedCostModel(FittedCostModel):
             step_tokens = self._padded_tokens(pre_tokens + num_decode_seqs)      # what the graph's GEMMs run
             t += (self._eager + self._loop_pstep + (self._seq + self._loop_seq) * n_pre
                   + self._ptok * (step_tokens - num_decode_seqs) + self._loop_ptok * pre_tokens + self._pairs * pairs
+                  + self._psmall * min(step_tokens - num_decode_seqs, SMALL_PREFILL_TOKENS)
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
-            if self._span:
-                if self.prefill_span_grid is not None:
-                    t += self._span * self.prefill_span_grid.makespan_keys(n_pre, pre_tokens, sum(prefill_context_lens))
+            if self._span or self._span_alone:
+                grid = self.prefill_span_grid
+                if grid is not None:
+                    per_key = self._span_alone if grid.runs_alone(n_pre, pre_tokens) else self._span
+                    t += per_key * grid.makespan_keys(n_pre, pre_tokens, sum(prefill_context_lens),
+                                                      max(prefill_context_lens))
                 else:
                     t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
             if step_tokens > self._knee:
@@ -337,7 +358,7 @@ class CalibratedCostModel(FittedCostModel):
     def _graph_s(self, num_decode_seqs: int) -> float:
         """A pure-decode step's decode_graph_<b> term: b the smallest DECODE_GRAPH_BUCKETS entry >= the batch."""
         i = bisect_left(DECODE_GRAPH_BUCKETS, num_decode_seqs)
-        return self._graph[i] if i < len(self._graph) else 0.0
+        return (self._graph[i] if i < len(self._graph) else 0.0) + self._dstep
 
     def step_time_from_shape(self, prefill_new_tokens: Sequence[int], prefill_context_lens: Sequence[int],
                              num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,
@@ -572,6 +593,19 @@ class CalibratedCostModel(FittedCostModel):
         if self.device_model is not None:
             d["device"] = self.device_model.to_dict()
         return d
+
+    def scaled(self, factor: float) -> "CalibratedCostModel":
+        """This model with every price `factor` times as long (each coefficient, the device model's too: the
+        price is linear in them), for the simulation's sensitivity to a uniform step-price bias."""
+        if not factor > 0:
+            raise ValueError(f"scaled(factor) needs factor > 0, got {factor}")
+
+        def scale(d: dict) -> dict:
+            d = dict(d, coefficients={f: v * factor for f, v in d["coefficients"].items()})
+            if d.get("device") is not None:
+                d["device"] = scale(d["device"])
+            return d
+        return CalibratedCostModel(profile=scale(self.to_dict()), allow_mismatch=self.allow_mismatch)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CalibratedCostModel":

@@ -40,7 +40,9 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "lm_head_rows", "tokens_over_knee", "swap_step", "swap_out_blocks", "swap_in_blocks", "loop_step",
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
-            *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span")
+            *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
+            "prefill_attention_span_alone", "prefill_small_tokens", "decode_step")
+SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -176,19 +178,25 @@ def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num
     return None if grid is None else float(grid.tile_tokens) * grid.slots / grid.num_kv_heads
 
 
-def prefill_attention_span(steps, pairs_per_key: float | None, grid: PrefillSpanGrid | None = None) -> np.ndarray:
-    """Per row with prefill entries: the keys the prefill kernel's busiest program slot reads. With grid, the greedy
-    list schedule's makespan of the kernel's programs (sim/cost_model/prefill_span.py). Else, in files fitted
-    before it, max(prefill_attention_pairs / pairs_per_key, longest prefill context): the work spread over the
-    slots, or one program's serial walk over the longest context when there are too few programs to fill them.
-    0 otherwise (neither given; without grid, a table without the recorder's max_prefill_context_tokens)."""
+def prefill_attention_span(steps, pairs_per_key: float | None,
+                           grid: PrefillSpanGrid | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row with prefill entries: the keys the prefill kernel's busiest program slot reads, as (rows whose
+    programs share SMs, rows whose programs each have an SM to itself: PrefillSpanGrid.runs_alone), the columns
+    prefill_attention_span and prefill_attention_span_alone. With grid, the greedy list schedule's makespan of the
+    kernel's programs (sim/cost_model/prefill_span.py). Else, in files fitted before it, all in the first column:
+    max(prefill_attention_pairs / pairs_per_key, longest prefill context), the work spread over the slots, or one
+    program's serial walk over the longest context when there are too few programs to fill them. 0 otherwise
+    (neither given; without grid, a table without the recorder's max_prefill_context_tokens)."""
     p_seqs = _col(steps, "num_prefill_seqs")
     if grid is not None:
-        return table_makespan_keys(p_seqs, _col(steps, "num_prefill_tokens"), _col(steps, "prefill_context_sum"), grid)
+        longest = _col(steps, "max_prefill_context_tokens") if "max_prefill_context_tokens" in steps else None
+        return table_makespan_keys(p_seqs, _col(steps, "num_prefill_tokens"), _col(steps, "prefill_context_sum"), grid,
+                                   longest)
     if pairs_per_key is None or "max_prefill_context_tokens" not in steps:
-        return np.zeros_like(p_seqs)
+        return np.zeros_like(p_seqs), np.zeros_like(p_seqs)
     spread = _col(steps, "prefill_attention_pairs") / float(pairs_per_key)
-    return np.where(p_seqs > 0, np.maximum(spread, np.nan_to_num(_col(steps, "max_prefill_context_tokens"))), 0.0)
+    walk = np.where(p_seqs > 0, np.maximum(spread, np.nan_to_num(_col(steps, "max_prefill_context_tokens"))), 0.0)
+    return walk, np.zeros_like(p_seqs)
 
 
 def padded_step_tokens(tokens: np.ndarray, graph_max_tokens: int | None) -> np.ndarray:
@@ -247,7 +255,9 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             tier_in, decode_tail_keys(steps, single_split_min_seqs),
                             decode_split_keys(steps, single_split_min_seqs),
                             *decode_graph_buckets(steps),
-                            prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid)])
+                            *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
+                            eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
+                            ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64)])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
@@ -464,4 +474,19 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     _, knee, coef, offset = best
     if knee is None:
         coef[FEATURES.index("tokens_over_knee")] = 0.0
-    return Fit(coef, knee, offset)
+    return Fit(canonical_step_base(coef), knee, offset)
+
+
+def canonical_step_base(coef: np.ndarray) -> np.ndarray:
+    """coef with the base every forward step shares moved into `step`. A forward step has prefill entries
+    (eager_step) or is pure decode (decode_step), so step, eager_step and decode_step price two bases with three
+    coefficients: the fit's choice among the equal-priced ones is made unique (the smaller of eager_step and
+    decode_step 0). decode_step exists so a prefill step's base can sit below a decode step's: the H200's
+    prefills of 16-256 tokens took 1.27-2.25 ms, below a 90-sequence decode step's base (prefill_small_tokens)."""
+    coef = np.array(coef, dtype=np.float64)
+    i_step, i_eager, i_dec = (FEATURES.index(f) for f in ("step", "eager_step", "decode_step"))
+    shift = min(coef[i_eager], coef[i_dec])
+    coef[i_step] += shift
+    coef[i_eager] -= shift
+    coef[i_dec] -= shift
+    return coef

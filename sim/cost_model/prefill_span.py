@@ -37,9 +37,10 @@ class PrefillSpanGrid:
     num_kv_heads: int         # programs per tile (grid y)
     tile_tokens: int          # query tokens a program owns (block_m // query heads per KV head)
     block_keys: int = PREFILL_BLOCK_N
+    programs_per_sm: int = PREFILL_PROGRAMS_PER_SM   # slots an SM holds: slots // this is the SM count
 
     def __post_init__(self):
-        for name in ("slots", "num_kv_heads", "tile_tokens", "block_keys"):
+        for name in ("slots", "num_kv_heads", "tile_tokens", "block_keys", "programs_per_sm"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"prefill_span_grid.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -56,19 +57,45 @@ class PrefillSpanGrid:
     @classmethod
     def from_dict(cls, data: Mapping) -> "PrefillSpanGrid":
         return cls(int(data["slots"]), int(data["num_kv_heads"]), int(data["tile_tokens"]),
-                   int(data.get("block_keys", PREFILL_BLOCK_N)))
+                   int(data.get("block_keys", PREFILL_BLOCK_N)),
+                   int(data.get("programs_per_sm", PREFILL_PROGRAMS_PER_SM)))
 
     def to_dict(self) -> dict:
         return {"slots": self.slots, "num_kv_heads": self.num_kv_heads, "tile_tokens": self.tile_tokens,
-                "block_keys": self.block_keys}
+                "block_keys": self.block_keys, "programs_per_sm": self.programs_per_sm}
 
-    def makespan_keys(self, num_entries: int, new_tokens: float, context_tokens: float) -> float:
+    @property
+    def num_sms(self) -> int:
+        return max(1, self.slots // self.programs_per_sm)
+
+    def programs(self, num_entries: int, new_tokens: float) -> int:
+        """Programs the kernel launches for num_entries equal entries holding new_tokens new tokens in all."""
+        if num_entries < 1 or new_tokens < 1:
+            return 0
+        n = max(1, int(round(new_tokens / num_entries)))
+        return int(num_entries) * -(-n // self.tile_tokens) * self.num_kv_heads
+
+    def runs_alone(self, num_entries: int, new_tokens: float) -> bool:
+        """Whether every program has an SM to itself (at most one program per SM): such a program reads its keys
+        faster than one sharing its SM's bandwidth and pipelines with a second (H200, Qwen3-0.6B: a 512-token chunk
+        on 16k cached keys, 128 programs, walks 0.90x the time per key of a 1,024-token one, 256 programs), so its
+        keys are priced by their own coefficient, prefill_attention_span_alone."""
+        return 0 < self.programs(num_entries, new_tokens) <= self.num_sms
+
+    def makespan_keys(self, num_entries: int, new_tokens: float, context_tokens: float,
+                      longest_context: float | None = None) -> float:
         """Keys the busiest slot reads in a step of num_entries prefill entries holding new_tokens new tokens and
-        context_tokens keys (cached + new) in all, priced as equal entries (module docstring); 0 for none."""
+        context_tokens keys (cached + new) in all, priced as equal entries (module docstring); 0 for none.
+        longest_context (the longest entry's keys, engine.core.recorder's max_prefill_context_tokens): when every
+        program is resident, the step lasts that entry's walk, not the mean entry's (a 100-token tail on 4k cached
+        keys beside a fresh 400-token prompt reads 4k keys, not their mean's 2.2k)."""
         if num_entries < 1 or new_tokens < 1:
             return 0.0
-        n = max(1, int(round(new_tokens / num_entries)))
-        return float(_makespan(self, int(num_entries), n, max(n, int(round(context_tokens / num_entries)))))
+        k = int(num_entries)
+        n = max(1, int(round(new_tokens / k)))
+        if longest_context is not None and longest_context >= 1 and self.programs(k, new_tokens) <= self.slots:
+            return float((-(-int(longest_context) // self.block_keys) + 1) * self.block_keys)
+        return float(_makespan(self, k, n, max(n, int(round(context_tokens / k)))))
 
 
 @lru_cache(maxsize=65536)
@@ -88,10 +115,15 @@ def _makespan(grid: PrefillSpanGrid, k: int, n: int, c: int) -> int:
 
 
 def table_makespan_keys(num_prefill_seqs, num_prefill_tokens, prefill_context_sum,
-                        grid: PrefillSpanGrid) -> np.ndarray:
-    """[rows] makespan_keys of each step table row (0 on rows without prefill entries)."""
+                        grid: PrefillSpanGrid, max_prefill_context_tokens=None) -> tuple[np.ndarray, np.ndarray]:
+    """([rows] makespan_keys of each step table row whose programs share SMs, [rows] of each row whose programs
+    each have an SM to itself (PrefillSpanGrid.runs_alone)); both 0 on rows without prefill entries.
+    max_prefill_context_tokens: [rows] each row's longest entry (NaN or None: unknown, the mean's walk)."""
     k, n, c = (np.asarray(a, dtype=np.float64) for a in (num_prefill_seqs, num_prefill_tokens, prefill_context_sum))
-    out = np.zeros(len(k))
+    longest = np.full(len(k), np.nan) if max_prefill_context_tokens is None \
+        else np.asarray(max_prefill_context_tokens, dtype=np.float64)
+    shared, alone = np.zeros(len(k)), np.zeros(len(k))
     for i in np.nonzero(k > 0)[0]:
-        out[i] = grid.makespan_keys(int(k[i]), n[i], c[i])
-    return out
+        keys = grid.makespan_keys(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])
+        (alone if grid.runs_alone(int(k[i]), n[i]) else shared)[i] = keys
+    return shared, alone

@@ -57,6 +57,7 @@ def test_every_policy_validates_on_cpu_and_generalize_remakes_the_table(tiny, tm
     row = table[table["policy"] == "srpt"].iloc[0]
     assert row["e2e_median_err"] == redo["policies"]["srpt"]["sims"]["calibrated"]["e2e_s"]["median_rel_err"]
     assert np.isfinite(row["floor_e2e_median"]) and np.isfinite(row["step_sum_ratio"])
+    assert (table["e2e_gain"] > 0).all()            # every cell's E2E moves when every price does
     kinds = pd.read_parquet(out / "step_kinds.parquet")
     allk = kinds[(kinds["policy"] == "vllm") & (kinds["kind"] == "all")].iloc[0]
     assert allk["sum_ratio"] == pytest.approx(table[table["policy"] == "vllm"].iloc[0]["step_sum_ratio"])
@@ -70,6 +71,26 @@ def test_every_policy_validates_on_cpu_and_generalize_remakes_the_table(tiny, tm
     assert summary["num_cells"] == 9 and set(summary["e2e_median_err_by_workload"]) == {"mix"}
     assert summary["cells_e2e_goal"] == int((table["e2e_median_err"].abs() <= 0.03).sum())
     assert summary["e2e_median_err_max"] == table["e2e_median_err"].abs().max()
+
+
+def test_e2e_gain_is_the_e2e_change_per_unit_of_price_bias():
+    """1 where a request pays only its own steps (every E2E 1% longer), more where a queue compounds them; requests
+    the biased run lacks are left out, and a fragile cell is named in the summary line."""
+    from types import SimpleNamespace
+
+    from experiments.generalize import FRAGILE_GAIN, e2e_gain, suite_summary, summary_line
+    run = lambda e2e: SimpleNamespace(requests=pd.DataFrame(dict(request_id=range(len(e2e)), e2e_s=e2e)))  # noqa: E731
+    base = run([1.0, 2.0, 4.0])
+    assert e2e_gain(base, run([1.01, 2.02, 4.04]), 0.01) == pytest.approx(1.0)
+    assert e2e_gain(base, run([1.05, 2.10, 4.40]), 0.01) == pytest.approx(5.0)      # median of 5, 5, 10 %
+    assert e2e_gain(base, run([1.02, 2.04]), 0.01) == pytest.approx(2.0)             # request 2 not in both
+    table = pd.DataFrame([dict(workload="w", policy=p, e2e_median_err=0.01, floor_e2e_median=0.0, step_sum_ratio=1.0,
+                               meets_e2e_goal=True, meets_step_sum_goal=True, meets_quantile_goal=True,
+                               ttft_q50_err=0.0, ttft_q90_err=0.0, ttft_q99_err=0.0, e2e_q50_err=0.0,
+                               e2e_q90_err=0.0, e2e_q99_err=0.0, e2e_gain=g)
+                          for p, g in (("a", 1.2), ("b", FRAGILE_GAIN + 1))])
+    s = suite_summary(table)
+    assert s["fragile_cells"] == ["w:b"] and "fragile" in summary_line(s) and "w:b" in summary_line(s)
 
 
 def test_workload_argv_drops_engine_flags_and_reroots_traces():

@@ -20,7 +20,8 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             loop_prefill_step=3e-4, mixed_decode_tail_keys=6e-8, decode_tail_keys=0.0, tier_step=2e-4,
             tier_out_blocks=6e-5, tier_in_blocks=9e-5, decode_split_keys=3e-7, decode_graph_1=1e-4, decode_graph_2=0.0,
             decode_graph_4=5e-5, decode_graph_8=0.0, decode_graph_16=0.0, decode_graph_32=2e-5,
-            prefill_attention_span=0.0)    # its own test: it needs prefill_span_pairs
+            prefill_attention_span=0.0, prefill_attention_span_alone=0.0,   # their own test: they need a grid
+            prefill_small_tokens=7e-7, decode_step=0.0)   # decode_step 0: canonical_step_base's choice
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -281,7 +282,8 @@ def test_prefill_attention_span_prices_the_busiest_program_slot():
     assert cm.step_time_s(decode) == pytest.approx(1e-3)
     assert CalibratedCostModel(coefficients=coef).step_time_s(chunk) == pytest.approx(
         1e-3 + 2e-6 * 128 + 1e-10 * (128 * 16512 - (128 * 128 - 128) // 2))      # no divisor: not priced
-    shapes = [Shape("prefill", ((n, c),)) for n in (16, 128, 512, 2048, 4096, 8192) for c in (0, 1024, 8192, 16384)]
+    shapes = [Shape("prefill", ((n, c),)) for n in (16, 128, 512, 2048, 4096, 8192)
+              for c in (0, 1024, 4096, 8192, 16384)]
     shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4, 8)]
     table, batches = _table(shapes, cm, loop=False)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
@@ -402,14 +404,18 @@ def test_features_of_hand_built_rows():
     x = pd.DataFrame(design_matrix(rows, knee_tokens=256), columns=FEATURES)
     # no single_split_min_seqs: no decode_split_keys; 5 decode sequences pad to the graph of 8
     no_graphs = dict(decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0, decode_graph_8=0,
-                     decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0)
-    assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, num_seqs=2, prefill_tokens=300,
+                     decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0,
+                     prefill_attention_span_alone=0)
+    # prefill_small_tokens: min(300, 256); decode_step: 1 on the pure-decode row only
+    assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, prefill_small_tokens=256, decode_step=0, num_seqs=2,
+                                       prefill_tokens=300,
                                        prefill_attention_pairs=1000, decode_context_sum=0, lm_head_rows=1,
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
                                        loop_step=0, loop_seqs=0, loop_prefill_tokens=0, prefill_context_tokens=400,
                                        loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0,
                                        tier_out_blocks=0, tier_in_blocks=0, **no_graphs)
-    assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, num_seqs=5, prefill_tokens=0,
+    assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, prefill_small_tokens=0, decode_step=1,
+                                       num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
                                        loop_step=1, loop_seqs=5, loop_prefill_tokens=0, prefill_context_tokens=0,
@@ -534,7 +540,8 @@ def test_fit_on_the_short_grid_extrapolates_a_roofline_cost_law_to_40k_tokens():
 
 def test_v2_file_loads_with_the_new_terms_at_zero_and_no_envelope():
     v2 = {"format": "servelab.calibrated_cost_model/v2", "knee_tokens": 8192, "block_size": 16,
-          "coefficients": {f: v for f, v in COEF.items() if f not in ("prefill_context_tokens", "loop_prefill_step")},
+          "coefficients": {f: v for f, v in COEF.items() if f not in ("prefill_context_tokens", "loop_prefill_step",
+                                                                    "prefill_small_tokens", "decode_step")},
           "fitted_range": {"num_prefill_tokens": [0, 4096]}, "metadata": {"hardware": "H200"}}
     cm = CalibratedCostModel(v2)
     assert cm.coefficients["prefill_context_tokens"] == 0.0 and cm.coefficients["loop_prefill_step"] == 0.0
@@ -591,6 +598,33 @@ def test_prefill_span_grid_prices_the_kernels_makespan():
     np.testing.assert_allclose(again.predict_table(table), table["duration_s"], rtol=1e-12)
 
 
+def test_prefill_span_prices_lone_programs_and_the_longest_walk():
+    """prefill_attention_span_alone prices the keys of a step whose programs each have an SM (a 512-token chunk:
+    128 programs on 132 SMs), prefill_attention_span the rest (1,024 tokens: 256); a file without the split prices
+    both alike. Resident programs walk the longest entry (max_prefill_context_tokens), in both forms."""
+    from sim.cost_model.prefill_span import PrefillSpanGrid
+    grid = PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32)
+    coef = dict(step=1e-3, prefill_tokens=2e-6, prefill_attention_span=3e-7, prefill_attention_span_alone=2e-7)
+    cm = CalibratedCostModel(coefficients=coef, prefill_span_grid=grid)
+    rng = np.random.default_rng(0)
+    lone = build_batch(Shape("prefill", ((512, 16384),)), 16, 2000, 0.0, rng)
+    paired = build_batch(Shape("prefill", ((1024, 16384),)), 16, 2000, 0.0, rng)
+    assert cm.step_time_s(lone) == pytest.approx(1e-3 + 2e-6 * 512 + 2e-7 * (16896 + 64))
+    assert cm.step_time_s(paired) == pytest.approx(1e-3 + 2e-6 * 1024 + 3e-7 * (17408 + 64))
+    one_cost = CalibratedCostModel(coefficients={k: v for k, v in coef.items() if k != "prefill_attention_span_alone"},
+                                   prefill_span_grid=grid)
+    assert one_cost.coefficients["prefill_attention_span_alone"] == 3e-7
+    # a 100-token tail on 4k cached keys beside a fresh 400-token prompt: 16 tiles x 8 heads resident, the
+    # step lasts the 4,196-key walk (the mean entry's would be 2,298)
+    ragged = build_batch(Shape("multi_prefill", ((100, 4096), (400, 0))), 16, 2000, 0.0, rng)
+    assert cm.step_time_s(ragged) == pytest.approx(1e-3 + 2e-6 * 500 + 2e-7 * (66 + 1) * 64)
+    table, batches = _table([Shape("multi_prefill", ((100, 4096), (400, 0))), Shape("prefill", ((512, 16384),)),
+                             Shape("prefill", ((1024, 16384),)), Shape("multi_prefill", ((2048, 0), (1024, 8192)))],
+                            cm, loop=False)
+    assert table["max_prefill_context_tokens"].iloc[0] == 4196
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+
+
 def test_device_plus_host_fit_recovers_both_shares():
     """A device model and the serving loop's synchronous rows priced as device + host terms + the loop's gap:
     fit_device_plus_host gives back the host terms alone on what the device model leaves (coefficients = the two
@@ -621,3 +655,33 @@ def test_device_plus_host_fit_recovers_both_shares():
     # a profile alone (no serving-loop rows): nothing to fit the host terms on
     prof, _ = _table(shapes, device, loop=False)
     assert CalibratedCostModel.fit_device_plus_host(prof, device) is None
+
+
+def test_the_forward_base_is_made_unique():
+    """step, eager_step and decode_step price two bases (a prefill step's, a decode step's); canonical_step_base
+    keeps both and zeroes the smaller of the two extras, whichever split the fit found."""
+    from sim.cost_model.calibrated_fit import canonical_step_base
+    i = {f: FEATURES.index(f) for f in ("step", "eager_step", "decode_step")}
+    for step, eager, dec in ((1e-3, 4e-4, 1e-4), (0.0, 1.4e-3, 1.1e-3), (1.1e-3, 3e-4, 0.0)):
+        coef = np.zeros(len(FEATURES))
+        coef[[i["step"], i["eager_step"], i["decode_step"]]] = step, eager, dec
+        got = canonical_step_base(coef)
+        assert got[i["step"]] + got[i["eager_step"]] == pytest.approx(step + eager)       # a prefill step's base
+        assert got[i["step"]] + got[i["decode_step"]] == pytest.approx(step + dec)         # a decode step's
+        assert min(got[i["eager_step"]], got[i["decode_step"]]) == 0.0
+
+
+def test_a_scaled_model_prices_everything_that_much_longer():
+    """scaled(f): every price f times as long (batch, fast decode path, overlapped table, the device model's)."""
+    cm = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256)
+    cm.device_model = CalibratedCostModel(coefficients=dict(step=1e-3, prefill_tokens=2e-6))
+    cm = CalibratedCostModel.from_dict(cm.to_dict())
+    big = cm.scaled(1.25)
+    table, batches = _table(_shapes(), cm)
+    np.testing.assert_allclose([big.step_time_s(b) for b in batches], [1.25 * cm.step_time_s(b) for b in batches])
+    np.testing.assert_allclose(big.decode_step_times_s(3, 300, 5), 1.25 * cm.decode_step_times_s(3, 300, 5))
+    np.testing.assert_allclose(big.predict_table(table, overlapped=True),
+                               1.25 * cm.predict_table(table, overlapped=True))
+    np.testing.assert_allclose(big.device_model.predict_table(table), 1.25 * cm.device_model.predict_table(table))
+    with pytest.raises(ValueError, match="factor > 0"):
+        cm.scaled(0)

@@ -57,8 +57,11 @@ def test_between_the_spread_and_the_walk():
     """Qwen3-0.6B on an H200: a short chunk on a long cached prefix is one walk (its programs all resident); a
     long prompt's makespan lies between its work spread over the slots and that plus the longest walk."""
     grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
-    assert grid == PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64)
+    assert grid == PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64, programs_per_sm=2)
     assert grid.makespan_keys(1, 512, 8192) == 8192 + 64             # 128 programs <= 264 slots
+    assert grid.num_sms == 132 and grid.programs(1, 512) == 128 and grid.runs_alone(1, 512)   # one an SM
+    assert grid.programs(1, 1024) == 256 and not grid.runs_alone(1, 1024)                    # two share one
+    assert not grid.runs_alone(0, 0) and not grid.runs_alone(2, 1024)
     span = grid.makespan_keys(1, 8192, 8192)
     work = 8 * sum(math.ceil(32 * (i + 1) / 64) + 1 for i in range(256)) * 64
     assert work / 264 < span < work / 264 + 8192 + 64
@@ -67,9 +70,11 @@ def test_between_the_spread_and_the_walk():
 
 def test_a_table_prices_a_steps_entries_as_equal_ones():
     grid = PrefillSpanGrid(slots=16, num_kv_heads=2, tile_tokens=4, block_keys=8)
-    got = table_makespan_keys([0, 1, 3, 2], [0, 100, 300, 101], [0, 150, 600, 151], grid)
-    assert list(got) == [0, grid.makespan_keys(1, 100, 150), _reference(grid, [(100, 200)] * 3),
-                         _reference(grid, [(50, 76)] * 2)]
+    shared, alone = table_makespan_keys([0, 1, 3, 2, 1], [0, 100, 300, 101, 8], [0, 150, 600, 151, 40], grid)
+    assert list(shared + alone) == [0, grid.makespan_keys(1, 100, 150), _reference(grid, [(100, 200)] * 3),
+                                    _reference(grid, [(50, 76)] * 2), grid.makespan_keys(1, 8, 40)]
+    # 8 new tokens: 2 tiles x 2 heads = 4 programs on 16 // 2 = 8 SMs, each alone; the rest share SMs
+    assert list(alone) == [0, 0, 0, 0, grid.makespan_keys(1, 8, 40)] and shared[4] == 0
     with pytest.raises(ValueError, match="prefill_span_grid.slots"):
         PrefillSpanGrid(slots=0, num_kv_heads=1, tile_tokens=1)
     assert PrefillSpanGrid.from_counts(None, 16, 8) is None
@@ -84,3 +89,12 @@ def test_the_grid_follows_the_prefill_kernel():
     assert PrefillSpanGrid.from_counts(132, 32, 8).tile_tokens == 16
     assert PrefillSpanGrid.from_counts(132, 24, 8).tile_tokens == 21          # 64 // 3 tokens
     assert PrefillSpanGrid.from_counts(100, 16, 8).slots == 100 * PREFILL_PROGRAMS_PER_SM
+
+
+def test_resident_programs_walk_the_longest_entry():
+    """Given the longest entry's keys, a step whose programs are all resident lasts that entry's walk; one whose
+    programs queue keeps the equal-entries schedule."""
+    grid = PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64)
+    assert grid.makespan_keys(2, 500, 4696) == grid.makespan_keys(2, 500, 4696, None) == (37 + 1) * 64
+    assert grid.makespan_keys(2, 500, 4696, longest_context=4196) == (66 + 1) * 64
+    assert grid.makespan_keys(2, 8192, 16384, longest_context=12000) == grid.makespan_keys(2, 8192, 16384)
