@@ -81,8 +81,8 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              programs is the longest entry's (max_prefill_context_tokens; priced as the mean
                              entry's, 2-3 entries of 512-token chunks came out at 0.89-0.91 of real)
     prefill_attention_span_alone  the same keys where each program has an SM to itself (PrefillSpanGrid.runs_alone:
-                             a 512-token chunk, 128 programs on the H200's 132 SMs); it reads them at 0.88x the
-                             cost of programs sharing an SM (fitted), which priced such chunks 1.03-1.07 of the
+                             a 512-token chunk, 128 programs on the H200's 132 SMs); it reads them at ~0.83x the
+                             cost of programs sharing an SM (two H200s' fits), which priced such chunks 1.03-1.07 of the
                              profile's device time and 1,024-token ones 0.93-0.97 under one per-key cost. A file
                              without it prices both at prefill_attention_span
     prefill_small_tokens     per padded prefill token up to SMALL_PREFILL_TOKENS = 256 (calibrated_fit), in a step
