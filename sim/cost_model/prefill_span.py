@@ -89,13 +89,21 @@ class PrefillSpanGrid:
         longest_context (the longest entry's keys, engine.core.recorder's max_prefill_context_tokens): when every
         program is resident, the step lasts that entry's walk, not the mean entry's (a 100-token tail on 4k cached
         keys beside a fresh 400-token prompt reads 4k keys, not their mean's 2.2k)."""
-        if num_entries < 1 or new_tokens < 1:
-            return 0.0
+        return self.span(num_entries, new_tokens, context_tokens, longest_context)[0]
+
+    def span(self, num_entries: int, new_tokens: float, context_tokens: float,
+             longest_context: float | None = None) -> tuple[float, bool]:
+        """(makespan_keys, runs_alone) of one step, its programs counted once (the simulator prices every step)."""
+        programs = self.programs(num_entries, new_tokens)
+        if not programs:
+            return 0.0, False
         k = int(num_entries)
         n = max(1, int(round(new_tokens / k)))
-        if longest_context is not None and longest_context >= 1 and self.programs(k, new_tokens) <= self.slots:
-            return float((-(-int(longest_context) // self.block_keys) + 1) * self.block_keys)
-        return float(_makespan(self, k, n, max(n, int(round(context_tokens / k)))))
+        if longest_context is not None and longest_context >= 1 and programs <= self.slots:
+            keys = (-(-int(longest_context) // self.block_keys) + 1) * self.block_keys
+        else:
+            keys = _makespan(self, k, n, max(n, int(round(context_tokens / k))))
+        return float(keys), programs <= self.num_sms
 
 
 @lru_cache(maxsize=65536)
@@ -124,6 +132,6 @@ def table_makespan_keys(num_prefill_seqs, num_prefill_tokens, prefill_context_su
         else np.asarray(max_prefill_context_tokens, dtype=np.float64)
     shared, alone = np.zeros(len(k)), np.zeros(len(k))
     for i in np.nonzero(k > 0)[0]:
-        keys = grid.makespan_keys(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])
-        (alone if grid.runs_alone(int(k[i]), n[i]) else shared)[i] = keys
+        keys, lone = grid.span(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])
+        (alone if lone else shared)[i] = keys
     return shared, alone
