@@ -28,7 +28,8 @@
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
-# itself to CPU, from the archive's tables: it saves a device call's minutes).
+# itself to CPU, from the archive's tables: it saves a device call's minutes), PROFILE_DUTY (the profile's
+# --duty-cycle, default the profiler's 0.5), PROFILE_UNPACED=1 (the grid timed a second time back to back).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -90,7 +91,12 @@ TABLE="$OUT_DIR/profile_$TAG.csv"
 # fit: profile grid, calibration replay on the Azure conversation family, fit ---------------------------------------
 if has_stage fit; then
   stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
-    --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN"
+    --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN" ${PROFILE_DUTY:+--duty-cycle "$PROFILE_DUTY"}
+  # PROFILE_UNPACED=1: the grid again with its steps back to back (--duty-cycle 1), beside the paced one
+  if [ "${PROFILE_UNPACED:-0}" = 1 ]; then
+    stage profile_unpaced "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "${TABLE%.csv}_unpaced.csv" \
+      --device "$DEVICE" --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN" --duty-cycle 1
+  fi
   CAL_STEPS="$WORK/real/calib_steps_$TAG.parquet"
   if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
     stage calib_replay "$((T_REPLAY * $(echo "$CAL_POLICIES" | tr ',' '\n' | wc -l)))" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \

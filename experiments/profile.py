@@ -39,6 +39,7 @@ from engine.config import EngineConfig
 from engine.core.batch import Batch
 from engine.core.recorder import Recorder
 from engine.core.sequence import SamplingParams, Sequence
+from experiments.gpu_clock import GpuClock
 from experiments.results import atomic_write_text, write_json
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
@@ -50,7 +51,9 @@ TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
     "num_swap_out_blocks", "num_swap_in_blocks",        # the two directions run different copy paths
     "num_offload_blocks", "num_cpu_hit_blocks",         # CPU-tier copies (GPU -> host, host -> GPU)
     "num_batched_tokens", "block_size", "num_repeats", "duration_min_s", "duration_max_s",
-    "device_time_s")    # median device seconds of the timed repeats (CUDA events; NaN on CPU)
+    "device_time_s",    # median device seconds of the timed repeats (CUDA events; NaN on CPU)
+    "sm_clock_mhz",     # median SM clock while the repeats ran (NVML; NaN without it)
+    "power_capped_share")   # share of the repeats during which a power or thermal limit held the clock down
 
 
 @dataclass(frozen=True)
@@ -216,39 +219,65 @@ def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: flo
     return b
 
 
-def time_step(runner, batch: Batch, warmup: int, repeats: int, sync) -> tuple[np.ndarray, np.ndarray]:
-    """(wall seconds, device seconds) of each timed repeat; device seconds are NaN where the runner does not
-    time the device (CPU).
+def time_step(runner, batch: Batch, warmup: int, repeats: int, sync, duty_cycle: float = 1.0, clock=None,
+              sleep=time.sleep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(wall seconds, device seconds, SM clock MHz, power capped) of each timed repeat; device seconds are NaN
+    where the runner does not time the device (CPU), the clock NaN and the cap False without `clock`
+    (experiments.gpu_clock.GpuClock, read while the queued launches run).
 
     The device seconds come from a second launch queued behind the first, as overlap scheduling runs steps:
     alone, a step's timing events would also span the host's input copies and graph launch, during which the
     device waits (the same batch twice writes the same bytes, so the second launch may refill the host
     buffers the first one's copies read). Steps with block copies are timed alone: their copies wait for the
-    host anyway."""
+    host anyway.
+
+    duty_cycle: the share of time the device is kept busy; after every execute() or queued pair the profiler
+    idles (1 / duty_cycle - 1) times as long, so a loop of large steps stays out of the GPU's power cap as a
+    serving loop does (experiments/gpu_clock.py)."""
+    if not 0 < duty_cycle <= 1:
+        raise ValueError(f"duty_cycle must be in (0, 1], got {duty_cycle}")
+    idle = 1.0 / duty_cycle - 1.0
+
+    def pace(t0: float) -> float:
+        busy = time.perf_counter() - t0
+        if idle:
+            sleep(idle * busy)
+        return busy
+
     for _ in range(warmup):
+        t0 = time.perf_counter()
         runner.execute(batch)
-    sync()
+        sync()
+        pace(t0)
     timed = getattr(runner, "time_device", False)
     queued = timed and not (batch.swap_out or batch.swap_in or batch.offload or batch.load)
     out, dev = np.empty(repeats), np.full(repeats, np.nan)
+    mhz, capped = np.full(repeats, np.nan), np.zeros(repeats, dtype=bool)
     for r in range(repeats):
         t0 = time.perf_counter()
         runner.execute(batch)
         sync()
-        out[r] = time.perf_counter() - t0
+        out[r] = pace(t0)
         if queued:
+            t0 = time.perf_counter()
             first, second = runner.launch(batch), runner.launch(batch)
+            if clock is not None:                  # read while the device runs the two launches
+                mhz[r], capped[r] = clock.sm_mhz(), clock.power_capped()
             runner.collect(first)
             runner.collect(second)
+            pace(t0)
+        elif clock is not None:
+            mhz[r], capped[r] = clock.sm_mhz(), clock.power_capped()
         d = runner.last_device_time_s if timed else None
         if d is not None:
             dev[r] = d
-    return out, dev
+    return out, dev, mhz, capped
 
 
 def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, temperature: float = 0.6,
-            seed: int = 0, log=print):
-    """Times every shape on `runner` (an engine.model_runner.ModelRunner); returns the table (DataFrame)."""
+            seed: int = 0, log=print, duty_cycle: float = 1.0, clock=None):
+    """Times every shape on `runner` (an engine.model_runner.ModelRunner); returns the table (DataFrame).
+    duty_cycle, clock: see time_step."""
     import pandas as pd
 
     from experiments.runner_engine import _device_sync
@@ -271,19 +300,28 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
                 f"{getattr(runner, 'cpu_cache_num_blocks', 0)}")
             continue
         batch = build_batch(shape, bs, vocab, temperature, rng)
-        times, device_times = time_step(runner, batch, warmup, repeats, sync)
+        times, device_times, mhz, capped = time_step(runner, batch, warmup, repeats, sync, duty_cycle, clock)
         rec = Recorder()
         rec.on_step(0.0, float(np.median(times)), batch, 0, 0, 0)
         row = rec.steps_frame().iloc[0].to_dict()
         row.update(kind=shape.kind, label=shape.label, block_size=bs, num_repeats=repeats,
                    num_swap_out_blocks=len(batch.swap_out), num_swap_in_blocks=len(batch.swap_in),
                    duration_min_s=float(times.min()), duration_max_s=float(times.max()),
-                   device_time_s=float(np.median(device_times)) if np.isfinite(device_times).all() else np.nan)
+                   device_time_s=float(np.median(device_times)) if np.isfinite(device_times).all() else np.nan,
+                   sm_clock_mhz=float(np.median(mhz)) if np.isfinite(mhz).all() else np.nan,
+                   power_capped_share=float(capped.mean()) if clock is not None else np.nan)
         rows.append({c: row[c] for c in TABLE_COLUMNS})
         if k % 20 == 0 or k == len(shapes) - 1:
             log(f"[{k + 1}/{len(shapes)}] {shape.label}: {1e3 * row['duration_s']:.3f} ms "
                 f"({time.perf_counter() - t_start:.1f} s so far)")
     return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+def _clock_summary(table) -> dict:
+    """Min / median / max of the rows' SM clocks (MHz) and the share of rows timed under a power cap."""
+    c = table["sm_clock_mhz"].dropna()
+    return {"min": float(c.min()), "median": float(c.median()), "max": float(c.max()),
+            "rows_power_capped": float((table["power_capped_share"] > 0).mean())} if len(c) else {}
 
 
 def device_name(runner) -> str:
@@ -304,11 +342,13 @@ def set_threads(threads: int | None, device: str) -> int | None:
     return threads
 
 
-def estimate_seconds(shapes: list[Shape], cost_model, warmup: int, repeats: int, block_size: int = 16) -> float:
-    """Device seconds the timed loop of `profile` would take, the steps priced by `cost_model`."""
+def estimate_seconds(shapes: list[Shape], cost_model, warmup: int, repeats: int, block_size: int = 16,
+                     duty_cycle: float = 1.0) -> float:
+    """Seconds the timed loop of `profile` would take, the steps priced by `cost_model`: each shape's warmups,
+    its timed runs and the pair queued behind each (time_step), stretched by the duty cycle's idle time."""
     rng = np.random.default_rng(0)
-    return sum((warmup + repeats) * cost_model.step_time_s(build_batch(sh, block_size, 1000, 0.0, rng))
-               for sh in shapes)
+    return sum((warmup + 3 * repeats) * cost_model.step_time_s(build_batch(sh, block_size, 1000, 0.0, rng))
+               for sh in shapes) / duty_cycle
 
 
 def dry_run(args) -> int:
@@ -321,7 +361,8 @@ def dry_run(args) -> int:
     if args.estimate_with:
         from sim.cost_model.calibrated import CalibratedCostModel
         cm = CalibratedCostModel(args.estimate_with)
-        line += (f"; the timed loop takes about {estimate_seconds(shapes, cm, args.warmup, args.repeats):.0f} s "
+        secs = estimate_seconds(shapes, cm, args.warmup, args.repeats, duty_cycle=args.duty_cycle)
+        line += (f"; the timed loop takes about {secs:.0f} s "
                  f"priced by {args.estimate_with} (plus the runner's start-up)")
     print(line)
     return 0
@@ -335,6 +376,9 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default="full", choices=GRIDS)
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per shape (the median is kept)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed runs per shape before timing")
+    ap.add_argument("--duty-cycle", type=float, default=0.5, help="share of the time the device is kept busy: "
+                    "after each run the profiler idles (1 / duty - 1) times as long, so a loop of large steps stays "
+                    "out of the GPU's power cap as a serving loop does (default 0.5; 1: back to back)")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
     ap.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
@@ -353,6 +397,8 @@ def main(argv=None) -> int:
     ap.add_argument("--estimate-with", default=None, metavar="FIT.json", help="with --dry-run: a calibrated cost "
                     "model file whose step times price the estimate (default: only the shape count)")
     args = ap.parse_args(argv)
+    if not 0 < args.duty_cycle <= 1:
+        ap.error(f"--duty-cycle must be in (0, 1], got {args.duty_cycle}")
     if args.dry_run:
         return dry_run(args)
     set_threads(args.threads, args.device)
@@ -370,8 +416,9 @@ def main(argv=None) -> int:
           f"{runner.attn_backend.name}, {runner.num_kvcache_blocks} KV blocks, {len(runner.graphs)} CUDA graphs",
           flush=True)
     shapes = grid_shapes(args.grid, runner.max_model_len, cfg.max_num_batched_tokens, cfg.max_num_seqs, args.seed)
+    clock = GpuClock.open(runner.device)
     table = profile(runner, shapes, warmup=args.warmup, repeats=args.repeats, temperature=args.temperature,
-                    seed=args.seed, log=lambda m: print(m, flush=True))
+                    seed=args.seed, log=lambda m: print(m, flush=True), duty_cycle=args.duty_cycle, clock=clock)
     atomic_write_text(args.out, table.to_csv(index=False))
     mc = runner.model.config
     meta = dict(
@@ -381,7 +428,8 @@ def main(argv=None) -> int:
         attention_backend=runner.attn_backend.name, cuda_graphs=bool(runner.graphs), grid=args.grid,
         prefill_graph_max_tokens=runner.prefill_graphs.sizes[-1] if runner.prefill_graphs is not None else 0,
         threads=__import__("torch").get_num_threads(),
-        repeats=args.repeats, warmup=args.warmup, block_size=runner.block_size,
+        repeats=args.repeats, warmup=args.warmup, duty_cycle=args.duty_cycle, block_size=runner.block_size,
+        sm_clock_mhz=_clock_summary(table) if clock is not None else None,
         max_model_len=runner.max_model_len, num_kvcache_blocks=runner.num_kvcache_blocks,
         model_path=str(args.model),
         model=dict(num_layers=mc.num_hidden_layers, hidden_size=mc.hidden_size, num_q_heads=mc.num_attention_heads,

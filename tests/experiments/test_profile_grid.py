@@ -66,7 +66,9 @@ def test_dry_run_lists_the_grid_and_prices_it(capsys, tmp_path):
     out = capsys.readouterr().out.splitlines()
     n = len(grid_shapes("full", 16384, 16384, 256))
     assert len(out) == n + 1 and out[-1].startswith(f"{n} shapes (grid full, max_model_len 16384)")
-    assert f"about {4e-3 * n:.0f} s" in out[-1]
+    # a forward step is priced 1 ms (copies alone 0): warmup + 3 runs and their queued pairs, at duty 0.5
+    forward = sum(1 for sh in grid_shapes("full", 16384, 16384, 256) if sh.prefills or sh.decode_ctx)
+    assert f"about {1e-3 * (1 + 3 * 3) / 0.5 * forward:.0f} s" in out[-1]
 
 
 def test_device_seconds_come_from_a_launch_queued_behind_another():
@@ -97,13 +99,67 @@ def test_device_seconds_come_from_a_launch_queued_behind_another():
             self.last_device_time_s = 0.001 * handle
 
     r = Runner()
-    wall, dev = time_step(r, Batch(), warmup=1, repeats=2, sync=lambda: None)
+    wall, dev, mhz, capped = time_step(r, Batch(), warmup=1, repeats=2, sync=lambda: None)
     assert len(wall) == 2 and list(dev) == pytest.approx([0.004, 0.009])    # the second launch of each repeat
+    assert np.isnan(mhz).all() and not capped.any()                        # no clock given
     assert r.calls == ["execute"] + ["execute", "launch", "launch", "collect", "collect"] * 2
     r = Runner()
-    _, dev = time_step(r, Batch(swap_out=[(0, 1)]), warmup=0, repeats=1, sync=lambda: None)
+    _, dev, _, _ = time_step(r, Batch(swap_out=[(0, 1)]), warmup=0, repeats=1, sync=lambda: None)
     assert r.calls == ["execute"] and list(dev) == [9.0]
     r = Runner()
     r.time_device = False
-    _, dev = time_step(r, Batch(), warmup=0, repeats=1, sync=lambda: None)
+    _, dev, _, _ = time_step(r, Batch(), warmup=0, repeats=1, sync=lambda: None)
     assert r.calls == ["execute"] and np.isnan(dev).all()
+
+
+def test_duty_cycle_idles_in_proportion_and_the_clock_is_read_while_the_pair_runs():
+    """time_step(duty_cycle=d): after every execute() and every queued pair the profiler sleeps (1/d - 1) times
+    what it took, so the device is busy d of the time; the clock is read between the pair's launches and their
+    collection (the device busy), once per repeat."""
+
+    from engine.core.batch import Batch
+    from experiments.profile import time_step
+
+    now = [0.0]
+    calls = []
+
+    class Runner:
+        time_device = True
+        last_device_time_s = None
+
+        def execute(self, batch):
+            calls.append("execute")
+            now[0] += 0.010                       # 10 ms a step
+
+        def launch(self, batch):
+            calls.append("launch")
+            return None
+
+        def collect(self, handle):
+            calls.append("collect")
+            now[0] += 0.005
+            self.last_device_time_s = 0.005
+
+    class Clock:
+        def sm_mhz(self):
+            calls.append("clock")
+            return 1980.0 - 100 * calls.count("clock")
+
+        def power_capped(self):
+            return calls.count("clock") == 2
+
+    sleeps = []
+    import experiments.profile as prof
+    real = prof.time.perf_counter
+    prof.time.perf_counter = lambda: now[0]
+    try:
+        wall, dev, mhz, capped = time_step(Runner(), Batch(), warmup=1, repeats=2, sync=lambda: None,
+                                           duty_cycle=0.25, clock=Clock(), sleep=sleeps.append)
+    finally:
+        prof.time.perf_counter = real
+    assert sleeps == pytest.approx([0.030, 0.030, 0.030, 0.030, 0.030])   # 3x each busy 10 ms (warmup, runs, pairs)
+    assert calls == ["execute"] + ["execute", "launch", "launch", "clock", "collect", "collect"] * 2
+    assert list(mhz) == [1880.0, 1780.0] and list(capped) == [False, True]
+    assert list(wall) == pytest.approx([0.010, 0.010]) and list(dev) == pytest.approx([0.005, 0.005])
+    with pytest.raises(ValueError, match="duty_cycle"):
+        time_step(Runner(), Batch(), warmup=0, repeats=1, sync=lambda: None, duty_cycle=0.0)
