@@ -122,13 +122,18 @@ def floors(wl_dir: Path, name: str) -> tuple[dict, dict]:
     result = real_vs_real(dirs, name)
     out = {}
     for p in result["pairs"]:
-        f = out.setdefault(p["policy"], {"e2e": [], "ttft": [], "tpot": [], "e2e_p50": [], "ttft_p50": []})
+        f = out.setdefault(p["policy"], {"e2e": [], "ttft": [], "tpot": [], "e2e_p50": [], "ttft_p50": [],
+                                         **{f"{m}_q{q}": [] for m in ("ttft", "e2e") for q in ("50", "90", "99")}})
         f["e2e"].append(p["e2e_s"]["median_rel_err"])
         f["ttft"].append(p["ttft_s"]["median_rel_err"])
         f["tpot"].append(p["tpot_s"]["median_rel_err"])
         f["e2e_p50"].append(abs(p["e2e_s"]["quantile_rel_err"]["p50"] or 0.0))
         f["ttft_p50"].append(abs(p["ttft_s"]["quantile_rel_err"]["p50"] or 0.0))
-    return ({pol: {f"floor_{k}_median": float(np.mean([x for x in v if x is not None])) if v else float("nan")
+        for m in ("ttft", "e2e"):       # how far one real run's quantiles sit from another's
+            for q in ("50", "90", "99"):
+                f[f"{m}_q{q}"].append(abs(p[f"{m}_s"]["quantile_rel_err"][f"p{q}"] or 0.0))
+    return ({pol: {(f"floor_{k}" if "_q" in k else f"floor_{k}_median"):
+                   float(np.mean([x for x in v if x is not None])) if v else float("nan")
                    for k, v in f.items()} for pol, f in out.items()}, summaries)
 
 
@@ -151,12 +156,18 @@ def table_row(workload: str, policy: str, s: dict, floor: dict) -> dict:
                # the real run's step time outside the fit's envelope (its profiled ranges): extrapolated
                real_time_outside_envelope=g("coverage", "real", "share_time_outside"),
                **{k: floor.get(k, float("nan")) for k in ("floor_e2e_median", "floor_ttft_median",
-                                                           "floor_tpot_median", "floor_e2e_p50_median")})
+                                                           "floor_tpot_median", "floor_e2e_p50_median")},
+               **{f"floor_{m}_q{q}": floor.get(f"floor_{m}_q{q}", float("nan"))
+                  for m in ("ttft", "e2e") for q in ("50", "90", "99")})
     row["meets_e2e_goal"] = bool(row["e2e_median_err"] <= GOALS["e2e_median_err"]
                                  and not row["e2e_median_err"] > row["floor_e2e_median"])
     row["meets_quantile_goal"] = bool(all(abs(row[f"{m}_q{q}_err"]) <= GOALS["quantile_err"]
                                           for m in ("ttft", "e2e") for q in ("50", "90", "99")))
     row["meets_step_sum_goal"] = bool(abs(row["step_sum_ratio"] - 1) <= GOALS["step_sum_err"])
+    # each quantile within the goal or within how far the real runs' own quantiles sit apart (NaN floor: no)
+    row["quantiles_within_goal_or_floor"] = bool(all(
+        abs(row[f"{m}_q{q}_err"]) <= max(GOALS["quantile_err"], np.nan_to_num(row[f"floor_{m}_q{q}"]))
+        for m in ("ttft", "e2e") for q in ("50", "90", "99")))
     return row
 
 
@@ -175,7 +186,7 @@ def _pct(x, signed=False) -> str:
 def to_markdown(df: pd.DataFrame) -> str:
     head = ["workload", "policy", "E2E med / p90", "E2E med, all runs", "floor E2E", "TTFT med / p90", "TPOT med",
             "TTFT p50/p90/p99", "E2E p50/p90/p99", "throughput", "step sum", "E2E gain", "preempt real/sim",
-            "goals E2E/quant/steps"]
+            "goals E2E/quant/steps/quant or floor"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     yn = lambda b: "y" if b else "n"   # noqa: E731
     for r in df.itertuples(index=False):
@@ -187,7 +198,8 @@ def to_markdown(df: pd.DataFrame) -> str:
             " / ".join(_pct(getattr(r, f"e2e_q{q}_err"), True) for q in ("50", "90", "99")),
             _pct(r.throughput_err, True), f"{r.step_sum_ratio:.3f}", _gain(getattr(r, "e2e_gain", float("nan"))),
             f"{r.preemptions_real:g} / {r.preemptions_sim:g}",
-            f"{yn(r.meets_e2e_goal)}/{yn(r.meets_quantile_goal)}/{yn(r.meets_step_sum_goal)} |"]))
+            f"{yn(r.meets_e2e_goal)}/{yn(r.meets_quantile_goal)}/{yn(r.meets_step_sum_goal)}/"
+            f"{yn(getattr(r, 'quantiles_within_goal_or_floor', False))} |"]))
     return "\n".join(lines)
 
 
@@ -370,6 +382,11 @@ def suite_summary(table: pd.DataFrame) -> dict:
         "cells_ttft_p50_goal": int((table["ttft_q50_err"].abs() <= GOALS["quantile_err"]).sum()),
         "cells_ttft_quantiles_goal": int((ttft_q <= GOALS["quantile_err"]).sum()),
         "cells_e2e_quantiles_goal": int((e2e_q <= GOALS["quantile_err"]).sum()),
+        "cells_quantiles_goal_or_floor": int(table["quantiles_within_goal_or_floor"].sum())
+        if "quantiles_within_goal_or_floor" in table else None,
+        "cells_real_ttft_quantiles_repeat": int((table[[f"floor_ttft_q{q}" for q in ("50", "90", "99")]].max(axis=1)
+                                                 <= GOALS["quantile_err"]).sum())
+        if "floor_ttft_q50" in table else None,
         "fragile_cells": [f"{r.workload}:{r.policy}" for r in table.itertuples(index=False)
                           if getattr(r, "e2e_gain", 0.0) > FRAGILE_GAIN],
     }
@@ -381,7 +398,11 @@ def summary_line(s: dict) -> str:
     return (f"{n} cells: E2E median |error| median {100 * s['e2e_median_err_median']:.1f}%, max "
             f"{100 * s['e2e_median_err_max']:.1f}% (by workload: {by}); within goals: E2E {s['cells_e2e_goal']}/{n}, "
             f"step sums {s['cells_step_sum_goal']}/{n}, TTFT p50 {s['cells_ttft_p50_goal']}/{n}, TTFT quantiles "
-            f"{s['cells_ttft_quantiles_goal']}/{n}, E2E quantiles {s['cells_e2e_quantiles_goal']}/{n}; at or below "
+            f"{s['cells_ttft_quantiles_goal']}/{n}, E2E quantiles {s['cells_e2e_quantiles_goal']}/{n}"
+            + (f" (all six quantiles within 3% or their real-vs-real floor {s['cells_quantiles_goal_or_floor']}/{n}; "
+               f"real TTFT quantiles repeat within 3% in {s['cells_real_ttft_quantiles_repeat']}/{n})"
+               if s.get("cells_quantiles_goal_or_floor") is not None else "")
+            + f"; at or below "
             f"the floor {s['cells_at_or_below_floor']}/{n}"
             + (f"; fragile (E2E moves > {FRAGILE_GAIN:g}% per 1% of step price: a ranking there rests on the fit's "
                f"last percent): {', '.join(s['fragile_cells'])}" if s.get("fragile_cells") else ""))

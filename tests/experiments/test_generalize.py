@@ -220,3 +220,27 @@ def test_overrides_reach_both_sides_of_a_validation(tiny, tmp_path):
             assert (info["victim"], info["eviction"]) == ("most_blocks", "fifo"), (p, info)
         steps = entry["sims"]["constant"]["steps"]         # conf/backend/cost_model/constant.yaml, step_s given
         assert steps["busy_s_sim"] == pytest.approx(0.002 * steps["sim"])
+
+
+def test_a_quantile_counts_within_its_real_vs_real_floor():
+    """table_row: a quantile error above the 3% goal still counts when the real runs' own quantiles sit further
+    apart (quantiles_within_goal_or_floor), never when the floor is unknown; the strict goal is unchanged, and the
+    summary counts both and the cells whose real TTFT quantiles repeat within 3%."""
+    from experiments.generalize import suite_summary, summary_line, table_row
+
+    def report(ttft_p99):
+        q = lambda p99: {"median_rel_err": 0.01, "p90_rel_err": 0.02,      # noqa: E731
+                         "quantile_rel_err": {"p50": 0.01, "p90": 0.02, "p99": p99}}
+        return {"ttft_s": q(ttft_p99), "e2e_s": q(0.01), "tpot_s": q(0.0), "throughput": {"rel_err": 0.0},
+                "step_time": {"sum_pred_over_real": 1.0, "median_rel_err": 0.0}, "preemptions": {"real": 0, "sim": 0}}
+    floor = {f"floor_{m}_q{q}": 0.0 for m in ("ttft", "e2e") for q in ("50", "90")}
+    noisy = table_row("w", "a", report(0.05), {**floor, "floor_ttft_q99": 0.06, "floor_e2e_q99": 0.0})
+    tight = table_row("w", "b", report(0.05), {**floor, "floor_ttft_q99": 0.04, "floor_e2e_q99": 0.0})
+    unknown = table_row("w", "c", report(0.05), {})
+    assert noisy["quantiles_within_goal_or_floor"] and not noisy["meets_quantile_goal"]
+    assert not tight["quantiles_within_goal_or_floor"] and not unknown["quantiles_within_goal_or_floor"]
+    import pandas as pd
+    s = suite_summary(pd.DataFrame([noisy, tight, unknown]).assign(e2e_gain=1.0))
+    assert s["cells_quantiles_goal_or_floor"] == 1 and s["cells_ttft_quantiles_goal"] == 0
+    assert s["cells_real_ttft_quantiles_repeat"] == 0          # floors 6% and 4%; the unknown one is NaN
+    assert "real-vs-real floor 1/3" in summary_line(s)
