@@ -122,19 +122,20 @@ def floors(wl_dir: Path, name: str) -> tuple[dict, dict]:
     result = real_vs_real(dirs, name)
     out = {}
     for p in result["pairs"]:
-        f = out.setdefault(p["policy"], {"e2e": [], "ttft": [], "tpot": [], "e2e_p50": [], "ttft_p50": [],
+        f = out.setdefault(p["policy"], {"e2e": [], "ttft": [], "tpot": [],
                                          **{f"{m}_q{q}": [] for m in ("ttft", "e2e") for q in ("50", "90", "99")}})
         f["e2e"].append(p["e2e_s"]["median_rel_err"])
         f["ttft"].append(p["ttft_s"]["median_rel_err"])
         f["tpot"].append(p["tpot_s"]["median_rel_err"])
-        f["e2e_p50"].append(abs(p["e2e_s"]["quantile_rel_err"]["p50"] or 0.0))
-        f["ttft_p50"].append(abs(p["ttft_s"]["quantile_rel_err"]["p50"] or 0.0))
         for m in ("ttft", "e2e"):       # how far one real run's quantiles sit from another's
             for q in ("50", "90", "99"):
                 f[f"{m}_q{q}"].append(abs(p[f"{m}_s"]["quantile_rel_err"][f"p{q}"] or 0.0))
-    return ({pol: {(f"floor_{k}" if "_q" in k else f"floor_{k}_median"):
-                   float(np.mean([x for x in v if x is not None])) if v else float("nan")
-                   for k, v in f.items()} for pol, f in out.items()}, summaries)
+    result = {pol: {(f"floor_{k}" if "_q" in k else f"floor_{k}_median"):
+                    float(np.mean([x for x in v if x is not None])) if v else float("nan")
+                    for k, v in f.items()} for pol, f in out.items()}
+    for f in result.values():           # the older name of the E2E p50 floor
+        f["floor_e2e_p50_median"] = f["floor_e2e_q50"]
+    return result, summaries
 
 
 def _q(s: dict, m: str, q: str) -> float:
