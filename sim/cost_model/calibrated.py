@@ -334,7 +334,7 @@ class CalibratedCostModel(FittedCostModel):
             if self._span or self._span_alone:
                 grid = self.prefill_span_grid
                 if grid is not None:
-                    keys, lone = grid.span(n_pre, pre_tokens, sum(prefill_context_lens), max(prefill_context_lens))
+                    keys, lone = grid.span_entries(prefill_new_tokens, prefill_context_lens)
                     t += (self._span_alone if lone else self._span) * keys
                 else:
                     t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))

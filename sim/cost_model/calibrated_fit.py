@@ -191,7 +191,7 @@ def prefill_attention_span(steps, pairs_per_key: float | None,
     if grid is not None:
         longest = _col(steps, "max_prefill_context_tokens") if "max_prefill_context_tokens" in steps else None
         return table_makespan_keys(p_seqs, _col(steps, "num_prefill_tokens"), _col(steps, "prefill_context_sum"), grid,
-                                   longest)
+                                   longest, _col(steps, "prefill_attention_pairs"))
     if pairs_per_key is None or "max_prefill_context_tokens" not in steps:
         return np.zeros_like(p_seqs), np.zeros_like(p_seqs)
     spread = _col(steps, "prefill_attention_pairs") / float(pairs_per_key)

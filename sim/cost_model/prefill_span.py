@@ -14,8 +14,14 @@ those two bounds, max(spread, walk) priced a 2k-token prompt 0.93 of its H200 de
 1.03 (benchmarks/results/generalize/device_swap/). A program's fixed work (loads, the epilogue) counts
 as one key block.
 
-A step table keeps sums only (prefill tokens, contexts and entries per step), so a step's k entries are
-priced as k equal ones of its mean new tokens and mean context, in the simulator as in the fit.
+A grid with `ragged_entries` (fits made since) schedules each entry's own programs, longest entry first (the
+launch order is not recorded, and the table form must price a step as the batch form does): the simulator passes the
+step's entries, and a step table row, which keeps sums only, is read as its longest entry beside k - 1 equal
+others (`table_entries`: for fresh prompts the longest is its whole context; with cached prefixes its new tokens
+are the ones that give the row's recorded query-key pairs), exact for two entries and for equal ones. Priced as k
+equal entries of the mean (a grid without it, files fitted before), two fresh prompts of 6k and 1.5k tokens read
+three quarters of their keys, and the H200 replays' steps of 2-6 fresh prompts were priced 0.84-0.95 of their
+device seconds.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ class PrefillSpanGrid:
     tile_tokens: int          # query tokens a program owns (block_m // query heads per KV head)
     block_keys: int = PREFILL_BLOCK_N
     programs_per_sm: int = PREFILL_PROGRAMS_PER_SM   # slots an SM holds: slots // this is the SM count
+    ragged_entries: bool = False   # each entry's own programs (module docstring); False: k equal mean entries
 
     def __post_init__(self):
         for name in ("slots", "num_kv_heads", "tile_tokens", "block_keys", "programs_per_sm"):
@@ -52,17 +59,19 @@ class PrefillSpanGrid:
             return None
         group = int(num_q_heads) // int(num_kv_heads)
         block_m = max(PREFILL_BLOCK_M, 16, 1 << max(group - 1, 0).bit_length())
-        return cls(int(num_sms) * PREFILL_PROGRAMS_PER_SM, int(num_kv_heads), block_m // group)
+        return cls(int(num_sms) * PREFILL_PROGRAMS_PER_SM, int(num_kv_heads), block_m // group, ragged_entries=True)
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "PrefillSpanGrid":
         return cls(int(data["slots"]), int(data["num_kv_heads"]), int(data["tile_tokens"]),
                    int(data.get("block_keys", PREFILL_BLOCK_N)),
-                   int(data.get("programs_per_sm", PREFILL_PROGRAMS_PER_SM)))
+                   int(data.get("programs_per_sm", PREFILL_PROGRAMS_PER_SM)),
+                   bool(data.get("ragged_entries", False)))
 
     def to_dict(self) -> dict:
         return {"slots": self.slots, "num_kv_heads": self.num_kv_heads, "tile_tokens": self.tile_tokens,
-                "block_keys": self.block_keys, "programs_per_sm": self.programs_per_sm}
+                "block_keys": self.block_keys, "programs_per_sm": self.programs_per_sm,
+                "ragged_entries": self.ragged_entries}
 
     @property
     def num_sms(self) -> int:
@@ -105,6 +114,70 @@ class PrefillSpanGrid:
             keys = _makespan(self, k, n, max(n, int(round(context_tokens / k))))
         return float(keys), programs <= self.num_sms
 
+    def span_entries(self, new_tokens, context_tokens) -> tuple[float, bool]:
+        """(makespan_keys, runs_alone) of one step from its entries' own new tokens and contexts (cached + new):
+        with ragged_entries each entry's programs, else span() of their sums (the rule the grid was fitted with)."""
+        k = len(new_tokens)
+        if not k:
+            return 0.0, False
+        if k == 1 or not self.ragged_entries:
+            return self.span(k, sum(new_tokens), sum(context_tokens), max(context_tokens))
+        t, longest = self.tile_tokens, max(context_tokens)
+        programs = sum(-(-int(n) // t) for n in new_tokens) * self.num_kv_heads
+        if programs > self.slots:
+            # longest entry first: the order a step table row gives back (table_entries), so that the fit's table
+            # form and the simulator's batch form price a step alike (the launch order is not recorded)
+            entries = sorted(zip(map(int, new_tokens), map(int, context_tokens)), key=lambda e: (-e[1], -e[0]))
+            return float(_makespan_ragged(self, tuple(entries))), False
+        # every program resident: the longest entry's walk, alone on its SM where the programs of long walks (half
+        # the longest or more) fit one an SM (a short entry's programs beside them finish early: on the H200 a
+        # 300-token tail on 6k cached keys beside a fresh 212-token prompt, 136 programs, walked as one alone)
+        keys = (-(-int(longest) // self.block_keys) + 1) * self.block_keys
+        long_programs = sum(-(-int(n) // t) for n, c in zip(new_tokens, context_tokens)
+                            if 2 * c >= longest) * self.num_kv_heads
+        return float(keys), long_programs <= self.num_sms
+
+
+def table_entries(k: int, new_tokens: float, context_tokens: float, longest_context: float,
+                  pairs: float) -> tuple[list[int], list[int]]:
+    """([k] new tokens, [k] contexts) of a step table row's prefill entries: its longest entry (longest_context
+    keys) and k - 1 equal others of the rest, the longest entry's new tokens all its keys where every entry is
+    fresh (contexts sum to the new tokens), else those whose query-key pairs (n c - n (n - 1) / 2 an entry, as
+    engine.core.recorder sums them) bring the row's total closest to `pairs`."""
+    k, n_sum, c_sum, big = int(k), int(round(new_tokens)), int(round(context_tokens)), int(round(longest_context))
+    if k == 1:
+        return [n_sum], [c_sum]
+    rest_c = (c_sum - big) / (k - 1)
+    if c_sum == n_sum:
+        n_big = big
+    else:
+        cand = np.arange(1, max(1, min(big, n_sum - (k - 1))) + 1, dtype=np.float64)
+        rest_n = (n_sum - cand) / (k - 1)
+        est = cand * big - cand * (cand - 1) / 2 + (k - 1) * (rest_n * rest_c - rest_n * (rest_n - 1) / 2)
+        est = np.where(rest_n <= rest_c + 1e-9, est, np.inf)       # an entry holds no more new tokens than keys
+        n_big = int(cand[int(np.argmin(np.abs(est - pairs)))]) if np.isfinite(est).any() else n_sum // k
+    n_rest, c_rest = _split(n_sum - n_big, k - 1), _split(c_sum - big, k - 1)
+    return [n_big, *n_rest], [big, *(max(c, n) for c, n in zip(c_rest, n_rest))]
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """total as `parts` integers differing by at most 1 (the larger first), each >= 1."""
+    q, r = divmod(max(int(total), parts), parts)
+    return [q + 1] * r + [q] * (parts - r)
+
+
+@lru_cache(maxsize=65536)
+def _makespan_ragged(grid: PrefillSpanGrid, entries: tuple[tuple[int, int], ...]) -> int:
+    """Greedy list schedule of the programs of entries ((new tokens, keys) each) in launch order, in keys: the
+    tiles of every entry in turn (grid x), then the KV heads."""
+    t, b = grid.tile_tokens, grid.block_keys
+    work = [-(-(c - n + min(t * (i + 1), n)) // b) + 1 for n, c in entries for i in range(-(-n // t))]
+    free = [0] * grid.slots
+    for _ in range(grid.num_kv_heads):
+        for w in work:
+            heapq.heapreplace(free, free[0] + w)
+    return max(free) * b
+
 
 @lru_cache(maxsize=65536)
 def _makespan(grid: PrefillSpanGrid, k: int, n: int, c: int) -> int:
@@ -123,15 +196,23 @@ def _makespan(grid: PrefillSpanGrid, k: int, n: int, c: int) -> int:
 
 
 def table_makespan_keys(num_prefill_seqs, num_prefill_tokens, prefill_context_sum,
-                        grid: PrefillSpanGrid, max_prefill_context_tokens=None) -> tuple[np.ndarray, np.ndarray]:
+                        grid: PrefillSpanGrid, max_prefill_context_tokens=None,
+                        prefill_attention_pairs=None) -> tuple[np.ndarray, np.ndarray]:
     """([rows] makespan_keys of each step table row whose programs share SMs, [rows] of each row whose programs
     each have an SM to itself (PrefillSpanGrid.runs_alone)); both 0 on rows without prefill entries.
-    max_prefill_context_tokens: [rows] each row's longest entry (NaN or None: unknown, the mean's walk)."""
+    max_prefill_context_tokens: [rows] each row's longest entry (NaN or None: unknown, the mean's walk).
+    prefill_attention_pairs: [rows] (a ragged_entries grid reads rows of several entries with it and the
+    longest context as table_entries does; None or NaN: k equal entries)."""
     k, n, c = (np.asarray(a, dtype=np.float64) for a in (num_prefill_seqs, num_prefill_tokens, prefill_context_sum))
     longest = np.full(len(k), np.nan) if max_prefill_context_tokens is None \
         else np.asarray(max_prefill_context_tokens, dtype=np.float64)
     shared, alone = np.zeros(len(k)), np.zeros(len(k))
+    pairs = np.full(len(k), np.nan) if prefill_attention_pairs is None \
+        else np.asarray(prefill_attention_pairs, dtype=np.float64)
     for i in np.nonzero(k > 0)[0]:
-        keys, lone = grid.span(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])
+        if grid.ragged_entries and k[i] > 1 and np.isfinite(longest[i]) and np.isfinite(pairs[i]):
+            keys, lone = grid.span_entries(*table_entries(k[i], n[i], c[i], longest[i], pairs[i]))
+        else:
+            keys, lone = grid.span(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])
         (alone if lone else shared)[i] = keys
     return shared, alone

@@ -623,6 +623,15 @@ def test_prefill_span_prices_lone_programs_and_the_longest_walk():
                             cm, loop=False)
     assert table["max_prefill_context_tokens"].iloc[0] == 4196
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
+    # a ragged_entries grid: the batch form schedules each entry, the table form reads two entries back exactly
+    ragged_grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    rcm = CalibratedCostModel(coefficients=coef, prefill_span_grid=ragged_grid)
+    two = [Shape("multi_prefill", ((6000, 0), (1500, 0))), Shape("multi_prefill", ((300, 6000), (212, 0))),
+           Shape("multi_prefill", ((2048, 0), (1024, 8192)))]
+    table, batches = _table(two, rcm, loop=False)
+    np.testing.assert_allclose(rcm.predict_table(table), [rcm.step_time_s(b) for b in batches], rtol=1e-12)
+    assert rcm.step_time_s(batches[0]) > cm.step_time_s(batches[0])      # the 6k prompt's walk, not 3.75k's
+    assert CalibratedCostModel.from_dict(json.loads(json.dumps(rcm.to_dict()))).prefill_span_grid == ragged_grid
 
 
 def test_device_plus_host_fit_recovers_both_shares():

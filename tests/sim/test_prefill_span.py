@@ -12,6 +12,7 @@ from sim.cost_model.prefill_span import (
     PREFILL_BLOCK_N,
     PREFILL_PROGRAMS_PER_SM,
     PrefillSpanGrid,
+    table_entries,
     table_makespan_keys,
 )
 
@@ -57,7 +58,8 @@ def test_between_the_spread_and_the_walk():
     """Qwen3-0.6B on an H200: a short chunk on a long cached prefix is one walk (its programs all resident); a
     long prompt's makespan lies between its work spread over the slots and that plus the longest walk."""
     grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
-    assert grid == PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64, programs_per_sm=2)
+    assert grid == PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64, programs_per_sm=2,
+                                   ragged_entries=True)
     assert grid.makespan_keys(1, 512, 8192) == 8192 + 64             # 128 programs <= 264 slots
     assert grid.num_sms == 132 and grid.programs(1, 512) == 128 and grid.runs_alone(1, 512)   # one an SM
     assert grid.programs(1, 1024) == 256 and not grid.runs_alone(1, 1024)                    # two share one
@@ -98,3 +100,61 @@ def test_resident_programs_walk_the_longest_entry():
     assert grid.makespan_keys(2, 500, 4696) == grid.makespan_keys(2, 500, 4696, None) == (37 + 1) * 64
     assert grid.makespan_keys(2, 500, 4696, longest_context=4196) == (66 + 1) * 64
     assert grid.makespan_keys(2, 8192, 16384, longest_context=12000) == grid.makespan_keys(2, 8192, 16384)
+
+
+def _pairs(entries):
+    return sum(n * c - n * (n - 1) // 2 for n, c in entries)
+
+
+def test_ragged_entries_schedule_each_entrys_own_programs():
+    """A ragged_entries grid schedules the step's own entries (equal to the written-out list schedule where the
+    programs queue, the longest walk where they are all resident) and prices equal entries as span() does; a grid
+    without it (files fitted before) keeps the equal-entries rule whatever the entries."""
+    rng = np.random.default_rng(1)
+    for _ in range(80):
+        grid = PrefillSpanGrid(int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.integers(1, 9)),
+                               int(rng.integers(1, 9)), ragged_entries=True)
+        entries = [(n, n + int(rng.integers(0, 80))) for n in rng.integers(1, 60, size=int(rng.integers(2, 5)))]
+        n, c = [e[0] for e in entries], [e[1] for e in entries]
+        keys, _ = grid.span_entries(n, c)
+        programs = sum(-(-x // grid.tile_tokens) for x in n) * grid.num_kv_heads
+        longest_first = sorted(entries, key=lambda e: (-e[1], -e[0]))      # the table's order, whatever the batch's
+        want = _reference(grid, longest_first) if programs > grid.slots \
+            else (-(-max(c) // grid.block_keys) + 1) * grid.block_keys
+        assert keys == want, (grid, entries)
+        assert grid.span_entries(n[::-1], c[::-1])[0] == keys                # the same step in any order
+        assert grid.span_entries([n[0]] * 3, [c[0]] * 3) == grid.span(3, 3 * n[0], 3 * c[0], c[0])
+        old = PrefillSpanGrid(grid.slots, grid.num_kv_heads, grid.tile_tokens, grid.block_keys)
+        assert old.span_entries(n, c) == old.span(len(n), sum(n), sum(c), max(c))
+    # H200, Qwen3-0.6B: fresh prompts of 6,000 and 1,500 tokens read more than two equal ones of 3,750
+    h200 = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    ragged, _ = h200.span_entries([6000, 1500], [6000, 1500])
+    assert ragged == _reference(h200, [(6000, 6000), (1500, 1500)]) > h200.makespan_keys(2, 7500, 7500) * 1.2
+
+
+def test_resident_long_walks_alone_beside_a_short_entry():
+    """A 300-token tail on 6k cached keys beside a fresh 212-token prompt: 136 programs on 132 SMs, but the
+    long walks (80 programs) have an SM each, so the step walks alone; two long walks of 128 programs do not."""
+    h200 = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    assert h200.span_entries([300, 212], [6300, 212]) == ((99 + 1) * 64, True)
+    assert h200.span_entries([300, 300], [6300, 6000]) == ((99 + 1) * 64, False)
+
+
+def test_a_table_row_is_read_as_its_longest_entry_and_equal_others():
+    """table_entries gives back two entries exactly (fresh ones from the longest context, cached ones from the
+    query-key pairs) and equal ones of any count; a ragged_entries grid prices such rows as their entries."""
+    for entries in ([(6000, 6000), (1500, 1500)], [(300, 6300), (212, 212)], [(100, 4196), (400, 400)],
+                    [(256, 2304)] * 3, [(50, 50)] * 4, [(512, 512), (512, 8704)]):
+        n, c = [e[0] for e in entries], [e[1] for e in entries]
+        got = table_entries(len(entries), sum(n), sum(c), max(c), _pairs(entries))
+        assert sorted(zip(*got)) == sorted(entries), entries
+    grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    rows = [[(6000, 6000), (1500, 1500)], [(300, 6300), (212, 212)], [(4000, 4000)]]
+    shared, alone = table_makespan_keys([len(r) for r in rows], [sum(e[0] for e in r) for r in rows],
+                                        [sum(e[1] for e in r) for r in rows], grid,
+                                        [max(e[1] for e in r) for r in rows], [_pairs(r) for r in rows])
+    want = [grid.span_entries([e[0] for e in r], [e[1] for e in r]) for r in rows]
+    assert list(shared + alone) == [k for k, _ in want] and [a > 0 for a in alone] == [lone for _, lone in want]
+    # without the pairs (a table that lacks them) the row keeps the equal-entries rule
+    shared, alone = table_makespan_keys([2], [7500], [7500], grid, [6000])
+    assert shared[0] + alone[0] == grid.span(2, 7500, 7500, 6000)[0]
