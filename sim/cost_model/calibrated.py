@@ -106,7 +106,9 @@ host = step - device is exactly them: on the H200 0.22 ms a step, 0.40 ms a pref
 token, the loop's 20 us + 2.5 us a sequence. A joint fit of every term put what the synchronous replays' ~1k-token
 prompts showed beyond the profile into the host's share, 4.2 ms before an 8k prompt's launch where the engine
 spent 2.9 (`launch_host_s`). Without a device model, host = the loop_* terms, which miss the host work inside the
-step, so an overlapped step is priced too slow.
+step, so an overlapped step is priced too slow. Of the host's cost per prefill token, the share the overlapped
+replays' launches do not show (calibrated_fit.prefill_host_after_share: 0.58 on the H200, the postprocess
+publishing the prompt's blocks in the prefix cache) runs after the step's tokens (prefill_host_after_share).
 
 With `prefill_graph_max_tokens` (the profiled engine's largest prefill CUDA graph) a step with prefill
 entries pays `prefill_tokens` and the knee on the token count of the graph it pads to (steps of 16 to
@@ -192,7 +194,8 @@ class CalibratedCostModel(FittedCostModel):
                  envelope: Mapping | None = None, model=None, hardware=None, allow_mismatch: bool = False,
                  single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None,
                  prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
-                 prefill_span_grid: "PrefillSpanGrid | Mapping | None" = None):
+                 prefill_span_grid: "PrefillSpanGrid | Mapping | None" = None,
+                 prefill_host_after_share: float = 0.0):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
@@ -205,7 +208,12 @@ class CalibratedCostModel(FittedCostModel):
         a step with prefill entries pays prefill_tokens on its padded token count (None or 0: its own).
         device: the same terms fitted to the steps' device seconds alone (the `device` key of a saved file;
         experiments.calibrate fits it where the tables have device_time_s): host_time_s is then the rest of a
-        step. None: host_time_s is the loop terms."""
+        step. None: host_time_s is the loop terms.
+        prefill_host_after_share: the share, in [0, 1], of the host's seconds per prefill token (its part of
+        loop_prefill_tokens) spent after the step's tokens (the postprocess publishing the prompt's full blocks
+        in the prefix cache: a hash and a token tuple a block) rather than before its launch; it moves work
+        only in the overlap loop's timing (overlap_parts_s; calibrated_fit.prefill_host_after_share fits it).
+        0: all before the launch (files fitted before it)."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -219,6 +227,7 @@ class CalibratedCostModel(FittedCostModel):
             prefill_span_grid = data.get("prefill_span_grid")
             prefill_graph_max_tokens = data.get("prefill_graph_max_tokens")
             device = data.get("device")
+            prefill_host_after_share = data.get("prefill_host_after_share", 0.0)
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -279,6 +288,22 @@ class CalibratedCostModel(FittedCostModel):
         if device is not None and device.device_model is not None:
             raise ValueError("a calibrated model's device model cannot have a device model of its own")
         self.device_model: CalibratedCostModel | None = device
+        if not 0.0 <= float(prefill_host_after_share) <= 1.0:
+            raise ValueError(f"prefill_host_after_share must be in [0, 1], got {prefill_host_after_share}")
+        self.prefill_host_after_share = float(prefill_host_after_share)
+        # host seconds per prefill token after the step's tokens
+        self._after_ptok = self.prefill_host_after_share * self.host_prefill_token_s
+
+    @property
+    def host_prefill_token_s(self) -> float:
+        """The host's seconds per prefill token: loop_prefill_tokens less the device model's."""
+        dev = self.device_model.coefficients["loop_prefill_tokens"] if self.device_model is not None else 0.0
+        return max(self._loop_ptok - dev, 0.0)
+
+    def with_prefill_host_after_share(self, share: float) -> "CalibratedCostModel":
+        """This model with prefill_host_after_share = share (see __init__)."""
+        return CalibratedCostModel(profile=dict(self.to_dict(), prefill_host_after_share=float(share)),
+                                   allow_mismatch=self.allow_mismatch)
 
     def _check_identity(self, model, hardware, source) -> str | None:
         if model is None and hardware is None:
@@ -400,12 +425,16 @@ class CalibratedCostModel(FittedCostModel):
     def overlap_parts_s(self, batch) -> tuple[float, float, float]:
         """(before the launch, device, after the tokens) seconds of step_time_s (CostModel.overlap_parts_s):
         host_time_s is the host's part; of it, loop_step and loop_seqs (postprocess, finished requests, the
-        loop: fitted on the gap between a step's tokens and the next step) come after the tokens, the rest
-        (scheduling, block allocation, prefix hashing, inputs, launches) before the launch."""
+        loop: fitted on the gap between a step's tokens and the next step) and prefill_host_after_share of the
+        host's prefill-token seconds (publishing the prompt's blocks) come after the tokens, the rest
+        (scheduling, block allocation, prefix lookups, inputs, launches) before the launch."""
         step = self.step_time_s(batch)
         host = self.host_time_s(batch, step)
         n = len(batch.seqs)
-        loop = min(self._loop_step + self._loop_seq * n if (n or batch.swap_out or batch.swap_in) else 0.0, host)
+        loop = self._loop_step + self._loop_seq * n if (n or batch.swap_out or batch.swap_in) else 0.0
+        if self._after_ptok and batch.num_prefill_seqs:
+            loop += self._after_ptok * sum(batch.num_new_tokens[:batch.num_prefill_seqs])
+        loop = min(loop, host)
         return host - loop, step - host, loop
 
     def decode_overlap_parts_lists(self, num_seqs: int, start_context_sum: int, k: int,
@@ -499,7 +528,8 @@ class CalibratedCostModel(FittedCostModel):
             cols = [FEATURES.index(f) for f in HOST_TERMS]
             host = x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols])
         cols = [FEATURES.index(f) for f in LOOP_TERMS]
-        loop = np.minimum(x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols]), host)
+        loop = x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols])
+        loop = np.minimum(loop + self._after_ptok * x[:, FEATURES.index("loop_prefill_tokens")], host)
         if "start_time_s" in steps:
             dur = steps["measured_duration_s"] if "measured_duration_s" in steps else steps["duration_s"]
             restart = restarts(steps["start_time_s"], dur)
@@ -586,6 +616,7 @@ class CalibratedCostModel(FittedCostModel):
              "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
              "single_split_min_seqs": self.single_split_min_seqs, "prefill_span_pairs": self.prefill_span_pairs,
              "prefill_graph_max_tokens": self.prefill_graph_max_tokens,
+             "prefill_host_after_share": self.prefill_host_after_share,
              "prefill_span_grid": None if self.prefill_span_grid is None else self.prefill_span_grid.to_dict(),
              "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
              "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}

@@ -490,3 +490,39 @@ def canonical_step_base(coef: np.ndarray) -> np.ndarray:
     coef[i_eager] -= shift
     coef[i_dec] -= shift
     return coef
+
+
+MIN_LAUNCH_ROWS = 20     # prefill-only rows with a measured launch (launch_host_s) needed to split the host's share
+
+
+def prefill_host_after_share(tables, host_prefill_token_s: float) -> float | None:
+    """The share of the host's seconds per prefill token (host_prefill_token_s, fitted on synchronous steps)
+    spent after the step's tokens (CalibratedCostModel's prefill_host_after_share): 1 - the slope in prefill
+    tokens of the host's seconds before the launch (launch_host_s: schedule to launch, measured with overlap
+    scheduling) on the tables' prefill-only rows without block copies, over host_prefill_token_s, in [0, 1].
+    None with fewer than MIN_LAUNCH_ROWS such rows or no host cost per token.
+
+    The synchronous steps fix the host's total per prefill token, not when it is spent: the engine prepares a
+    prompt's inputs before the launch and hashes and publishes its full blocks in the prefix cache in the
+    postprocess after its tokens, where the next step's device time hides it. On the H200 calibration replays
+    the launch took 0.15 us a prefill token of the 0.47 us the synchronous steps show; priced all before the
+    launch, a fresh 8k-token prompt scheduled on an idle device waited 4.5 ms for its launch where the
+    replays show 2.3-2.5 ms beyond its device seconds (benchmarks/results/generalize/h200_1203/)."""
+    if not host_prefill_token_s > 0:
+        return None
+    xs, ys = [], []
+    for t in tables:
+        if "launch_host_s" not in t:
+            continue
+        copies = sum(np.nan_to_num(_col(t, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
+                                                               "num_cpu_hit_blocks"))
+        launch = _col(t, "launch_host_s")
+        rows = (_col(t, "num_prefill_seqs") > 0) & (_col(t, "num_decode_seqs") == 0) & (copies == 0) \
+            & np.isfinite(launch) & (launch > 0)
+        xs.append(np.column_stack([np.ones(int(rows.sum())), _col(t, "num_prefill_seqs")[rows],
+                                   _col(t, "num_prefill_tokens")[rows]]))
+        ys.append(launch[rows])
+    if not xs or sum(len(y) for y in ys) < MIN_LAUNCH_ROWS:
+        return None
+    coef, _ = robust_nnls(np.concatenate(xs), np.concatenate(ys), "absolute", True)
+    return float(np.clip(1.0 - coef[2] / host_prefill_token_s, 0.0, 1.0))

@@ -120,7 +120,8 @@ def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp
         t.assign(serving_loop=0)), duration_s=1.0).to_parquet(extra)
     assert calibrate.main([str(path), "--out", str(tmp_path / "r.json"), "--device-tables", str(extra)]) == 0
     r = json.loads((tmp_path / "r.json").read_text())
-    assert r["device"]["metadata"]["num_fit_rows"] == 800 and r["metadata"]["num_fit_rows"] == 400
+    # the device table's first row was launched on an idle device: its events are not the device's seconds
+    assert r["device"]["metadata"]["num_fit_rows"] == 799 and r["metadata"]["num_fit_rows"] == 400
     assert r["coefficients"]["step"] == pytest.approx(data["coefficients"]["step"], rel=1e-6)
     # no device seconds: no device model, the host share is the loop terms
     path2 = tmp_path / "plain.parquet"
@@ -164,3 +165,19 @@ def test_the_profiled_engines_largest_prefill_graph():
     assert profile_graph_max_tokens({"cuda_graphs": True}) == EngineConfig.prefill_graph_max_tokens
     assert profile_graph_max_tokens({"cuda_graphs": False}) == 0
     assert profile_graph_max_tokens({}) is None
+
+
+def test_device_seconds_of_steps_launched_on_an_idle_device_are_not_fitted():
+    """back_to_back_device_s drops device_time_s where a row starts after a gap (its events also span the host's
+    preparation); rows back to back, the first row's successors and tables without start times keep theirs."""
+    from experiments.calibrate import back_to_back_device_s
+    t = pd.DataFrame(dict(start_time_s=[0.0, 1.0, 2.0, 5.0, 6.0], duration_s=[1.0, 1.0, 1.0, 1.0, 1.0],
+                          device_time_s=[0.9, 0.8, 0.7, 0.6, 0.5]))
+    out = back_to_back_device_s(t)
+    assert np.isnan(out["device_time_s"].to_numpy()[[0, 3]]).all()
+    assert out["device_time_s"].tolist()[1:3] == [0.8, 0.7] and out["device_time_s"].tolist()[4] == 0.5
+    profile = t.drop(columns="start_time_s")
+    assert back_to_back_device_s(profile).equals(profile)
+    # measured_duration_s (the step itself, before the gap the next one waited) decides where rows touch
+    tiled = t.assign(duration_s=[1.0, 1.0, 3.0, 1.0, 1.0], measured_duration_s=[1.0, 1.0, 1.0, 1.0, 1.0])
+    assert np.isnan(back_to_back_device_s(tiled)["device_time_s"].to_numpy()[3])

@@ -694,3 +694,33 @@ def test_a_scaled_model_prices_everything_that_much_longer():
     np.testing.assert_allclose(big.device_model.predict_table(table), 1.25 * cm.device_model.predict_table(table))
     with pytest.raises(ValueError, match="factor > 0"):
         cm.scaled(0)
+
+
+def test_prefill_host_after_share_is_what_the_launches_leave_of_the_host_cost_a_token():
+    """The launch's slope in prefill tokens (launch_host_s, prefill-only rows without copies) over the host's cost
+    a token gives the share after the tokens: 0.2 of 0.5 us leaves 0.6; clipped to [0, 1]; None without enough
+    rows or a host cost; the share survives a save and moves host time from before the launch to after."""
+    from sim.cost_model.calibrated_fit import MIN_LAUNCH_ROWS, prefill_host_after_share
+    rng = np.random.default_rng(0)
+    n = 200
+    tokens = rng.integers(16, 8192, size=n).astype(float)
+    decode = (np.arange(n) % 4 == 0).astype(float) * 8          # mixed rows: not read
+    table = pd.DataFrame(dict(num_prefill_seqs=1.0, num_prefill_tokens=tokens, num_decode_seqs=decode,
+                              num_swap_blocks=0.0, launch_host_s=1e-3 + 0.2e-6 * tokens + 5e-3 * (decode > 0)))
+    assert prefill_host_after_share([table], 0.5e-6) == pytest.approx(0.6, abs=1e-6)
+    assert prefill_host_after_share([table], 0.1e-6) == 0.0 and prefill_host_after_share([table], 0.0) is None
+    assert prefill_host_after_share([table.iloc[:MIN_LAUNCH_ROWS - 1]], 0.5e-6) is None
+    assert prefill_host_after_share([table.drop(columns="launch_host_s")], 0.5e-6) is None
+    device = CalibratedCostModel(coefficients=dict(step=1e-3, prefill_tokens=1e-6))
+    cm = CalibratedCostModel(coefficients=dict(step=1.2e-3, prefill_tokens=1e-6, loop_prefill_tokens=0.5e-6,
+                                               loop_step=1e-4), device=device)
+    assert cm.host_prefill_token_s == pytest.approx(0.5e-6)
+    shared = CalibratedCostModel.from_dict(json.loads(json.dumps(cm.with_prefill_host_after_share(0.6).to_dict())))
+    assert shared.prefill_host_after_share == 0.6
+    batch = build_batch(Shape("prefill", ((4000, 0),)), 16, 2000, 0.0, rng)
+    pre0, dev0, loop0 = cm.overlap_parts_s(batch)
+    pre, dev, loop = shared.overlap_parts_s(batch)
+    assert dev == dev0 and loop - loop0 == pytest.approx(0.6 * 0.5e-6 * 4000)
+    assert pre + loop == pytest.approx(pre0 + loop0)
+    with pytest.raises(ValueError, match="prefill_host_after_share must be in"):
+        cm.with_prefill_host_after_share(1.5)

@@ -100,8 +100,9 @@ def test_a_prefills_preparation_hides_only_behind_the_step_before():
     assert res.requests.set_index("request_id").loc[1, "ttft_s"] == pytest.approx(11.5 - 5.2)
 
 
-@pytest.mark.parametrize("policy, blocks, gap_s, max_out", [("vllm", 48, 3.0, 30), ("vllm_swap", 40, 1.0, 60)])
-def test_table_pricing_reproduces_the_simulated_rows(policy, blocks, gap_s, max_out):
+@pytest.mark.parametrize("policy, blocks, gap_s, max_out, after_share",
+                         [("vllm", 48, 3.0, 30, 0.0), ("vllm_swap", 40, 1.0, 60, 0.0), ("vllm", 48, 3.0, 30, 0.6)])
+def test_table_pricing_reproduces_the_simulated_rows(policy, blocks, gap_s, max_out, after_share):
     # sim/overlap_timeline.py on the simulator's own recorded rows gives their durations: one recursion, with
     # preemption by recompute and by swap (a step with copies waits for the device before it prepares)
     swaps = dict(decode_context_sum=1e-3, swap_step=0.5, swap_out_blocks=0.01, swap_in_blocks=0.01)
@@ -109,6 +110,8 @@ def test_table_pricing_reproduces_the_simulated_rows(policy, blocks, gap_s, max_
     device = CalibratedCostModel(coefficients=dict(step=0.7, eager_step=2.0, **swaps))
     cm = CalibratedCostModel(coefficients=dict(step=1.0, eager_step=2.0, loop_step=0.25, loop_prefill_step=1.0,
                                                loop_prefill_tokens=0.01, loop_seqs=0.05, **swaps), device=device)
+    # after_share: that share of the host's 0.01 s a prefill token runs after the step's tokens, in both forms
+    cm = cm.with_prefill_host_after_share(after_share)
     rng = np.random.default_rng(0)
     seqs = [req(i, int(rng.integers(4, 200)), int(rng.integers(1, max_out)), arrival=float(rng.exponential(gap_s)) * i)
             for i in range(40)]
@@ -126,6 +129,10 @@ def test_table_pricing_reproduces_the_simulated_rows(policy, blocks, gap_s, max_
     assert (restart.sum() > 1 if policy == "vllm" else restart.sum() == 1) and restart.sum() < len(steps) - 50
     if policy == "vllm_swap":       # without the wait before a copying step's preparation the rows differ
         assert not np.allclose(overlapped_row_s(*_parts(cm, table), restart), pred)
+    if after_share:                 # the prompt's host work after its tokens: another timeline, the same sums
+        before = cm.with_prefill_host_after_share(0.0)
+        assert not np.allclose(before.predict_table(table, overlapped=True), pred)
+        np.testing.assert_allclose(before.predict_table(table), cm.predict_table(table))
 
 
 def _parts(cm, table):
