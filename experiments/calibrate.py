@@ -41,7 +41,7 @@ from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCos
 from sim.cost_model.calibrated_fit import decode_single_split_min_seqs, prefill_host_after_share
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 from sim.cost_model.prefill_span import PrefillSpanGrid
-from sim.overlap_timeline import restarts
+from sim.overlap_timeline import table_restarts
 
 
 def read_table(path) -> pd.DataFrame:
@@ -125,14 +125,13 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
         d_held = error_stats(d_part.predict_table(device.iloc[d_test]), device["duration_s"].to_numpy()[d_test])
         dev = CalibratedCostModel.fit(device, metadata=dict(heldout=d_held, target="device_time_s"), **d_opts)
         model = CalibratedCostModel.fit_device_plus_host(rows, dev, metadata=meta)
-        share = None if model is None else prefill_host_after_share(extra, model.host_prefill_token_s)
-        if share is not None:
-            # of the host's cost per prefill token, what the overlapped replays' launches leave runs after the tokens
-            model = model.with_prefill_host_after_share(share)
         if model is None:
             model = CalibratedCostModel.fit(rows, metadata=meta, **opts)
             model.device_model = dev
-        return model, d_held
+            return model, d_held
+        # of the host's cost per prefill token, what the overlapped replays' launches leave runs after the tokens
+        share = prefill_host_after_share(extra, model.host_prefill_token_s)
+        return (model if share is None else model.with_prefill_host_after_share(share)), d_held
 
     part, _ = fitted(table.iloc[train], None)
     heldout = _by_source(part, table, test)
@@ -192,8 +191,7 @@ def back_to_back_device_s(table: pd.DataFrame) -> pd.DataFrame:
     (benchmarks/results/generalize/h200_1203/). They are not the device's seconds, so they are not fitted."""
     if "device_time_s" not in table or "start_time_s" not in table or not len(table):
         return table
-    dur = table["measured_duration_s"] if "measured_duration_s" in table else table["duration_s"]
-    idle = restarts(table["start_time_s"], dur)
+    idle = table_restarts(table)
     return table.assign(device_time_s=np.where(idle, np.nan, table["device_time_s"].to_numpy(dtype=float)))
 
 

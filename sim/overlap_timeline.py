@@ -38,6 +38,15 @@ def restarts(start_s, duration_s, gap_s: float = RESTART_GAP_S) -> np.ndarray:
     return out
 
 
+def table_restarts(steps) -> np.ndarray:
+    """restarts() of a recorded steps table in step order: its start_time_s, and each row's own measured
+    seconds (measured_duration_s where recorded, else duration_s); all False without start times."""
+    if "start_time_s" not in steps:
+        return np.zeros(len(np.asarray(steps["num_prefill_seqs"])), dtype=bool)
+    dur = steps["measured_duration_s"] if "measured_duration_s" in steps else steps["duration_s"]
+    return restarts(steps["start_time_s"], dur)
+
+
 def overlapped_row_s(prepare_s, device_s, loop_s, restart, waits=None) -> np.ndarray:
     """[rows] seconds of each row (module docstring). prepare_s: host seconds before the step's launch
     (scheduling, inputs); device_s: the device's seconds; loop_s: host seconds after its tokens

@@ -159,7 +159,7 @@ from sim.cost_model.calibrated_fit import (
     OBJECTIVES,
     SMALL_PREFILL_TOKENS,
     SPLIT_PARTITION_KEYS,
-    _col,
+    copy_blocks,
     design_matrix,
     fit_coefficients,
     fit_host_terms,
@@ -168,7 +168,7 @@ from sim.cost_model.calibrated_fit import (
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
 from sim.cost_model.prefill_span import PrefillSpanGrid
-from sim.overlap_timeline import overlapped_row_s, restarts
+from sim.overlap_timeline import overlapped_row_s, table_restarts
 
 FORMAT = "servelab.calibrated_cost_model/v3"
 FORMAT_V2 = "servelab.calibrated_cost_model/v2"
@@ -530,14 +530,7 @@ class CalibratedCostModel(FittedCostModel):
         cols = [FEATURES.index(f) for f in LOOP_TERMS]
         loop = x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols])
         loop = np.minimum(loop + self._after_ptok * x[:, FEATURES.index("loop_prefill_tokens")], host)
-        if "start_time_s" in steps:
-            dur = steps["measured_duration_s"] if "measured_duration_s" in steps else steps["duration_s"]
-            restart = restarts(steps["start_time_s"], dur)
-        else:
-            restart = np.zeros(len(total), dtype=bool)
-        copies = sum(np.nan_to_num(_col(steps, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
-                                                                  "num_cpu_hit_blocks"))
-        return overlapped_row_s(host - loop, total - host, loop, restart, copies > 0)
+        return overlapped_row_s(host - loop, total - host, loop, table_restarts(steps), copy_blocks(steps) > 0)
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod

@@ -91,6 +91,12 @@ def _col(steps, name: str, default: float | None = None) -> np.ndarray:
     return np.full(n, float(default))
 
 
+def copy_blocks(steps) -> np.ndarray:
+    """[rows] blocks each step copies (swaps, CPU-tier offloads and loads): device work the forward pass waits for."""
+    return sum(np.nan_to_num(_col(steps, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
+                                                           "num_cpu_hit_blocks"))
+
+
 def swap_directions(steps) -> tuple[np.ndarray, np.ndarray]:
     """(swap-out blocks, swap-in blocks) per row; see the module docstring for the rules."""
     total = _col(steps, "num_swap_blocks")
@@ -362,8 +368,7 @@ def fit_host_terms(steps, x: np.ndarray, device_s: np.ndarray) -> np.ndarray | N
     if loop_coef is None:
         return None
     seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
-    copies = sum(np.nan_to_num(_col(steps, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
-                                                               "num_cpu_hit_blocks"))
+    copies = copy_blocks(steps)
     rows = (serving_loop_flags(steps) == 1) & np.isfinite(_col(steps, "measured_duration_s")) & (seqs > 0) \
         & (copies == 0)
     if not rows.any():
@@ -505,7 +510,7 @@ def prefill_host_after_share(tables, host_prefill_token_s: float) -> float | Non
     The synchronous steps fix the host's total per prefill token, not when it is spent: the engine prepares a
     prompt's inputs before the launch and hashes and publishes its full blocks in the prefix cache in the
     postprocess after its tokens, where the next step's device time hides it. On the H200 calibration replays
-    the launch took 0.15 us a prefill token of the 0.47 us the synchronous steps show; priced all before the
+    the launch took 0.20 us a prefill token of the 0.46 us the synchronous steps show; priced all before the
     launch, a fresh 8k-token prompt scheduled on an idle device waited 4.5 ms for its launch where the
     replays show 2.3-2.5 ms beyond its device seconds (benchmarks/results/generalize/h200_1203/)."""
     if not host_prefill_token_s > 0:
@@ -514,10 +519,8 @@ def prefill_host_after_share(tables, host_prefill_token_s: float) -> float | Non
     for t in tables:
         if "launch_host_s" not in t:
             continue
-        copies = sum(np.nan_to_num(_col(t, c, 0.0)) for c in ("num_swap_blocks", "num_offload_blocks",
-                                                               "num_cpu_hit_blocks"))
         launch = _col(t, "launch_host_s")
-        rows = (_col(t, "num_prefill_seqs") > 0) & (_col(t, "num_decode_seqs") == 0) & (copies == 0) \
+        rows = (_col(t, "num_prefill_seqs") > 0) & (_col(t, "num_decode_seqs") == 0) & (copy_blocks(t) == 0) \
             & np.isfinite(launch) & (launch > 0)
         xs.append(np.column_stack([np.ones(int(rows.sum())), _col(t, "num_prefill_seqs")[rows],
                                    _col(t, "num_prefill_tokens")[rows]]))
