@@ -12,6 +12,8 @@
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
 #                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm and sarathi: device seconds
 #                  for the device model only, whole prompts and chunks), the fit on the tables           -> profile_<tag>.{csv,json}, calib steps in the archive
+#   calib_prefix   calibration replays with prefix hits: a synthetic shared-prefix workload (CAL_PREFIX_POLICIES,
+#                  synchronous and overlapped), steps tables for the fit on CPU   -> calib steps in the archive
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
@@ -24,7 +26,8 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (512: the
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
-# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm,sarathi; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm,sarathi;
+# empty: none), CAL_PREFIX_POLICIES (vllm,sarathi; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
@@ -35,7 +38,7 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
-select_stages "fit prefill_heavy decode_heavy prefix_share bursty priority"
+select_stages "fit calib_prefix prefill_heavy decode_heavy prefix_share bursty priority"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
@@ -45,18 +48,29 @@ if [ "$SMOKE" = 1 ]; then
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-512}"
   CAL=(--target-rate-rps 20 --max-requests "${CAL_REQUESTS:-16}" --num-kvcache-blocks 40 --num-cpu-blocks 40)
   T_CKPT=120; T_PROFILE=120; T_CAL=120; T_REPLAY=120; T_WL=300
+  CAL_PREFIX=(--num-kvcache-blocks 64 --workload-set num_requests=10 --workload-set arrival.rate_rps=20
+              --workload-set num_groups=2 --workload-set prefix_len.lo=64 --workload-set prefix_len.hi=256
+              --workload-set suffix_len.lo=8 --workload-set suffix_len.hi=64 --workload-set output_len.lo=2
+              --workload-set output_len.hi=8)
 else
   TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
   # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
   CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-512}" --num-cpu-blocks 2048)
   T_CKPT=90; T_PROFILE=200; T_CAL=240; T_REPLAY=120; T_WL=330
+  # 6 prefixes of 256-7,168 tokens held in 4,096 blocks: hits of 16-448 blocks beside fresh prompts and decodes
+  CAL_PREFIX=(--num-kvcache-blocks 4096 --num-cpu-blocks 2048 --workload-set num_requests=120
+              --workload-set arrival.rate_rps=8 --workload-set num_groups=6 --workload-set prefix_len.lo=256
+              --workload-set prefix_len.hi=7168 --workload-set suffix_len.lo=16 --workload-set suffix_len.hi=768
+              --workload-set output_len.lo=16 --workload-set output_len.hi=96)
 fi
 CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
 CAL_POLICIES="${CAL_POLICIES:-vllm_swap,sarathi}"
 # replayed again with overlap scheduling, for the device model only (empty: none)
 CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm,sarathi}"
+# the shared-prefix calibration replay's policies (empty: none)
+CAL_PREFIX_POLICIES="${CAL_PREFIX_POLICIES-vllm,sarathi}"
 
 # workload_flags NAME: the validate flags of one family (prompts, outputs, arrivals, KV cache, policies).
 workload_flags() {
@@ -126,9 +140,24 @@ if has_stage fit; then
   fi
 fi
 
+# calib_prefix: prefix hits, from a synthetic shared-prefix workload (conf/workload/shared_prefix.yaml; no family of
+# the suite is generated so), synchronous and overlapped: the host's work per cached block at admission. Its tables
+# join the fit's on CPU (experiments.calibrate; the fit stage's own calibrate step runs without them)
+if has_stage calib_prefix && [ -n "$CAL_PREFIX_POLICIES" ]; then
+  n_pol=$(echo "$CAL_PREFIX_POLICIES" | tr ',' '\n' | wc -l)
+  stage calib_prefix "$((T_REPLAY * n_pol))" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+    --workload shared_prefix "${CAL_PREFIX[@]}" --max-model-len "$MAX_MODEL_LEN" --policies "$CAL_PREFIX_POLICIES" \
+    --max-wall-s "$MAX_WALL_S" --no-roofline --no-plot --out-dir "$WORK" --name calib_prefix \
+    --steps-out "$WORK/real/calib_steps_${TAG}_prefix.parquet"
+  stage calib_prefix_overlap "$((T_REPLAY * n_pol))" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+    --workload shared_prefix "${CAL_PREFIX[@]}" --max-model-len "$MAX_MODEL_LEN" --policies "$CAL_PREFIX_POLICIES" \
+    --overlap-scheduling --max-wall-s "$MAX_WALL_S" --no-roofline --no-plot --out-dir "$WORK" \
+    --name calib_prefix_overlap --steps-out "$WORK/real/calib_overlap_steps_${TAG}_prefix.parquet"
+fi
+
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
 for wl in $ALL_STAGES; do
-  [ "$wl" = fit ] && continue
+  case "$wl" in fit|calib_prefix) continue ;; esac
   has_stage "$wl" || continue
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \

@@ -20,6 +20,7 @@ from experiments.workloads.formats.mooncake import read_mooncake_trace
 from experiments.workloads.formats.sharegpt import read_length_file, sharegpt_workload
 from experiments.workloads.formats.vidur import read_vidur_trace
 from experiments.workloads.options import PriorityClasses, TraceOptions, spawn_streams
+from experiments.workloads.shared_prefix import shared_prefix_workload
 from experiments.workloads.synthetic import (
                                         AllAtOnce,
                                         Constant,
@@ -36,5 +37,6 @@ __all__ = [
     "AllAtOnce", "Constant", "Fixed", "FromFile", "Gamma", "MOONCAKE_BLOCK_TOKENS", "Poisson", "PriorityClasses",
     "RequestSpec", "TenantStream", "TraceOptions", "Uniform", "Workload", "WorkloadFormatError", "WorkloadStats",
     "detect_format", "prompt_token_ids", "read_azure_trace", "read_length_file", "read_mooncake_trace", "read_trace",
-    "read_vidur_trace", "sharegpt_workload", "spawn_streams", "synthetic_workload", "tenant_mix_workload",
+    "read_vidur_trace", "shared_prefix_workload", "sharegpt_workload", "spawn_streams", "synthetic_workload",
+    "tenant_mix_workload",
 ]

@@ -20,7 +20,8 @@ from engine.core.requests import (
     WorkloadStats,
 )
 
-STREAMS = ("arrivals", "prompt_lengths", "output_lengths", "priorities")
+# Append only: spawned child i is the same whatever the count, so a new stream never shifts an old one's numbers.
+STREAMS = ("arrivals", "prompt_lengths", "output_lengths", "priorities", "prefix_groups")
 TOO_LONG_MODES = ("clip", "drop")
 
 
