@@ -91,6 +91,15 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     decode_step              fixed cost of a pure-decode step, beside step: with it a prefill step's base
                              (step + eager_step) can sit below a decode step's (calibrated_fit.canonical_step_base
                              keeps the smaller of eager_step and decode_step at 0)
+    loop_hit_step            the serving loop's host time in a step that admits prefix-cache hits (the batch's
+                             num_gpu_hit_blocks > 0), and
+    loop_hit_blocks          per hit block admitted: schedule() looks up the whole prompt's block keys, takes
+                             each hit block out of the eviction order and builds the block table, work that
+                             loop_prefill_tokens (per computed token) misses on a prompt that is mostly cached.
+                             On the H200 a 512-token chunk admitted on 50-300 cached blocks waited 2.8-3.1 ms
+                             before its launch, a later chunk of the same prompts 1.4 ms
+                             (benchmarks/results/generalize/h200_1204/). Fitted on a shared-prefix calibration
+                             replay (gpu_generalize.sh's calib_prefix stage); host work before the launch
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's
@@ -100,7 +109,7 @@ replays), experiments.calibrate fits the same terms to those alone (the file's `
 overlapped replays' level: the profile offset below, and 95% of the row weights on the replays,
 DEVICE_RUN_SHARE; the profile's swap shapes count their step time as device time, a swap's copies running on
 the device's stream), and then the host's share on what it leaves of the synchronous replays' steps
-(calibrated_fit.fit_host_terms: step, eager_step, num_seqs, loop_prefill_tokens and the loop terms): the
+(calibrated_fit.fit_host_terms: step, eager_step, num_seqs, loop_prefill_tokens, the hit terms and the loop terms): the
 step-time model is the device model plus those host terms (CalibratedCostModel.fit_device_plus_host), and
 host = step - device is exactly them: on the H200 0.22 ms a step, 0.40 ms a prefill step, 0.23 us a prefill
 token, the loop's 20 us + 2.5 us a sequence. A joint fit of every term put what the synchronous replays' ~1k-token
@@ -117,8 +126,11 @@ profile's shapes sit on captured counts, a replay's prompts do not (1,163 tokens
 
 A fit of a profile and real runs' steps together also fits a constant per
 profile step (metadata `profile_offset_s`: the same shapes differed by +0.04
-and -0.13 ms between an H200 profile and the replay after it, in two runs);
-it is never priced (calibrated_fit.profile_offset_columns).
+and -0.13 ms between an H200 profile and the replay after it, in two runs)
+and one per key a profile step's prefill entries read
+(`profile_offset_per_prefill_key_s`: the paced profile's chunks read keys
+slower than back-to-back steps do); neither is priced
+(calibrated_fit.profile_offset_columns).
 
 Swap blocks are scaled by block_size / the fitted block size. `step_time_s`
 (what the simulator calls) reads each direction from the batch;
@@ -174,7 +186,7 @@ FORMAT = "servelab.calibrated_cost_model/v3"
 FORMAT_V2 = "servelab.calibrated_cost_model/v2"
 FORMAT_V1 = "servelab.calibrated_cost_model/v1"
 # the host's share of a step without a device model (host_time_s)
-HOST_TERMS = ("loop_step", "loop_seqs", "loop_prefill_step", "loop_prefill_tokens")
+HOST_TERMS = ("loop_step", "loop_seqs", "loop_prefill_step", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks")
 V1_RENAMES = {"prefill_step": ("eager_step",), "swap_blocks": ("swap_out_blocks", "swap_in_blocks")}
 
 __all__ = ["FEATURES", "FORMAT", "KNEE_CANDIDATES", "OBJECTIVES", "CalibratedCostModel", "design_matrix", "nnls",
@@ -277,7 +289,7 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
          self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
-         self._dstep) = (c[f] for f in FEATURES)
+         self._dstep, self._hit_step, self._hit_block) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -401,10 +413,15 @@ class CalibratedCostModel(FittedCostModel):
         n_out, n_in = len(batch.swap_out), len(batch.swap_in)
         t = 0.0
         if batch.seqs:
-            t = self._forward_s(_WithoutSwaps(batch) if (n_out or n_in) else batch)
+            t = self._forward_s(_WithoutSwaps(batch) if (n_out or n_in) else batch) + self._hits_s(batch)
         if not (n_out or n_in):
             return t
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
+
+    def _hits_s(self, batch) -> float:
+        """loop_hit_step and loop_hit_blocks of a batch admitting GPU prefix-cache hits (0 without)."""
+        hits = batch.num_gpu_hit_blocks
+        return self._hit_step + self._hit_block * hits if hits else 0.0
 
     def host_time_s(self, batch, step_s: float | None = None) -> float:
         """The host's share of step_time_s (step_s, when the caller has it): with a device model, the step less
@@ -420,7 +437,7 @@ class CalibratedCostModel(FittedCostModel):
         p = batch.num_prefill_seqs
         if p:
             t += self._loop_pstep + self._loop_ptok * sum(batch.num_new_tokens[:p])
-        return t
+        return t + self._hits_s(batch)
 
     def overlap_parts_s(self, batch) -> tuple[float, float, float]:
         """(before the launch, device, after the tokens) seconds of step_time_s (CostModel.overlap_parts_s):
@@ -564,9 +581,9 @@ class CalibratedCostModel(FittedCostModel):
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
-        coef, knee, offset = fit_coefficients(table, knee_candidates, block_size, objective, robust,
-                                              single_split_min_seqs, run_share, prefill_span_pairs,
-                                              prefill_graph_max_tokens, prefill_span_grid)
+        coef, knee, offset, offset_per_key = fit_coefficients(table, knee_candidates, block_size, objective, robust,
+                                                              single_split_min_seqs, run_share, prefill_span_pairs,
+                                                              prefill_graph_max_tokens, prefill_span_grid)
         rng = _fitted_range(table)
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -574,6 +591,7 @@ class CalibratedCostModel(FittedCostModel):
                     run_share=float(run_share))
         if offset is not None:
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
+            meta["profile_offset_per_prefill_key_s"] = offset_per_key     # ... and per key its prefills read
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
                    single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,

@@ -1,7 +1,7 @@
 """Fitting the `calibrated` cost model: its design matrix and a weighted, robust non-negative least squares.
 
     x = design_matrix(table, knee_tokens=4096, block_size=16)      # [rows, len(FEATURES)], one column per term
-    coef, knee, offset = fit_coefficients(table)                    # seconds per unit of each feature
+    coef, knee, offset, offset_per_key = fit_coefficients(table)    # seconds per unit of each feature
 
 The design matrix is the step-time formula of sim/cost_model/calibrated.py
 written per table row; `CalibratedCostModel.predict_table` and
@@ -41,7 +41,7 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
             *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
-            "prefill_attention_span_alone", "prefill_small_tokens", "decode_step")
+            "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks")
 SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
@@ -248,6 +248,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
         sw_out, sw_in = sw_out * scale, sw_in * scale
     tier_out = np.nan_to_num(_col(steps, "num_offload_blocks", 0.0))     # NaN: a concatenated table without them
     tier_in = np.nan_to_num(_col(steps, "num_cpu_hit_blocks", 0.0))
+    hits = np.nan_to_num(_col(steps, "num_gpu_hit_blocks", 0.0))     # [rows] GPU prefix-cache hits admitted, blocks
     if block_size is not None and "block_size" in steps:
         tier_out, tier_in = tier_out * scale, tier_in * scale
     nonempty = ((seqs > 0) | (sw_out + sw_in + tier_out + tier_in > 0)).astype(np.float64)
@@ -263,7 +264,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             *decode_graph_buckets(steps),
                             *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
                             eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
-                            ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64)])
+                            ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
@@ -350,7 +351,7 @@ def fit_loop_terms(steps) -> np.ndarray | None:
 # a prefill step's graph inputs, admissions and first-token work (eager_step: on the serving loop's rows the same
 # column as loop_prefill_step, which stays 0), and the scheduler's block allocation and prefix hashing per prefill
 # token (the loop terms come from the gap between steps, fit_loop_terms)
-HOST_FIT_TERMS = ("step", "eager_step", "num_seqs", "loop_prefill_tokens")
+HOST_FIT_TERMS = ("step", "eager_step", "num_seqs", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks")
 
 
 def fit_host_terms(steps, x: np.ndarray, device_s: np.ndarray) -> np.ndarray | None:
@@ -403,10 +404,12 @@ class Fit(NamedTuple):
     coefficients: np.ndarray        # seconds per unit, in FEATURES order
     knee: int | None
     profile_offset_s: float | None  # the profile harness's own cost per step (not a model term); None: not fitted
+    profile_offset_per_key_s: float | None = None   # ... and per key its prefill entries read (prefill_context_sum)
 
 
 def profile_offset_columns(steps) -> np.ndarray | None:
-    """[rows, 2]: +1 and -1 on profile rows that run something, or None unless the table mixes profile and run rows.
+    """[rows, 4]: +1 and -1 on profile rows that run something, then + and - their prefill_context_sum (keys their
+    prefill entries read), or None unless the table mixes profile and run rows.
 
     A profile times execute() alone in a tight loop, at another moment than the calibration replay, whose
     steps are timed inside the serving loop. The same shapes differ by a constant between the two: +0.04 ms
@@ -415,14 +418,21 @@ def profile_offset_columns(steps) -> np.ndarray | None:
     2-3% slow on every replay step. A signed nuisance term (a +/- column pair, as NNLS needs) on the
     profile rows takes it, so `step` is the serving loop's; the profile still fixes every slope (batch
     size, context, prefill tokens, swaps). It is not a model term: the simulator prices steps as the
-    serving loop runs them. Without run rows it would duplicate `step`."""
+    serving loop runs them. Without run rows it would duplicate `step`.
+
+    The per-key pair: the profile launches each shape after an idle half-cycle (its duty cycle), the serving
+    loop runs steps back to back, and the prefill kernel reads its keys at another speed then: on the H200 a
+    512-token chunk on 3,584 keys took 4.74 ms in the profile and 4.3-4.5 ms back to back in the replays. Left to
+    the model's prefill terms, it priced every back-to-back chunk of the replays 1.03-1.06 of its device seconds,
+    and chunked prefill (sarathi) on shared prefixes 13% slow per request (benchmarks/results/generalize/h200_1204/)."""
     loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     if loop.all() or not loop.any():
         return None
     seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
     runs = ((seqs > 0) | (_col(steps, "num_swap_blocks") > 0)).astype(np.float64)
     h = (1.0 - loop) * runs
-    return np.column_stack([h, -h])
+    keys = (1.0 - loop) * _col(steps, "prefill_context_sum")
+    return np.column_stack([h, -h, keys, -keys])
 
 
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
@@ -461,7 +471,8 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])
         coef, err = robust_nnls(x, target, objective, robust, row_weights=row_weights)
-        offset = float(coef[nf] - coef[nf + 1]) if offset_cols is not None else None
+        offset = (float(coef[nf] - coef[nf + 1]), float(coef[nf + 2] - coef[nf + 3])) if offset_cols is not None \
+            else (None, None)
         coef = coef[:nf]
         if loop_coef is not None:
             coef[loop_cols] = loop_coef
@@ -479,7 +490,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     _, knee, coef, offset = best
     if knee is None:
         coef[FEATURES.index("tokens_over_knee")] = 0.0
-    return Fit(canonical_step_base(coef), knee, offset)
+    return Fit(canonical_step_base(coef), knee, *offset)
 
 
 def canonical_step_base(coef: np.ndarray) -> np.ndarray:
@@ -522,8 +533,10 @@ def prefill_host_after_share(tables, host_prefill_token_s: float) -> float | Non
         launch = _col(t, "launch_host_s")
         rows = (_col(t, "num_prefill_seqs") > 0) & (_col(t, "num_decode_seqs") == 0) & (copy_blocks(t) == 0) \
             & np.isfinite(launch) & (launch > 0)
+        # a prefix hit's admission (lookups over the whole prompt) is host work before the launch, not per token
+        hits = np.nan_to_num(_col(t, "num_gpu_hit_blocks", 0.0))[rows]
         xs.append(np.column_stack([np.ones(int(rows.sum())), _col(t, "num_prefill_seqs")[rows],
-                                   _col(t, "num_prefill_tokens")[rows]]))
+                                   _col(t, "num_prefill_tokens")[rows], hits > 0, hits]))
         ys.append(launch[rows])
     if not xs or sum(len(y) for y in ys) < MIN_LAUNCH_ROWS:
         return None

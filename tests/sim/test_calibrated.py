@@ -21,7 +21,8 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             tier_out_blocks=6e-5, tier_in_blocks=9e-5, decode_split_keys=3e-7, decode_graph_1=1e-4, decode_graph_2=0.0,
             decode_graph_4=5e-5, decode_graph_8=0.0, decode_graph_16=0.0, decode_graph_32=2e-5,
             prefill_attention_span=0.0, prefill_attention_span_alone=0.0,   # their own test: they need a grid
-            prefill_small_tokens=7e-7, decode_step=0.0)   # decode_step 0: canonical_step_base's choice
+            prefill_small_tokens=7e-7, decode_step=0.0,   # decode_step 0: canonical_step_base's choice
+            loop_hit_step=6e-4, loop_hit_blocks=3e-6)
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -66,6 +67,8 @@ def _table(shapes, model, loop: bool = True):
         b = build_batch(sh, 16, 1000, 0.0, rng)
         if sh.prefills and i % 3 == 0:      # an intermediate chunk: more tokens follow, nothing is sampled
             b.seqs[0].token_ids.extend([1] * 10)
+        if sh.prefills and i % 2 == 0:      # admitted on prefix-cache hits (the recorder's column), 1-9 blocks
+            b.num_gpu_hit_blocks = 1 + i % 9
         batches.append(b)
         rec.on_step(0.0, 0.0, b, 0, 0, 0)
     table = rec.steps_frame().assign(block_size=16, serving_loop=int(loop),
@@ -120,26 +123,29 @@ def test_loop_terms_come_from_the_host_gap_when_run_rows_keep_their_measured_dur
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5), f
 
 
-@pytest.mark.parametrize("offset_s", [1e-4, -5e-5])
-def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s):
-    """Profile rows timed `offset_s` slower (or faster) per step than the serving loop runs the same shapes: the
-    fit returns the run's coefficients exactly and the offset in metadata, and never prices it (the run rows
-    keep their measured step, so the loop terms are known). Without run rows there is no offset to fit (it
-    would duplicate `step`)."""
+@pytest.mark.parametrize("offset_s, per_key_s", [(1e-4, 0.0), (-5e-5, 0.0), (1e-4, 3e-8), (-5e-5, -1e-8)])
+def test_profile_harness_offset_is_fitted_apart_from_the_step_term(offset_s, per_key_s):
+    """Profile rows timed `offset_s` slower (or faster) per step, and `per_key_s` per key their prefill entries
+    read, than the serving loop runs the same shapes: the fit returns the run's coefficients exactly and both
+    offsets in metadata, and never prices them (the run rows keep their measured step, so the loop terms are
+    known). Without run rows there is no offset to fit (it would duplicate `step`)."""
     truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256)
     profile, _ = _table(_shapes(), truth, loop=False)
     runs = (profile["num_prefill_seqs"] + profile["num_decode_seqs"] + profile["num_swap_blocks"]) > 0
     assert runs.all()
-    profile = profile.assign(duration_s=profile["duration_s"] + offset_s)
+    profile = profile.assign(duration_s=profile["duration_s"] + offset_s + per_key_s * profile["prefill_context_sum"])
     run, _ = _table(_shapes() * 3, truth, loop=True)
     seqs = (run["num_prefill_seqs"] + run["num_decode_seqs"]).to_numpy()
     run = run.assign(measured_duration_s=run["duration_s"] - np.where(seqs > 0, COEF["loop_step"], 0.0))
     fitted = CalibratedCostModel.fit(pd.concat([profile, run], ignore_index=True),
                                      single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert fitted.metadata["profile_offset_s"] == pytest.approx(offset_s, rel=1e-5)
+    assert fitted.metadata["profile_offset_per_prefill_key_s"] == pytest.approx(per_key_s, rel=1e-5, abs=1e-15)
     for f in FEATURES:
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
     np.testing.assert_allclose(fitted.predict_table(run), run["duration_s"], rtol=1e-7)
+    if per_key_s:
+        return          # alone, the per-key offset goes into the prefill terms: nothing to compare it with
     alone = CalibratedCostModel.fit(profile, single_split_min_seqs=SPLIT, knee_candidates=(256,))
     assert "profile_offset_s" not in alone.metadata
     assert alone.coefficients["step"] == pytest.approx(COEF["step"] + offset_s, rel=1e-5)
@@ -405,7 +411,7 @@ def test_features_of_hand_built_rows():
     # no single_split_min_seqs: no decode_split_keys; 5 decode sequences pad to the graph of 8
     no_graphs = dict(decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0, decode_graph_8=0,
                      decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0,
-                     prefill_attention_span_alone=0)
+                     prefill_attention_span_alone=0, loop_hit_step=0, loop_hit_blocks=0)
     # prefill_small_tokens: min(300, 256); decode_step: 1 on the pure-decode row only
     assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, prefill_small_tokens=256, decode_step=0, num_seqs=2,
                                        prefill_tokens=300,
@@ -423,6 +429,30 @@ def test_features_of_hand_built_rows():
                                        tier_out_blocks=0, tier_in_blocks=0, **dict(no_graphs, decode_graph_8=1))
     run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
     assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
+    # prefix hits admitted (the recorder's num_gpu_hit_blocks): host work of the serving loop, none in a profile
+    hits = rows.assign(num_gpu_hit_blocks=[25, 0])
+    for loop, want in ((0, (0, 0)), (1, (1, 25))):
+        x = design_matrix(hits.assign(serving_loop=[loop, loop]), knee_tokens=256)
+        assert (x[0, FEATURES.index("loop_hit_step")], x[0, FEATURES.index("loop_hit_blocks")]) == want
+        assert x[1, FEATURES.index("loop_hit_step")] == x[1, FEATURES.index("loop_hit_blocks")] == 0
+
+
+def test_prefix_hits_are_host_work_before_the_launch():
+    """A batch admitting prefix-cache hits pays loop_hit_step + loop_hit_blocks a block, in step_time_s and (with a
+    device model, which has no such cost) all of it in the host's part before the launch."""
+    coef = dict(step=1e-3, num_seqs=1e-5, prefill_tokens=2e-6, loop_step=1e-4, loop_hit_step=5e-4,
+                loop_hit_blocks=2e-6)
+    device = CalibratedCostModel(coefficients=dict(step=1e-3, num_seqs=1e-5, prefill_tokens=2e-6))
+    cm = CalibratedCostModel(coefficients=coef, device=device)
+    b = build_batch(Shape("prefill", ((100, 0),)), 16, 1000, 0.0, np.random.default_rng(0))
+    base = cm.step_time_s(b)
+    before, dev, after = cm.overlap_parts_s(b)
+    b.num_gpu_hit_blocks = 40
+    assert cm.step_time_s(b) == pytest.approx(base + 5e-4 + 40 * 2e-6, rel=1e-12)
+    before2, dev2, after2 = cm.overlap_parts_s(b)
+    assert (dev2, after2) == (dev, after) and before2 == pytest.approx(before + 5e-4 + 80e-6, rel=1e-12)
+    no_device = CalibratedCostModel(coefficients=coef)
+    assert no_device.host_time_s(b) == pytest.approx(1e-4 + 5e-4 + 80e-6, rel=1e-12)
 
 
 def test_decode_fast_path_matches_step_by_step():
@@ -499,7 +529,8 @@ def test_fit_recovers_the_kv_read_and_loop_prefill_terms_on_the_long_grid():
     """The full grid to 16k tokens (prefix-cache hits, long chunks, long-tail decodes) plus a replay of its shapes:
     the fit gives back prefill_context_tokens (keys a prefill reads) and loop_prefill_step exactly."""
     from experiments.profile import grid_shapes
-    truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=4096)
+    coef = dict(COEF, loop_hit_step=0.0, loop_hit_blocks=0.0)      # its batches admit no prefix-cache hits
+    truth = CalibratedCostModel(coefficients=coef, single_split_min_seqs=SPLIT, knee_tokens=4096)
     shapes = grid_shapes("full", 16384, 16384, 256)
     profile = _grid_table(shapes, truth.step_time_s)          # execute() alone: priced without the loop terms
     profile = profile.assign(duration_s=truth.predict_table(profile))
@@ -508,7 +539,7 @@ def test_fit_recovers_the_kv_read_and_loop_prefill_terms_on_the_long_grid():
                                      single_split_min_seqs=SPLIT, knee_candidates=(None, 2048, 4096))
     assert fitted.knee_tokens == 4096
     for f in FEATURES:
-        assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
+        assert fitted.coefficients[f] == pytest.approx(coef[f], rel=1e-5, abs=1e-15), f
     assert fitted.envelope["max_prefill_context_tokens"] == 16384 and fitted.envelope["max_batch_size"] == 256
 
 
