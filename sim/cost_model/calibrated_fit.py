@@ -421,10 +421,11 @@ def profile_offset_columns(steps) -> np.ndarray | None:
     serving loop runs them. Without run rows it would duplicate `step`.
 
     The per-key pair: the profile launches each shape after an idle half-cycle (its duty cycle), the serving
-    loop runs steps back to back, and the prefill kernel reads its keys at another speed then: on the H200 a
-    512-token chunk on 3,584 keys took 4.74 ms in the profile and 4.3-4.5 ms back to back in the replays. Left to
-    the model's prefill terms, it priced every back-to-back chunk of the replays 1.03-1.06 of its device seconds,
-    and chunked prefill (sarathi) on shared prefixes 13% slow per request (benchmarks/results/generalize/h200_1204/)."""
+    loop runs steps back to back, and the prefill kernel's time differs then: on the H200 the profile's 512-token
+    prefills on 1.5-8k keys took 1.5-3% longer than the replays' back-to-back chunks of the same shape (4.74 ms
+    against 4.65 at 3,584 keys). Left to the model's prefill terms, the profile's level priced every back-to-back
+    chunk 1.03-1.06 of its device seconds, and chunked prefill (sarathi) on shared prefixes 13% slow per request;
+    with the pair 8.2 ns a key went to it and that cell to 8.2% (benchmarks/results/generalize/h200_1204/)."""
     loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     if loop.all() or not loop.any():
         return None
