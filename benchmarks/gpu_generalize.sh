@@ -145,14 +145,13 @@ fi
 # join the fit's on CPU (experiments.calibrate; the fit stage's own calibrate step runs without them)
 if has_stage calib_prefix && [ -n "$CAL_PREFIX_POLICIES" ]; then
   n_pol=$(echo "$CAL_PREFIX_POLICIES" | tr ',' '\n' | wc -l)
-  stage calib_prefix "$((T_REPLAY * n_pol))" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
-    --workload shared_prefix "${CAL_PREFIX[@]}" --max-model-len "$MAX_MODEL_LEN" --policies "$CAL_PREFIX_POLICIES" \
-    --max-wall-s "$MAX_WALL_S" --no-roofline --no-plot --out-dir "$WORK" --name calib_prefix \
-    --steps-out "$WORK/real/calib_steps_${TAG}_prefix.parquet"
-  stage calib_prefix_overlap "$((T_REPLAY * n_pol))" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
-    --workload shared_prefix "${CAL_PREFIX[@]}" --max-model-len "$MAX_MODEL_LEN" --policies "$CAL_PREFIX_POLICIES" \
-    --overlap-scheduling --max-wall-s "$MAX_WALL_S" --no-roofline --no-plot --out-dir "$WORK" \
-    --name calib_prefix_overlap --steps-out "$WORK/real/calib_overlap_steps_${TAG}_prefix.parquet"
+  for mode in "" overlap; do      # synchronous (the host terms), then overlapped (device seconds, launches)
+    stage "calib_prefix${mode:+_$mode}" "$((T_REPLAY * n_pol))" "$PY" -m experiments.validate --model "$CKPT" \
+      --device "$DEVICE" --workload shared_prefix "${CAL_PREFIX[@]}" --max-model-len "$MAX_MODEL_LEN" \
+      --policies "$CAL_PREFIX_POLICIES" ${mode:+--overlap-scheduling} --max-wall-s "$MAX_WALL_S" --no-roofline \
+      --no-plot --out-dir "$WORK" --name "calib_prefix${mode:+_$mode}" \
+      --steps-out "$WORK/real/calib${mode:+_$mode}_steps_${TAG}_prefix.parquet"
+  done
 fi
 
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------

@@ -15,8 +15,8 @@ A prompt is always prefix_len + suffix_len tokens, as drawn.
 """
 from __future__ import annotations
 
-from engine.core.requests import WorkloadStats
-from experiments.workloads.options import TraceOptions, finalize, make_options, spawn_streams
+from experiments.workloads.options import TraceOptions, finalize, make_options
+from experiments.workloads.synthetic import draw_requests
 
 GROUP_ID_STRIDE = 1 << 20        # group g's prefix blocks have hash ids g * stride + j (j < stride blocks)
 
@@ -28,17 +28,15 @@ def shared_prefix_workload(num_requests: int, arrival, num_groups: int, prefix_l
     arrival: a synthetic arrival process (Poisson, Gamma, ...); prefix_len, suffix_len, output_len: length
     distributions (Fixed, Uniform, FromFile). Options (TraceOptions keywords) include the root `seed`.
     """
-    if num_requests < 1:
-        raise ValueError(f"num_requests must be >= 1, got {num_requests}")
     if num_groups < 1:
         raise ValueError(f"num_groups must be >= 1, got {num_groups}")
     if prefix_block_tokens < 1:
         raise ValueError(f"prefix_block_tokens must be >= 1, got {prefix_block_tokens}")
     opts = make_options(options, kwargs)
-    rng = spawn_streams(opts.seed)
-    arrival_s = arrival.sample(num_requests, rng["arrivals"])
-    suffix = suffix_len.sample(num_requests, rng["prompt_lengths"])
-    output = output_len.sample(num_requests, rng["output_lengths"])
+    # the suffixes from the prompt-length stream: arrivals, suffixes and outputs pair with synthetic_workload's
+    arrival_s, suffix, output, stats, change, rng = draw_requests(
+        num_requests, arrival, suffix_len, output_len, opts,
+        f"shared_prefix({type(arrival).__name__}, {num_groups} groups)")
     group_prefix = prefix_len.sample(num_groups, rng["prefix_groups"])          # [num_groups] tokens
     group = rng["prefix_groups"].integers(0, num_groups, size=num_requests)    # [n] each request's group
     if int(group_prefix.max()) // prefix_block_tokens >= GROUP_ID_STRIDE:
@@ -46,8 +44,6 @@ def shared_prefix_workload(num_requests: int, arrival, num_groups: int, prefix_l
                          f"{GROUP_ID_STRIDE * prefix_block_tokens - 1} with prefix_block_tokens={prefix_block_tokens}")
     blocks = [tuple(g * GROUP_ID_STRIDE + j for j in range(int(p) // prefix_block_tokens))
               for g, p in enumerate(group_prefix.tolist())]
-    prompt = group_prefix[group] + suffix
     hashes = [blocks[g] for g in group.tolist()]
-    stats = WorkloadStats(source=f"shared_prefix({type(arrival).__name__}, {num_groups} groups)",
-                          num_rows_read=num_requests)
-    return finalize(arrival_s, prompt, output, opts, stats, hashes=hashes, block_tokens=prefix_block_tokens)
+    return finalize(arrival_s, group_prefix[group] + suffix, output, opts, stats, hashes=hashes,
+                    block_tokens=prefix_block_tokens, change=change)

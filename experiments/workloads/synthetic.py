@@ -143,19 +143,27 @@ def synthetic_workload(num_requests: int, arrival, prompt_len, output_len, *,
 
     Options (TraceOptions keywords) include the root `seed`.
     """
+    opts = make_options(options, kwargs)
+    arrival_s, prompt, output, stats, change, _ = draw_requests(num_requests, arrival, prompt_len, output_len, opts,
+                                                                f"synthetic({type(arrival).__name__})")
+    return finalize(arrival_s, prompt, output, opts, stats, change=change)
+
+
+def draw_requests(num_requests: int, arrival, prompt_len, output_len, opts: TraceOptions, source: str):
+    """(arrival_s, prompt, output, stats, change, rng) of a synthetic workload before finalize: each component
+    from its own stream of opts.seed (rng, spawn_streams), lengths drawn from a user's file (FromFile) reported
+    as resampled (stats.sampled_from, change: SAMPLED on every request; None without)."""
     if num_requests < 1:
         raise ValueError(f"num_requests must be >= 1, got {num_requests}")
-    opts = make_options(options, kwargs)
     rng = spawn_streams(opts.seed)
     arrival_s = arrival.sample(num_requests, rng["arrivals"])
     prompt = prompt_len.sample(num_requests, rng["prompt_lengths"])
     output = output_len.sample(num_requests, rng["output_lengths"])
-    stats = WorkloadStats(source=f"synthetic({type(arrival).__name__})", num_rows_read=num_requests)
-    # lengths drawn from a user's file (FromFile) are its rows resampled: reported as such
+    stats = WorkloadStats(source=source, num_rows_read=num_requests)
     drawn = [f"{kind} lengths of {d.path} ({d.column})" for kind, d in (("prompt", prompt_len), ("output", output_len))
              if isinstance(d, FromFile)]
     change = None
     if drawn:
         stats.sampled_from = " and ".join(drawn)
         change = np.full(num_requests, SAMPLED, dtype=np.int8)
-    return finalize(arrival_s, prompt, output, opts, stats, change=change)
+    return arrival_s, prompt, output, stats, change, rng

@@ -404,7 +404,7 @@ class Fit(NamedTuple):
     coefficients: np.ndarray        # seconds per unit, in FEATURES order
     knee: int | None
     profile_offset_s: float | None  # the profile harness's own cost per step (not a model term); None: not fitted
-    profile_offset_per_key_s: float | None = None   # ... and per key its prefill entries read (prefill_context_sum)
+    profile_offset_per_key_s: float | None          # ... and per key its prefill entries read (prefill_context_sum)
 
 
 def profile_offset_columns(steps) -> np.ndarray | None:
