@@ -59,7 +59,9 @@ TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
 @dataclass(frozen=True)
 class Shape:
     """One step: prefill entries (new tokens, cached tokens before them), decode contexts, swaps."""
-    kind: str           # prefill | multi_prefill | decode | mixed | swap_out | swap_in | tier_out | tier_in
+    # prefill | chunk (a prompt's intermediate chunk: more of the prompt follows, nothing sampled) | multi_prefill |
+    # decode | mixed | swap_out | swap_in | tier_out | tier_in
+    kind: str
     prefills: tuple[tuple[int, int], ...] = ()  # (new tokens, cached prefix tokens) per prefill entry
     decode_ctx: tuple[int, ...] = ()            # context length per decode entry (this step's token included)
     swap_blocks: int = 0
@@ -99,6 +101,7 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
                                                      for n in FULL_TIER_BLOCKS for kind in ("tier_out", "tier_in")]
     if grid == "small":
         chunks, cached = (8, 32, 64, 128), (0, 64, 192)
+        chunk_parts = (64,)
         multi = [(k, n) for k in (2, 4) for n in (16, 64)]
         batch_sizes, contexts = (1, 2, 4, 8, 16), (16, 64, 128, 256)
         mixed = [(4, 64, 32), (8, 128, 64)]
@@ -107,6 +110,7 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         tiers, tier_decode = (1, 4, 8), (4, 64)
     else:
         chunks, cached = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192), (0, 1024, 3072)
+        chunk_parts = (128, 512, 2048)
         multi = [(k, n) for k in (2, 4, 8, 16, 32) for n in (128, 512, 1024)]
         batch_sizes = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
         contexts = (64, 256, 512, 1024, 2048, 4096)
@@ -118,6 +122,9 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         tiers, tier_decode = FULL_TIER_BLOCKS, FULL_TIER_DECODE
     fits = (lambda n, c: n + c <= max_model_len and n <= max_num_batched_tokens)
     shapes = [Shape("prefill", ((n, c),)) for c in cached for n in chunks if fits(n, c)]
+    # the same chunks as a prompt's intermediate ones, which sample nothing: no LM-head weight read, no sampler
+    # (lm_head_step; chunked prefill runs most chunks so)
+    shapes += [Shape("chunk", ((n, c),)) for c in cached for n in chunk_parts if fits(n + n, c)]
     shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in multi
                if fits(n, 0) and k * n <= max_num_batched_tokens and k <= max_num_seqs]
     shapes += [Shape("decode", (), (ctx,) * b) for b in batch_sizes for ctx in contexts
@@ -161,6 +168,7 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     if L > 8192 and L <= T:
         shapes.append(Shape("prefill", ((L, 0),)))
     shapes += [Shape("prefill", ((n, c - n),)) for c in ctxs for n in (128, 512, 1024, 4096) if n <= T and n < c]
+    shapes += [Shape("chunk", ((512, c - 512),)) for c in ctxs if 512 <= T and 512 + c <= L]
     shapes += [Shape("multi_prefill", ((n, 0),) * k) for k, n in ((2, 4096), (2, 8192), (4, 4096), (3, 5000))
                if n <= L and k * n <= T and k <= max_num_seqs]
     mixed = [(n, c, b, d) for n, c in ((512, 2048), (2048, 2048), (512, 8192), (2048, 16384), (512, 32768))
@@ -199,7 +207,9 @@ def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: flo
     cursor = 0
     entries = [(n, n + c) for n, c in shape.prefills] + [(1, c) for c in shape.decode_ctx]
     for i, (n, c) in enumerate(entries):
-        seq = Sequence(f"p{i}", rng.integers(0, vocab_size, size=c).tolist(), params)
+        # an intermediate chunk's prompt runs on past this step's tokens (Batch.samples: no LM-head row)
+        tail = n if shape.kind == "chunk" and i < len(shape.prefills) else 0
+        seq = Sequence(f"p{i}", rng.integers(0, vocab_size, size=c + tail).tolist(), params)
         nb = -(-c // block_size)
         seq.block_table = list(range(cursor, cursor + nb))
         cursor += nb

@@ -289,7 +289,7 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
          self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
-         self._dstep, self._hit_step, self._hit_block) = (c[f] for f in FEATURES)
+         self._dstep, self._hit_step, self._hit_block, self._lm_step) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -368,6 +368,8 @@ class CalibratedCostModel(FittedCostModel):
                   + self._ptok * (step_tokens - num_decode_seqs) + self._loop_ptok * pre_tokens + self._pairs * pairs
                   + self._psmall * min(step_tokens - num_decode_seqs, SMALL_PREFILL_TOKENS)
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
+            if samples or num_decode_seqs:
+                t += self._lm_step
             if self._span or self._span_alone:
                 grid = self.prefill_span_grid
                 if grid is not None:
@@ -392,9 +394,10 @@ class CalibratedCostModel(FittedCostModel):
         return sizes[bisect_left(sizes, tokens)]
 
     def _graph_s(self, num_decode_seqs: int) -> float:
-        """A pure-decode step's decode_graph_<b> term: b the smallest DECODE_GRAPH_BUCKETS entry >= the batch."""
+        """A pure-decode step's own fixed terms: decode_graph_<b> (b the smallest DECODE_GRAPH_BUCKETS entry >= the
+        batch), decode_step and lm_head_step (every decode entry samples)."""
         i = bisect_left(DECODE_GRAPH_BUCKETS, num_decode_seqs)
-        return (self._graph[i] if i < len(self._graph) else 0.0) + self._dstep
+        return (self._graph[i] if i < len(self._graph) else 0.0) + self._dstep + self._lm_step
 
     def step_time_from_shape(self, prefill_new_tokens: Sequence[int], prefill_context_lens: Sequence[int],
                              num_decode_seqs: int, decode_context_sum: int, num_swap_blocks: int = 0,

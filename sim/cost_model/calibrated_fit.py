@@ -41,7 +41,8 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "loop_seqs", "loop_prefill_tokens", "prefill_context_tokens", "loop_prefill_step", "mixed_decode_tail_keys",
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
             *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
-            "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks")
+            "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks",
+            "lm_head_step")
 SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
@@ -254,8 +255,9 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     nonempty = ((seqs > 0) | (sw_out + sw_in + tier_out + tier_in > 0)).astype(np.float64)
     over = eager * np.maximum(step_tok - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
     loop = serving_loop_flags(steps)
+    rows_sampled = _col(steps, "num_prefill_samples") + d_seqs       # [rows] LM-head rows
     return np.column_stack([forward, eager, seqs, p_tok_run, _col(steps, "prefill_attention_pairs"),
-                            _col(steps, "decode_context_sum"), _col(steps, "num_prefill_samples") + d_seqs, over,
+                            _col(steps, "decode_context_sum"), rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
                             mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
@@ -264,7 +266,8 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             *decode_graph_buckets(steps),
                             *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
                             eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
-                            ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits])
+                            ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits,
+                            (rows_sampled > 0).astype(np.float64)])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:

@@ -39,13 +39,29 @@ def test_full_grid_reaches_max_model_len_within_the_limits(max_model_len):
 
 def test_short_limits_and_the_small_grid():
     """At max_model_len 4,096 the long end adds the long-tail decodes and chunked mixed steps that fit (163
-    shapes, 132 before, then 12 CPU-tier copy shapes: 175); the small grid (CPU tests) has no long end (46
-    shapes, plus 6 CPU-tier ones)."""
+    shapes, 132 before, then 12 CPU-tier copy shapes and 7 intermediate chunks whose prompts fit: 182); the small
+    grid (CPU tests) has no long end (46 shapes, plus 6 CPU-tier ones and 3 intermediate chunks)."""
     full = grid_shapes("full", 4096, 16384, 256)
-    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 175
+    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 182
     assert sum(s.kind in ("tier_out", "tier_in") for s in full) == 12
+    assert sum(s.kind == "chunk" for s in full) == 7
     small = grid_shapes("small", 512, 512, 32)
-    assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 52
+    assert max(_extent(s)[0] for s in small) <= 512 and len(small) == 55
+
+
+def test_an_intermediate_chunk_samples_nothing():
+    """A `chunk` shape is a prompt's intermediate chunk (its prompt runs on past the step): no entry samples, so the
+    step reads no LM head (lm_head_step 0); the same tokens as a `prefill` shape sample once."""
+    from engine.core.recorder import Recorder
+    rng = np.random.default_rng(0)
+    for kind, samples in (("chunk", 0), ("prefill", 1)):
+        b = profile.build_batch(profile.Shape(kind, ((512, 3072),)), 16, 1000, 0.6, rng)
+        assert b.context_lens == [3584] and b.num_new_tokens == [512] and b.samples(0) == bool(samples)
+        rec = Recorder()
+        rec.on_step(0.0, 1.0, b, 0, 0, 0)
+        assert rec.steps_frame()["num_prefill_samples"].tolist() == [samples]
+    full = grid_shapes("full", 16384, 16384, 256)
+    assert {c + n for s in full if s.kind == "chunk" for n, c in s.prefills} >= {512, 1536, 3584, 6144, 8192, 12288}
 
 
 def test_tier_grid_is_the_full_grids_tier_shapes_and_their_decode_batch():

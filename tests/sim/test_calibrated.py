@@ -22,7 +22,7 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             decode_graph_4=5e-5, decode_graph_8=0.0, decode_graph_16=0.0, decode_graph_32=2e-5,
             prefill_attention_span=0.0, prefill_attention_span_alone=0.0,   # their own test: they need a grid
             prefill_small_tokens=7e-7, decode_step=0.0,   # decode_step 0: canonical_step_base's choice
-            loop_hit_step=6e-4, loop_hit_blocks=3e-6)
+            loop_hit_step=6e-4, loop_hit_blocks=3e-6, lm_head_step=8e-5)
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -419,14 +419,19 @@ def test_features_of_hand_built_rows():
                                        tokens_over_knee=44, swap_step=0, swap_out_blocks=0, swap_in_blocks=0,
                                        loop_step=0, loop_seqs=0, loop_prefill_tokens=0, prefill_context_tokens=400,
                                        loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0,
-                                       tier_out_blocks=0, tier_in_blocks=0, **no_graphs)
+                                       tier_out_blocks=0, tier_in_blocks=0, lm_head_step=1, **no_graphs)
     assert x.iloc[1].to_dict() == dict(step=1, eager_step=0, prefill_small_tokens=0, decode_step=1,
                                        num_seqs=5, prefill_tokens=0,
                                        prefill_attention_pairs=0, decode_context_sum=60, lm_head_rows=5,
                                        tokens_over_knee=0, swap_step=1, swap_out_blocks=0, swap_in_blocks=4,
                                        loop_step=1, loop_seqs=5, loop_prefill_tokens=0, prefill_context_tokens=0,
                                        loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0,
-                                       tier_out_blocks=0, tier_in_blocks=0, **dict(no_graphs, decode_graph_8=1))
+                                       tier_out_blocks=0, tier_in_blocks=0, lm_head_step=1,
+                                       **dict(no_graphs, decode_graph_8=1))
+    # an intermediate chunk samples nothing: no LM-head row, so no LM-head weight read (lm_head_step 0)
+    inter = design_matrix(rows.assign(num_prefill_samples=[0, 0]), knee_tokens=256)
+    assert (inter[0, FEATURES.index("lm_head_rows")], inter[0, FEATURES.index("lm_head_step")]) == (0, 0)
+    assert inter[1, FEATURES.index("lm_head_step")] == 1
     run_prefill = design_matrix(rows.assign(serving_loop=[1, 1]), knee_tokens=256)[0]
     assert run_prefill[FEATURES.index("loop_prefill_tokens")] == 300     # schedule()'s work on its 300 tokens
     # prefix hits admitted (the recorder's num_gpu_hit_blocks): host work of the serving loop, none in a profile
@@ -572,7 +577,8 @@ def test_fit_on_the_short_grid_extrapolates_a_roofline_cost_law_to_40k_tokens():
 def test_v2_file_loads_with_the_new_terms_at_zero_and_no_envelope():
     v2 = {"format": "servelab.calibrated_cost_model/v2", "knee_tokens": 8192, "block_size": 16,
           "coefficients": {f: v for f, v in COEF.items() if f not in ("prefill_context_tokens", "loop_prefill_step",
-                                                                    "prefill_small_tokens", "decode_step")},
+                                                                    "prefill_small_tokens", "decode_step",
+                                                                    "lm_head_step")},
           "fitted_range": {"num_prefill_tokens": [0, 4096]}, "metadata": {"hardware": "H200"}}
     cm = CalibratedCostModel(v2)
     assert cm.coefficients["prefill_context_tokens"] == 0.0 and cm.coefficients["loop_prefill_step"] == 0.0
