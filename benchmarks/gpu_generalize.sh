@@ -32,7 +32,8 @@
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
 # itself to CPU, from the archive's tables: it saves a device call's minutes), PROFILE_DUTY (the profile's
-# --duty-cycle, default the profiler's 0.5), PROFILE_UNPACED=1 (the grid timed a second time back to back).
+# --duty-cycle, default the profiler's 0.5), PROFILE_UNPACED=1 (the grid timed a second time back to back),
+# PROFILE_LAYOUT=0 (no profile_<tag>_layout.csv: a few shapes on contiguous and on scattered KV blocks, not fitted).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -46,6 +47,7 @@ OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_tiny_smoke; DEVICE=cpu; GRID=small; MAX_MODEL_LEN=512; MAX_WALL_S="${MAX_WALL_S:-60}"
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-512}"
+  PROFILE_LAYOUT="${PROFILE_LAYOUT:-0}"      # the layout grid's shapes are all longer than the tiny model's window
   CAL=(--target-rate-rps 20 --max-requests "${CAL_REQUESTS:-16}" --num-kvcache-blocks 40 --num-cpu-blocks 40)
   T_CKPT=120; T_PROFILE=120; T_CAL=120; T_REPLAY=120; T_WL=300
   CAL_PREFIX=(--num-kvcache-blocks 64 --workload-set num_requests=10 --workload-set arrival.rate_rps=20
@@ -106,6 +108,11 @@ TABLE="$OUT_DIR/profile_$TAG.csv"
 if has_stage fit; then
   stage profile "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "$TABLE" --device "$DEVICE" \
     --grid "$GRID" --max-model-len "$PROFILE_MAX_MODEL_LEN" ${PROFILE_DUTY:+--duty-cycle "$PROFILE_DUTY"}
+  # a few shapes on contiguous and on scattered KV blocks (--grid layout): does the layout move a step's time? Not fitted
+  if [ "${PROFILE_LAYOUT:-1}" = 1 ]; then
+    stage profile_layout 90 "$PY" -m experiments.profile --model "$CKPT" --out "${TABLE%.csv}_layout.csv" \
+      --device "$DEVICE" --grid layout --max-model-len "$PROFILE_MAX_MODEL_LEN" ${PROFILE_DUTY:+--duty-cycle "$PROFILE_DUTY"}
+  fi
   # PROFILE_UNPACED=1: the grid again with its steps back to back (--duty-cycle 1), beside the paced one
   if [ "${PROFILE_UNPACED:-0}" = 1 ]; then
     stage profile_unpaced "$T_PROFILE" "$PY" -m experiments.profile --model "$CKPT" --out "${TABLE%.csv}_unpaced.csv" \

@@ -43,7 +43,7 @@ from experiments.gpu_clock import GpuClock
 from experiments.results import atomic_write_text, write_json
 from sim.cost_model.base import STEP_TABLE_COLUMNS
 
-GRIDS = ("small", "full", "tier")
+GRIDS = ("small", "full", "tier", "layout")
 # the full grid's CPU-tier copies (blocks) and the decode batch they sit beside (sequences, context tokens)
 FULL_TIER_BLOCKS, FULL_TIER_DECODE = (4, 16, 64, 128, 256, 1024), (32, 1024)
 TABLE_COLUMNS = ("kind", "label") + STEP_TABLE_COLUMNS + (
@@ -66,6 +66,7 @@ class Shape:
     decode_ctx: tuple[int, ...] = ()            # context length per decode entry (this step's token included)
     swap_blocks: int = 0
     tier_blocks: int = 0                        # CPU-tier blocks offloaded (tier_out) or loaded (tier_in)
+    scattered: bool = False                     # KV blocks drawn at random from the whole cache, not 0, 1, 2, ...
 
     @property
     def label(self) -> str:
@@ -76,7 +77,7 @@ class Shape:
             d = f"{len(self.decode_ctx)}x{lo}" + (f"-{hi}" if hi != lo else "")
         parts = [x for x in (p and f"P[{p}]", d and f"D[{d}]", self.swap_blocks and f"S[{self.swap_blocks}]",
                              self.tier_blocks and f"T[{self.tier_blocks}]") if x]
-        return f"{self.kind}:" + " ".join(parts)
+        return f"{self.kind}:" + " ".join(parts) + (" scattered" if self.scattered else "")
 
     def blocks_needed(self, block_size: int) -> int:
         ctx = [n + c for n, c in self.prefills] + list(self.decode_ctx)
@@ -99,6 +100,8 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
         b, ctx = min(FULL_TIER_DECODE[0], max_num_seqs), min(FULL_TIER_DECODE[1], max_model_len)
         return [Shape("decode", (), (ctx,) * b)] + [Shape(kind, (), (ctx,) * b, tier_blocks=n)
                                                      for n in FULL_TIER_BLOCKS for kind in ("tier_out", "tier_in")]
+    if grid == "layout":
+        return layout_shapes(max_model_len, max_num_batched_tokens, max_num_seqs)
     if grid == "small":
         chunks, cached = (8, 32, 64, 128), (0, 64, 192)
         chunk_parts = (64,)
@@ -143,6 +146,22 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
     return list(dict.fromkeys(shapes))        # each shape once (the long end may repeat one at small limits)
 
 
+def layout_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int) -> list[Shape]:
+    """`--grid layout`: a few of the full grid's shapes twice, on blocks 0, 1, 2, ... (as the grid times every
+    shape) and on blocks drawn at random from the whole cache (as a serving run's block tables end up after
+    some churn), to measure whether the KV layout moves a step's time. Not a fit's table: the comparison's.
+    On the H200 the replays' fresh 3-6k-token prompts ran 2-4% longer than the fit (whose grid times them on
+    contiguous blocks) priced them, while their chunks of 512 tokens on the same contexts came out right."""
+    base = [Shape("prefill", ((n, 0),)) for n in (2048, 3072, 4096, 6144)]
+    base += [Shape("prefill", ((512, 3072),)), Shape("chunk", ((512, 3072),)),
+             Shape("multi_prefill", ((1024, 0),) * 4)]
+    base += [Shape("decode", (), (c,) * b) for b, c in ((32, 2048), (128, 1024), (8, 8192))]
+    fits = [sh for sh in base if max((n + c for n, c in sh.prefills), default=0) <= max_model_len
+            and max(sh.decode_ctx, default=0) <= max_model_len and len(sh.prefills) + len(sh.decode_ctx) <= max_num_seqs
+            and sum(n for n, _ in sh.prefills) + len(sh.decode_ctx) <= max_num_batched_tokens]
+    return [Shape(sh.kind, sh.prefills, sh.decode_ctx, scattered=x) for sh in fits for x in (False, True)]
+
+
 LONG_CONTEXTS = (6144, 8192, 12288, 16384, 24576, 32768)   # plus max_model_len itself
 DECODE_KV_TOKENS = 1 << 20      # largest uniform decode batch profiled, in keys (120 GB of Qwen3-0.6B KV; an
                                 # H200 holds ~1.15M tokens); shapes beyond the runner's cache are skipped
@@ -165,6 +184,8 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     L, T = max_model_len, max_num_batched_tokens
     ctxs = sorted({c for c in LONG_CONTEXTS if c < L} | ({L} if L > 4096 else set()))
     shapes = [Shape("prefill", ((n, 0),)) for n in (6144, 12288, 16384, 24576, 32768) if n <= min(L, T)]
+    # fresh prompts between the powers of two: a serving run's prompts pad to every 256-token graph size
+    shapes += [Shape("prefill", ((n, 0),)) for n in (2560, 3072, 3584, 5120, 7168) if n <= min(L, T) and L > 4096]
     if L > 8192 and L <= T:
         shapes.append(Shape("prefill", ((L, 0),)))
     shapes += [Shape("prefill", ((n, c - n),)) for c in ctxs for n in (128, 512, 1024, 4096) if n <= T and n < c]
@@ -200,8 +221,12 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
 
 
 def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: float,
-                rng: np.random.Generator) -> Batch:
-    """A Batch over distinct KV blocks 0, 1, 2, ... (prefills first, then decodes)."""
+                rng: np.random.Generator, num_blocks: int | None = None) -> Batch:
+    """A Batch over distinct KV blocks 0, 1, 2, ... (prefills first, then decodes); a `scattered` shape's blocks
+    drawn at random from range(num_blocks) (the runner's cache) instead."""
+    if shape.scattered and not num_blocks:
+        raise ValueError(f"{shape.label}: a scattered shape needs the cache's num_blocks")
+    order = rng.permutation(num_blocks) if shape.scattered else None
     params = SamplingParams(temperature=temperature, max_tokens=1, ignore_eos=True)
     seqs, new, ctx = [], [], []
     cursor = 0
@@ -211,7 +236,7 @@ def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: flo
         tail = n if shape.kind == "chunk" and i < len(shape.prefills) else 0
         seq = Sequence(f"p{i}", rng.integers(0, vocab_size, size=c + tail).tolist(), params)
         nb = -(-c // block_size)
-        seq.block_table = list(range(cursor, cursor + nb))
+        seq.block_table = list(range(cursor, cursor + nb)) if order is None else order[cursor:cursor + nb].tolist()
         cursor += nb
         seqs.append(seq)
         new.append(n)
@@ -309,7 +334,7 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
                 f"CPU-tier blocks, the runner has {runner.num_kvcache_blocks} / {runner.num_cpu_blocks} / "
                 f"{getattr(runner, 'cpu_cache_num_blocks', 0)}")
             continue
-        batch = build_batch(shape, bs, vocab, temperature, rng)
+        batch = build_batch(shape, bs, vocab, temperature, rng, runner.num_kvcache_blocks)
         times, device_times, mhz, capped = time_step(runner, batch, warmup, repeats, sync, duty_cycle, clock)
         rec = Recorder()
         rec.on_step(0.0, float(np.median(times)), batch, 0, 0, 0)

@@ -100,6 +100,12 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              before its launch, a later chunk of the same prompts 1.4 ms
                              (benchmarks/results/generalize/h200_1204/). Fitted on a shared-prefix calibration
                              replay (gpu_generalize.sh's calib_prefix stage); host work before the launch
+    lm_head_step             fixed cost of a step that samples (lm_head_rows > 0: any decode entry, or a prompt's
+                             last chunk): the LM head's weights read once (311 MB for Qwen3-0.6B) and the sampler's
+                             kernels. A prompt's intermediate chunk samples nothing and skips both. On the H200
+                             512-token chunks that finish their prompt ran ~0.12 ms longer than intermediate ones
+                             at the same context; without it the profile's chunks (all sampling) priced every
+                             intermediate chunk 1.02-1.04 of its device seconds
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's

@@ -179,3 +179,23 @@ def test_duty_cycle_idles_in_proportion_and_the_clock_is_read_while_the_pair_run
     assert list(wall) == pytest.approx([0.010, 0.010]) and list(dev) == pytest.approx([0.005, 0.005])
     with pytest.raises(ValueError, match="duty_cycle"):
         time_step(Runner(), Batch(), warmup=0, repeats=1, sync=lambda: None, duty_cycle=0.0)
+
+
+def test_layout_grid_times_each_shape_on_contiguous_and_on_scattered_blocks():
+    """`--grid layout`: each shape twice, on blocks 0, 1, 2, ... and on distinct blocks drawn from the whole cache
+    (the same step otherwise: shape columns equal)."""
+    shapes = grid_shapes("layout", 16384, 16384, 256)
+    assert len(shapes) == 20 and [s.scattered for s in shapes] == [False, True] * 10
+    assert all(a.prefills == b.prefills and a.decode_ctx == b.decode_ctx for a, b in zip(shapes[::2], shapes[1::2]))
+    assert len({s.label for s in shapes}) == len(shapes)
+    rng = np.random.default_rng(0)
+    plain = profile.build_batch(shapes[0], 16, 1000, 0.6, rng)
+    spread = profile.build_batch(shapes[1], 16, 1000, 0.6, rng, num_blocks=10_000)
+    assert plain.seqs[0].block_table == list(range(128))          # 2,048 tokens: 128 blocks
+    table = spread.seqs[0].block_table
+    assert len(set(table)) == 128 and max(table) < 10_000 and table != sorted(table)
+    with pytest.raises(ValueError, match="num_blocks"):
+        profile.build_batch(shapes[1], 16, 1000, 0.6, rng)
+    # within small limits, only the shapes that fit
+    small = grid_shapes("layout", 4096, 4096, 64)
+    assert small and all(_extent(s)[0] <= 4096 and _extent(s)[1] <= 4096 for s in small)
