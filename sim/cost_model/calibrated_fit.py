@@ -424,11 +424,12 @@ def profile_offset_columns(steps) -> np.ndarray | None:
     serving loop runs them. Without run rows it would duplicate `step`.
 
     The per-key pair: the profile launches each shape after an idle half-cycle (its duty cycle), the serving
-    loop runs steps back to back, and the prefill kernel's time differs then: on the H200 the profile's 512-token
-    prefills on 1.5-8k keys took 1.5-3% longer than the replays' back-to-back chunks of the same shape (4.74 ms
-    against 4.65 at 3,584 keys). Left to the model's prefill terms, the profile's level priced every back-to-back
-    chunk 1.03-1.06 of its device seconds, and chunked prefill (sarathi) on shared prefixes 13% slow per request;
-    with the pair 8.2 ns a key went to it and that cell to 8.2% (benchmarks/results/generalize/h200_1204/)."""
+    loop runs steps back to back. On the H200 the profile's 512-token prefills on 1.5-8k keys took 1.5-3% longer
+    than the replays' back-to-back chunks of the same shape (4.74 ms against 4.65 at 3,584 keys); most of that
+    is the LM head and sampler the profile's prompts run and intermediate chunks skip (lm_head_step, 0.1-0.15 ms),
+    what is left grows with the keys: 5.3 ns a key goes to the pair (8.2 before lm_head_step). Without the pair
+    the same fit had 28 of 30 cells within 3% instead of 29, the shared-prefix sarathi cell 4.7% instead of 3.0%
+    (benchmarks/results/generalize/h200_1204/)."""
     loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     if loop.all() or not loop.any():
         return None
@@ -463,6 +464,10 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
         # The loop terms are known: fit the rest on what they leave (the relative weights stay those of y).
         rest = y - design_matrix(steps, None, block_size)[:, loop_cols] @ loop_coef
         target, row_weights, dropped = np.maximum(rest, 1e-3 * y), weights * rest / y, loop_cols
+    seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
+    if not ((seqs > 0) & (_col(steps, "num_prefill_samples") + _col(steps, "num_decode_seqs") == 0)).any():
+        # every step samples (no intermediate chunk): lm_head_step is step's twin, and step keeps it all
+        dropped = [*dropped, FEATURES.index("lm_head_step")]
     # Without the measured step, loop_step is fitted jointly and already takes the run-minus-profile difference;
     # a device-time table has no loop share, so the offset is fitted there too.
     offset_cols = profile_offset_columns(steps) if (loop_coef is not None or "fit_group" in steps) else None

@@ -90,6 +90,21 @@ def test_fit_recovers_known_coefficients_exactly():
         assert fitted.coefficients[f] == pytest.approx(COEF[f], rel=1e-5, abs=1e-15), f
 
 
+def test_a_table_where_every_step_samples_leaves_lm_head_step_in_step():
+    """Without an intermediate chunk, lm_head_step and step are the same column on every forward row: the fit keeps
+    the sum in step (lm_head_step 0) and prices every row as the truth does; with intermediate chunks it splits them."""
+    truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256)
+    table, _ = _table(_shapes(), truth, loop=False)
+    final = table[~((table.num_prefill_seqs > 0) & (table.num_prefill_samples + table.num_decode_seqs == 0))]
+    assert len(final) < len(table)
+    fitted = CalibratedCostModel.fit(final, single_split_min_seqs=SPLIT, knee_candidates=(256,))
+    assert fitted.coefficients["lm_head_step"] == 0.0
+    assert fitted.coefficients["step"] == pytest.approx(COEF["step"] + COEF["lm_head_step"], rel=1e-5)
+    np.testing.assert_allclose(fitted.predict_table(final), final["duration_s"], rtol=1e-7)
+    split = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,))
+    assert split.coefficients["lm_head_step"] == pytest.approx(COEF["lm_head_step"], rel=1e-5)
+
+
 def test_fit_weighs_profile_and_run_rows_equally_and_leaves_loop_seqs_at_zero():
     """A run table with 10x the rows of the profile: both sources carry half the weight; and a per-sequence loop
     cost in the data is not fitted into loop_seqs (it would extrapolate), whatever the data say."""
