@@ -8,7 +8,8 @@ The replay is the simulator's loop with wall time for the clock and the model
 runner for the cost model:
 
     add every request whose arrival_time_s <= now      (a request is invisible before its arrival)
-    if nothing is unfinished: sleep until the next arrival   (the engine never sleeps while work is pending)
+    if nothing is unfinished: sleep until the next arrival   (the engine never sleeps while work is pending;
+                                                              the last millisecond is spun: IDLE_SPIN_S)
     batch = scheduler.schedule(start); tokens = runner.execute(batch); synchronize the device
     recorder.on_step(start, end - start, batch, ...); scheduler.postprocess(batch, tokens, end)
 
@@ -221,12 +222,22 @@ class EngineReplayer:
                          rec.decisions_frame() if rec.record_decisions else None)
 
 
-class _Intake:
-    """The replay's arrivals: requests queued at their arrival time on the run's clock, idle waits."""
+# An idle replay spins the last millisecond before an arrival: time.sleep wakes 50-200 us late (a sleep's median
+# overshoot was 148 us on a 2-core CPU box; on the H200 host, requests arriving at an idle engine were scheduled a
+# median of 172 us after their arrival time: benchmarks/results/generalize/h200_1204/), which their TTFT paid and
+# a simulated run, scheduling an arrival on an idle replica at once, does not.
+IDLE_SPIN_S = 1e-3
 
-    def __init__(self, seqs, sched: Scheduler, rec: Recorder, clock, sleep, max_wall_s):
+
+class _Intake:
+    """The replay's arrivals: requests queued at their arrival time on the run's clock, idle waits.
+    spin_s: the last stretch of an idle wait is spun on the clock instead of slept (None: IDLE_SPIN_S with
+    time.sleep, 0 with an injected sleep, whose fake clock only moves when it sleeps)."""
+
+    def __init__(self, seqs, sched: Scheduler, rec: Recorder, clock, sleep, max_wall_s, spin_s: float | None = None):
         self.pending = deque(sorted(seqs, key=lambda s: s.arrival_time_s))
         self.sched, self.rec, self.clock, self.sleep, self.max_wall_s = sched, rec, clock, sleep, max_wall_s
+        self.spin_s = (IDLE_SPIN_S if sleep is time.sleep else 0.0) if spin_s is None else float(spin_s)
         self.t0 = clock()
         self.start_unix_s = time.time()     # the run clock's 0 on the wall clock (to align GPU clock logs)
         self.num_rejected = 0
@@ -250,12 +261,17 @@ class _Intake:
         self.rec.on_finish(seq)
 
     def wait(self) -> float:
-        """Sleeps until the next pending request arrives; returns the seconds slept."""
-        wait = self.pending[0].arrival_time_s - self.now()
-        if wait > 0:
-            self.sleep(wait)
-            return wait
-        return 0.0
+        """Waits until the next pending request arrives: sleeps, then spins its last spin_s on the clock;
+        returns the seconds waited."""
+        arrival = self.pending[0].arrival_time_s
+        wait = arrival - self.now()
+        if wait <= 0:
+            return 0.0
+        if wait > self.spin_s:
+            self.sleep(wait - self.spin_s)
+        while self.spin_s and self.now() < arrival:
+            pass
+        return wait
 
     def stalled(self, at_s: float) -> RuntimeError:
         return RuntimeError(f"replay stalled at t={at_s:.3f}s: {self.sched.num_unfinished} unfinished requests, "

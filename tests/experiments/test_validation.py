@@ -124,6 +124,32 @@ def tiny(tmp_path_factory):
     torch.set_num_threads(threads)        # the commands below set 1 thread on cpu
 
 
+def test_an_idle_wait_sleeps_then_spins_to_the_arrival():
+    """An idle replay sleeps until spin_s before the next arrival, then spins on the clock, so the request is
+    admitted within a clock read of its arrival (a sleep alone wakes 50-200 us late); an injected sleep (a fake
+    clock, which moves only when it sleeps) gets one sleep and no spin, time.sleep IDLE_SPIN_S."""
+    import time
+
+    from engine.core.sequence import Sequence
+    from experiments.runner_engine import IDLE_SPIN_S, _Intake
+    t, sleeps = [0.0], []
+
+    def clock():                     # every read 10 us after the last
+        t[0] += 1e-5
+        return t[0]
+
+    def sleep(s):
+        sleeps.append(s)
+        t[0] += s
+    seq = Sequence("a", [1, 2, 3], arrival_time_s=0.01)
+    intake = _Intake([seq], None, None, clock, sleep, None, spin_s=1e-3)
+    assert intake.wait() == pytest.approx(0.01 - 1e-5)
+    assert sleeps == [pytest.approx(0.01 - 1e-5 - 1e-3)]
+    assert 0.01 <= intake.now() <= 0.01 + 2e-5
+    assert _Intake([seq], None, None, clock, sleep, None).spin_s == 0.0
+    assert _Intake([seq], None, None, clock, time.sleep, None).spin_s == IDLE_SPIN_S
+
+
 def test_cpu_validation_loop(tiny, tmp_path):
     from experiments import calibrate, profile, validate
 
