@@ -75,6 +75,26 @@ def test_cpu_replay_takes_the_simulators_steps(tiny):
     assert (dur > 0).all() and start[1:] == pytest.approx(start[:-1] + dur[:-1])
 
 
+def test_warmup_runs_the_loop_the_replays_run(tiny):
+    """warmup() goes through the timed replays' own loop: launch/collect with overlap scheduling, execute without
+    (an overlapped run's first replay otherwise paid the overlap path's first use)."""
+    from experiments.runner_engine import EngineReplayer, EngineRunConfig
+    for overlap in (True, False):
+        rep = EngineReplayer(EngineRunConfig(model_path=str(tiny), device="cpu", num_kvcache_blocks=64, max_model_len=64,
+                                             overlap_scheduling=overlap))
+        calls = {"launch": 0, "execute": 0}
+        for name in calls:
+            orig = getattr(rep.runner, name)
+
+            def spy(*a, _orig=orig, _name=name, **k):
+                calls[_name] += 1
+                return _orig(*a, **k)
+            setattr(rep.runner, name, spy)
+        assert rep.warmup(num_requests=3, prompt_len=32, output_len=4) > 0
+        # execute() launches and collects itself: only the synchronous loop calls it
+        assert calls["launch"] > 0 and (calls["execute"] > 0) == (not overlap), calls
+
+
 def test_servelab_setting_reaches_the_simulated_replicas():
     from experiments.runner_sim import run_sim
     from tests.experiments.test_config_path import compose_cfg
