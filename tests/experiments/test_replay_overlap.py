@@ -80,8 +80,8 @@ def test_warmup_runs_the_loop_the_replays_run(tiny):
     (an overlapped run's first replay otherwise paid the overlap path's first use)."""
     from experiments.runner_engine import EngineReplayer, EngineRunConfig
     for overlap in (True, False):
-        rep = EngineReplayer(EngineRunConfig(model_path=str(tiny), device="cpu", num_kvcache_blocks=64, max_model_len=64,
-                                             overlap_scheduling=overlap))
+        rep = EngineReplayer(EngineRunConfig(model_path=str(tiny), device="cpu", num_kvcache_blocks=64,
+                                             max_model_len=64, overlap_scheduling=overlap))
         calls = {"launch": 0, "execute": 0}
         for name in calls:
             orig = getattr(rep.runner, name)
