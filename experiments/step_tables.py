@@ -14,7 +14,9 @@ Two kinds of table have the columns of sim.cost_model.base.STEP_TABLE_COLUMNS:
     *cycle time*: `duration_s` plus the gap to the next step's start, where
     the loop did not sit idle waiting for an arrival (a gap longer than
     IDLE_GAP_S, or the last step, gets the median of the other gaps). It gets
-    `serving_loop = 1`, and `measured_duration_s` keeps the original column.
+    `serving_loop = 1`, `measured_duration_s` keeps the original column, and `idle_before_s` is the time from
+    the previous row's end to its start (NaN on the first row): a row after a long one was scheduled by a loop
+    that had sat idle (the calibrated model's cold_step).
 """
 from __future__ import annotations
 
@@ -53,12 +55,19 @@ def calibration_table(df: pd.DataFrame) -> pd.DataFrame:
     if not is_run_table(df):
         return df.assign(serving_loop=0)
     if "replica" in df.columns and df["replica"].nunique() > 1:
-        cycle = np.empty(len(df))
+        cycle, idle = np.empty(len(df)), np.empty(len(df))
         for _, rows in df.groupby("replica").indices.items():
-            cycle[rows] = cycle_times(df.iloc[rows])
+            cycle[rows], idle[rows] = cycle_times(df.iloc[rows]), idle_before(df.iloc[rows])
     else:
-        cycle = cycle_times(df)
-    return df.assign(measured_duration_s=df["duration_s"], duration_s=cycle, serving_loop=1)
+        cycle, idle = cycle_times(df), idle_before(df)
+    return df.assign(measured_duration_s=df["duration_s"], duration_s=cycle, serving_loop=1, idle_before_s=idle)
+
+
+def idle_before(steps: pd.DataFrame) -> np.ndarray:
+    """Per step of one replica, in order: seconds from the previous step's end to its start (NaN for the first)."""
+    start = np.asarray(steps["start_time_s"], dtype=np.float64)
+    end = start + np.asarray(steps["duration_s"], dtype=np.float64)
+    return np.concatenate([[np.nan], start[1:] - end[:-1]]) if len(start) else start
 
 
 def cycle_times(steps: pd.DataFrame, idle_gap_s: float = IDLE_GAP_S) -> np.ndarray:

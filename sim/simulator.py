@@ -11,7 +11,9 @@ so a request arriving at time t is seen by the first step that starts at a time
 >= t (a step starting exactly at t sees it). Tokens are emitted at the end of the
 step that produced them, as in the engine; every request runs to its max_tokens
 with the per-request dummy token of sim.arrivals. An idle replica sleeps until
-its next arrival; it never polls.
+its next arrival; it never polls. The first step it runs after waiting (for an arrival, or a
+policy holding its work back) pays cost_model.cold_start_s(seconds waited) on top: host time
+before that step (0 for every model but a calibrated one with cold_step).
 
 Decode fast path (exact): before scheduling, a replica with running sequences asks the
 scheduler how many upcoming steps are certain to be pure decodes and takes them at once;
@@ -255,9 +257,11 @@ class Simulator(FastPathMixin):
         fast = self.fast_path and sched.policy.fast_forward_ok
         direct = self._direct        # yield absolute times to _run_direct instead of SimPy events
         t = env.now
+        idle_from = None        # when the loop began to wait for an arrival (cost_model.cold_start_s); None: busy
         while True:
             self._pull_arrivals(r, t)
             if not (sched.running or sched.waiting or sched.swapped):
+                idle_from = t if idle_from is None else idle_from
                 t = yield from self._next_arrival(r)
                 if t is None:
                     return
@@ -285,9 +289,13 @@ class Simulator(FastPathMixin):
                     continue        # the policy rejected all that was left: wait for arrivals as usual
                 # Unfinished work but nothing runnable (a policy holding requests back): only an
                 # arrival can change that.
+                idle_from = t if idle_from is None else idle_from
                 t = yield from self._next_arrival(r, stalled_at=t)
                 continue
             dur = cm.step_time_s(batch)
+            if idle_from is not None:
+                dur += cm.cold_start_s(t - idle_from)
+                idle_from = None
             npf = batch.num_prefill_seqs
             if rec is not None:
                 rec.on_step(t, dur, batch, bm.num_used_blocks, bm.num_free_blocks, bm.num_cached_free_blocks)
@@ -336,9 +344,11 @@ class Simulator(FastPathMixin):
         t = env.now
         in_flight = None     # (batch, its device end, recorder row, schedule time, its loop seconds) on the device
         last_end_s = None        # where the step before's row ended; None after an idle device
+        idle_from = None         # when the loop began to wait for an arrival (cost_model.cold_start_s); None: busy
         while True:
             self._pull_arrivals(r, t)
             if in_flight is None and not (sched.running or sched.waiting or sched.swapped):
+                idle_from = t if idle_from is None else idle_from
                 t = yield from self._next_arrival(r)
                 if t is None:
                     return
@@ -359,6 +369,9 @@ class Simulator(FastPathMixin):
             host_s = t                      # the host's clock once this iteration's launch is done
             if not batch.is_empty:
                 prepare, device, loop = cm.overlap_parts_s(batch)
+                if idle_from is not None:
+                    prepare += cm.cold_start_s(t - idle_from)
+                    idle_from = None
                 if in_flight is not None and (batch.swap_out or batch.swap_in or batch.offload or batch.load):
                     drained_s = max(t, in_flight[1])
                     host_s = drained_s + prepare
@@ -374,6 +387,7 @@ class Simulator(FastPathMixin):
             elif in_flight is None:
                 if batch.rejected and not sched.has_unfinished():
                     continue
+                idle_from = t if idle_from is None else idle_from
                 t = yield from self._next_arrival(r, stalled_at=t)
                 last_end_s = None
                 continue

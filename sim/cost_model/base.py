@@ -146,6 +146,11 @@ class CostModel(ABC):
         Default: all device time (a model without a host term)."""
         return 0.0, self.step_time_s(batch), 0.0
 
+    def cold_start_s(self, idle_s: float) -> float:
+        """Extra host seconds before the first step a replica schedules after sitting idle for idle_s seconds
+        (the simulator adds them to that step). Default: none."""
+        return 0.0
+
     def with_tier_copies_s(self, step_s: float, num_offload_blocks: int, num_load_blocks: int,
                            block_size: int = 16) -> float:
         """Seconds of a step whose forward pass and swaps take step_s, with the CPU tier's copies:

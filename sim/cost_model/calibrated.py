@@ -106,6 +106,11 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              512-token chunks that finish their prompt ran ~0.12 ms longer than intermediate ones
                              at the same context; without it the profile's chunks (all sampling) priced every
                              intermediate chunk 1.02-1.04 of its device seconds
+    cold_step                the host's extra time before the first step scheduled after the serving loop sat idle
+                             at least COLD_IDLE_S = 20 ms (a run row's idle_before_s, experiments.step_tables; the
+                             simulator adds cold_start_s to that step): CPU and GPU leave their idle power states.
+                             On the H200 the calibration replays' steps after 20 ms or more of idle ran 0.3-0.44 ms
+                             longer than the model without it priced them, after a shorter gap 0-0.2 ms
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's
@@ -170,6 +175,7 @@ import numpy as np
 from engine.core.graph_sizes import prefill_graph_sizes
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModelError, FittedCostModel, StepShape
 from sim.cost_model.calibrated_fit import (
+    COLD_IDLE_S,
     DECODE_GRAPH_BUCKETS,
     FEATURES,
     KNEE_CANDIDATES,
@@ -192,7 +198,8 @@ FORMAT = "servelab.calibrated_cost_model/v3"
 FORMAT_V2 = "servelab.calibrated_cost_model/v2"
 FORMAT_V1 = "servelab.calibrated_cost_model/v1"
 # the host's share of a step without a device model (host_time_s)
-HOST_TERMS = ("loop_step", "loop_seqs", "loop_prefill_step", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks")
+HOST_TERMS = ("loop_step", "loop_seqs", "loop_prefill_step", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks",
+              "cold_step")
 V1_RENAMES = {"prefill_step": ("eager_step",), "swap_blocks": ("swap_out_blocks", "swap_in_blocks")}
 
 __all__ = ["FEATURES", "FORMAT", "KNEE_CANDIDATES", "OBJECTIVES", "CalibratedCostModel", "design_matrix", "nnls",
@@ -295,7 +302,7 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
          self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
-         self._dstep, self._hit_step, self._hit_block, self._lm_step) = (c[f] for f in FEATURES)
+         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -426,6 +433,10 @@ class CalibratedCostModel(FittedCostModel):
         if not (n_out or n_in):
             return t
         return t + self._swap_s(n_out, n_in, batch.block_size) + (0.0 if batch.seqs else self._loop_step)
+
+    def cold_start_s(self, idle_s: float) -> float:
+        """cold_step for the first step after the replica sat idle at least COLD_IDLE_S, else 0."""
+        return self._cold if idle_s >= COLD_IDLE_S else 0.0
 
     def _hits_s(self, batch) -> float:
         """loop_hit_step and loop_hit_blocks of a batch admitting GPU prefix-cache hits (0 without)."""

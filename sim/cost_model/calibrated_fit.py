@@ -42,8 +42,9 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
             *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
             "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks",
-            "lm_head_step")
+            "lm_head_step", "cold_step")
 SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
+COLD_IDLE_S = 0.02           # cold_step: a run row scheduled after the loop sat idle at least this long
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
@@ -256,6 +257,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     over = eager * np.maximum(step_tok - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
     loop = serving_loop_flags(steps)
     rows_sampled = _col(steps, "num_prefill_samples") + d_seqs       # [rows] LM-head rows
+    cold = (np.nan_to_num(_col(steps, "idle_before_s", 0.0)) >= COLD_IDLE_S) & (seqs > 0)
     return np.column_stack([forward, eager, seqs, p_tok_run, _col(steps, "prefill_attention_pairs"),
                             _col(steps, "decode_context_sum"), rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
@@ -267,7 +269,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
                             eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
                             ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits,
-                            (rows_sampled > 0).astype(np.float64)])
+                            (rows_sampled > 0).astype(np.float64), loop * cold])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
@@ -354,7 +356,8 @@ def fit_loop_terms(steps) -> np.ndarray | None:
 # a prefill step's graph inputs, admissions and first-token work (eager_step: on the serving loop's rows the same
 # column as loop_prefill_step, which stays 0), and the scheduler's block allocation and prefix hashing per prefill
 # token (the loop terms come from the gap between steps, fit_loop_terms)
-HOST_FIT_TERMS = ("step", "eager_step", "num_seqs", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks")
+HOST_FIT_TERMS = ("step", "eager_step", "num_seqs", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks",
+                  "cold_step")
 
 
 def fit_host_terms(steps, x: np.ndarray, device_s: np.ndarray) -> np.ndarray | None:

@@ -22,7 +22,8 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             decode_graph_4=5e-5, decode_graph_8=0.0, decode_graph_16=0.0, decode_graph_32=2e-5,
             prefill_attention_span=0.0, prefill_attention_span_alone=0.0,   # their own test: they need a grid
             prefill_small_tokens=7e-7, decode_step=0.0,   # decode_step 0: canonical_step_base's choice
-            loop_hit_step=6e-4, loop_hit_blocks=3e-6, lm_head_step=8e-5)
+            loop_hit_step=6e-4, loop_hit_blocks=3e-6, lm_head_step=8e-5,
+            cold_step=0.0)   # cold_step 0: the tables below have no idle gaps (its own test)
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -245,7 +246,7 @@ def test_decode_tail_keys_prices_the_longest_context_of_unsplit_decode_batches()
     shapes = [Shape("decode", (), d) for d in ((50,) * 3 + (900,), (50,) * 7 + (2000,), (300,) * 8, (50, 3000),
                                                 (20,) * 5 + (400,), (700,) * 6, (10,) * 5 + (90,) * 4)]
     table, batches = _table([Shape(s.kind, s.prefills, s.decode_ctx[:-1] + (s.decode_ctx[-1] + 37 * i,))
-                             for i in range(5) for s in shapes], cm, loop=False)
+                             for i in range(6) for s in shapes], cm, loop=False)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
     fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), single_split_min_seqs=4)
     assert fitted.coefficients["decode_tail_keys"] == pytest.approx(4e-7, rel=1e-5)
@@ -426,7 +427,7 @@ def test_features_of_hand_built_rows():
     # no single_split_min_seqs: no decode_split_keys; 5 decode sequences pad to the graph of 8
     no_graphs = dict(decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0, decode_graph_8=0,
                      decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0,
-                     prefill_attention_span_alone=0, loop_hit_step=0, loop_hit_blocks=0)
+                     prefill_attention_span_alone=0, loop_hit_step=0, loop_hit_blocks=0, cold_step=0)
     # prefill_small_tokens: min(300, 256); decode_step: 1 on the pure-decode row only
     assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, prefill_small_tokens=256, decode_step=0, num_seqs=2,
                                        prefill_tokens=300,
@@ -443,6 +444,11 @@ def test_features_of_hand_built_rows():
                                        loop_prefill_step=0, mixed_decode_tail_keys=0, decode_tail_keys=0, tier_step=0,
                                        tier_out_blocks=0, tier_in_blocks=0, lm_head_step=1,
                                        **dict(no_graphs, decode_graph_8=1))
+    # cold_step: a run row scheduled after the loop idled COLD_IDLE_S or more (idle_before_s); never a profile row
+    from sim.cost_model.calibrated_fit import COLD_IDLE_S
+    for loop, idle, want in ((1, COLD_IDLE_S, 1), (1, 0.5 * COLD_IDLE_S, 0), (1, np.nan, 0), (0, 1.0, 0)):
+        x = design_matrix(rows.assign(serving_loop=[loop, loop], idle_before_s=[idle, idle]), knee_tokens=256)
+        assert x[:, FEATURES.index("cold_step")].tolist() == [want, want], (loop, idle)
     # an intermediate chunk samples nothing: no LM-head row, so no LM-head weight read (lm_head_step 0)
     inter = design_matrix(rows.assign(num_prefill_samples=[0, 0]), knee_tokens=256)
     assert (inter[0, FEATURES.index("lm_head_rows")], inter[0, FEATURES.index("lm_head_step")]) == (0, 0)

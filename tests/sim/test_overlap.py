@@ -150,3 +150,23 @@ def test_models_without_a_host_term_price_the_step_unchanged():
     res = Simulator(overlapped(cm)).run([a, b])
     assert res.steps["duration_s"].tolist() == [0.25, 0.5, 0.5, 0.5]
     assert res.busy_s == [1.75]
+
+
+class _ColdStart(ConstantCostModel):
+    """1 s steps; the first step after 2 s or more of waiting pays 0.5 s of cold start."""
+    def cold_start_s(self, idle_s):
+        return 0.5 if idle_s >= 2.0 else 0.0
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_step_after_a_long_idle_wait_pays_the_cold_start(overlap):
+    # A at 0 (no wait before it): [0,1]. B at 2.5, 1.5 s after the replica went idle: [2.5,3.5].
+    # C at 10, 6.5 s idle: 0.5 s cold start before its step, tokens at 11.5 (its row [10,11.5]).
+    a, b, c = req(0, 10, 1, 0.0), req(1, 10, 1, 2.5), req(2, 10, 1, 10.0)
+    sched = Scheduler(SchedulerConfig(num_kvcache_blocks=256, block_size=16, max_model_len=4096,
+                                      max_num_batched_tokens=4096))
+    res = Simulator(Replica(sched, _ColdStart(step_s=1.0), Recorder(), overlap_scheduling=overlap)).run([a, b, c])
+    firsts = {e[2]: e[0] for e in event_log(res) if e[1] == "first_token"}
+    assert firsts == {0: 1.0, 1: 3.5, 2: 11.5}
+    steps = res.steps
+    assert steps["start_time_s"].tolist() == [0.0, 2.5, 10.0] and steps["duration_s"].tolist() == [1.0, 1.0, 1.5]
