@@ -1,6 +1,6 @@
 """Profile the engine's model runner over a grid of step shapes: the training table of `calibrated`.
 
-    python -m experiments.profile --model PATH --out table.csv [--device cuda|cpu] [--grid small|full|tier]
+    python -m experiments.profile --model PATH --out table.csv [--device cuda|cpu] [--grid small|full|tier|layout]
 
 For every shape of the grid (prefill chunks x cached prefix lengths, several
 prefills at once, decode batch sizes x context lengths, mixed prefill + decode
@@ -17,7 +17,8 @@ sidecar `<out>.meta.json` records the device, model, command and date.
 beside a 32 x 1,024 decode batch, its context clipped to max_model_len) and that decode batch alone,
 which anchors the copies' share of the step: the rows the tier's fit terms need, to be fitted together
 with a profile table made elsewhere on the same GPU and model (e.g. the generalization suite's), in
-seconds instead of the full grid's minute.
+seconds instead of the full grid's minute. `--grid layout` times a few shapes twice, on KV blocks 0, 1, 2, ... and
+on blocks drawn at random from the whole cache (layout_shapes): a comparison, not a fit's table.
 
 The KV cache content is whatever the runner holds (timing does not depend on
 it). A shape whose blocks exceed the cache is skipped (and logged), since a real
