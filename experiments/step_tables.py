@@ -79,7 +79,7 @@ def cycle_times(steps: pd.DataFrame, idle_gap_s: float = IDLE_GAP_S) -> np.ndarr
     if np.any(np.diff(start) < 0):
         raise ValueError("steps table: start_time_s must be non-decreasing (one replica, in step order); "
                          "split a multi-replica table by its `replica` column first")
-    gap = np.append(start[1:] - (start[:-1] + dur[:-1]), np.inf)
+    gap = np.append(idle_before(steps)[1:], np.inf)     # [rows] the gap after each step
     busy = (gap >= 0) & (gap <= idle_gap_s)
     typical = float(np.median(gap[busy])) if busy.any() else 0.0
     return dur + np.where(busy, gap, typical)
