@@ -10,7 +10,7 @@
 # Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
-#                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm and sarathi: device seconds
+#                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm_swap and sarathi: device seconds
 #                  for the device model only, whole prompts and chunks), the fit on the tables           -> profile_<tag>.{csv,json}, calib steps in the archive
 #   calib_prefix   calibration replays with prefix hits: a synthetic shared-prefix workload (CAL_PREFIX_POLICIES,
 #                  synchronous and overlapped), steps tables for the fit on CPU   -> calib steps in the archive
@@ -26,7 +26,7 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (512: the
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
-# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm,sarathi;
+# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm_swap,sarathi: swaps' device seconds too;
 # empty: none), CAL_PREFIX_POLICIES (vllm,sarathi; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
@@ -70,7 +70,7 @@ CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
 CAL_POLICIES="${CAL_POLICIES:-vllm_swap,sarathi}"
 # replayed again with overlap scheduling, for the device model only (empty: none)
-CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm,sarathi}"
+CAL_OVERLAP_POLICIES="${CAL_OVERLAP_POLICIES-vllm_swap,sarathi}"
 # the shared-prefix calibration replay's policies (empty: none)
 CAL_PREFIX_POLICIES="${CAL_PREFIX_POLICIES-vllm,sarathi}"
 

@@ -284,6 +284,9 @@ class ModelRunner:
                 self.cpu_tier.finish()
                 out = LaunchedStep(None, None, 0)
                 out.copy_host_s = copy_host_s
+                if timing is not None:          # a step of copies only: their device seconds too
+                    timing[1].record()
+                    out.timing = timing
                 return out
             logits = self._logits(step)                                       # [num_sampled, V]
         except Exception as exc:
@@ -316,6 +319,9 @@ class ModelRunner:
         self.last_device_time_s = None
         self.last_copy_host_s = launched.copy_host_s
         if launched.tokens is None:
+            if launched.timing is not None:
+                launched.timing[1].synchronize()
+                self.last_device_time_s = launched.timing[0].elapsed_time(launched.timing[1]) / 1e3   # ms -> s
             return []
         if launched.ready is not None:
             launched.ready.synchronize()

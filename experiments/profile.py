@@ -82,7 +82,7 @@ class Shape:
 
     def blocks_needed(self, block_size: int) -> int:
         ctx = [n + c for n, c in self.prefills] + list(self.decode_ctx)
-        return sum(-(-x // block_size) for x in ctx) + self.tier_blocks
+        return sum(-(-x // block_size) for x in ctx) + self.tier_blocks + self.swap_blocks
 
 
 def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
@@ -138,10 +138,15 @@ def grid_shapes(grid: str, max_model_len: int, max_num_batched_tokens: int, max_
                for b, hi in ragged if b <= max_num_seqs]
     shapes += [Shape("mixed", ((n, 0),), (ctx,) * b) for b, ctx, n in mixed
                if b + 1 <= max_num_seqs and fits(n, 0) and ctx <= max_model_len and n + b <= max_num_batched_tokens]
-    shapes += [Shape(kind, swap_blocks=s) for s in swaps for kind in ("swap_out", "swap_in")]
     b, ctx = tier_decode
     if b <= max_num_seqs and ctx <= max_model_len:
+        # swaps ride on a step that computes (a preemption or a resume beside the running decodes): there the
+        # host issues the copies while the device runs them, where a step of copies alone waits for the host
+        # (on the H200 0.6-0.75 ms a step alone, 0.1-0.3 ms beside a forward pass)
+        shapes += [Shape(kind, (), (ctx,) * b, swap_blocks=s) for s in swaps for kind in ("swap_out", "swap_in")]
         shapes += [Shape(kind, (), (ctx,) * b, tier_blocks=n) for n in tiers for kind in ("tier_out", "tier_in")]
+    else:
+        shapes += [Shape(kind, swap_blocks=s) for s in swaps for kind in ("swap_out", "swap_in")]
     if grid == "full":
         shapes += long_shapes(max_model_len, max_num_batched_tokens, max_num_seqs, rng)
     return list(dict.fromkeys(shapes))        # each shape once (the long end may repeat one at small limits)
@@ -244,10 +249,10 @@ def build_batch(shape: Shape, block_size: int, vocab_size: int, temperature: flo
         ctx.append(c)
     b = Batch(seqs=seqs, num_new_tokens=new, num_prefill_seqs=len(shape.prefills), block_size=block_size,
               context_lens=ctx)
-    if shape.kind == "swap_out":
-        b.swap_out = [(i, i) for i in range(shape.swap_blocks)]
+    if shape.kind == "swap_out":        # blocks past the batch's own: a preempted sequence's
+        b.swap_out = [(cursor + i, i) for i in range(shape.swap_blocks)]
     elif shape.kind == "swap_in":
-        b.swap_in = [(i, i) for i in range(shape.swap_blocks)]
+        b.swap_in = [(i, cursor + i) for i in range(shape.swap_blocks)]
     elif shape.kind == "tier_out":      # blocks past the batch's own: evicted ones a new owner takes
         b.offload = [(cursor + i, i) for i in range(shape.tier_blocks)]
     elif shape.kind == "tier_in":
@@ -328,7 +333,7 @@ def profile(runner, shapes: list[Shape], *, warmup: int = 2, repeats: int = 5, t
     rows = []
     t_start = time.perf_counter()
     for k, shape in enumerate(shapes):
-        need = max(shape.blocks_needed(bs), shape.swap_blocks)
+        need = shape.blocks_needed(bs)
         if (need > runner.num_kvcache_blocks or shape.swap_blocks > runner.num_cpu_blocks
                 or shape.tier_blocks > getattr(runner, "cpu_cache_num_blocks", 0)):
             log(f"skip {shape.label}: needs {need} KV blocks / {shape.swap_blocks} swap blocks / {shape.tier_blocks} "

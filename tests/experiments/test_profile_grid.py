@@ -64,6 +64,26 @@ def test_an_intermediate_chunk_samples_nothing():
     assert {c + n for s in full if s.kind == "chunk" for n, c in s.prefills} >= {512, 1536, 3584, 6144, 8192, 12288}
 
 
+def test_swaps_ride_beside_a_timed_decode_batch_on_blocks_of_their_own():
+    """A swap in a serving step shares it with running decodes, and the host issues its copies while the device
+    runs them; the grid times swaps so, beside a decode batch the grid also times alone, and the copied blocks
+    are none of the batch's."""
+    for grid, args in (("full", (16384, 16384, 256)), ("small", (512, 512, 16))):
+        shapes = grid_shapes(grid, *args)
+        swaps = [s for s in shapes if s.swap_blocks]
+        assert {s.kind for s in swaps} == {"swap_out", "swap_in"} and len(swaps) >= 6
+        for s in swaps:
+            assert s.decode_ctx and not s.prefills and profile.Shape("decode", (), s.decode_ctx) in shapes, s.label
+    rng = np.random.default_rng(0)
+    shape = profile.Shape("swap_out", (), (64,) * 4, swap_blocks=3)
+    assert shape.blocks_needed(16) == 4 * 4 + 3
+    out = profile.build_batch(shape, 16, 1000, 0.0, rng)
+    inn = profile.build_batch(profile.Shape("swap_in", (), (64,) * 4, swap_blocks=3), 16, 1000, 0.0, rng)
+    own = {b for seq in out.seqs for b in seq.block_table}
+    assert own == set(range(16)) and out.swap_out == [(16, 0), (17, 1), (18, 2)] and not out.swap_in
+    assert inn.swap_in == [(0, 16), (1, 17), (2, 18)] and not inn.swap_out
+
+
 def test_tier_grid_is_the_full_grids_tier_shapes_and_their_decode_batch():
     full = grid_shapes("full", 16384, 16384, 256)
     tier = grid_shapes("tier", 16384, 16384, 256)
