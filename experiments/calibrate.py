@@ -203,7 +203,8 @@ def device_table(table: pd.DataFrame) -> pd.DataFrame | None:
     dev = table["device_time_s"].to_numpy(dtype=float)
     swap_only = _swap_only_rows(table) & ~np.isfinite(dev)
     if swap_only.any():
-        # The profile does not time its swap shapes on the device; a swap's copies run on the device's stream
+        # Older profiles timed swaps as steps of copies alone, without device seconds (the grid now times them
+        # beside a decode batch, with its events); a swap's copies run on the device's stream
         # (overlapped replays: 0.99 of a swap step's time is device time on bursty mlfq's 189 swap steps), so
         # the device model prices them as the step does. Without them its swap terms were 0 and the simulator
         # hid every swap behind the forward pass.
