@@ -318,10 +318,10 @@ class ModelRunner:
         """The tokens of a launched step, aligned with its batch.seqs (waits for the device)."""
         self.last_device_time_s = None
         self.last_copy_host_s = launched.copy_host_s
+        if launched.timing is not None:         # every launched step, a step of copies only too
+            launched.timing[1].synchronize()
+            self.last_device_time_s = launched.timing[0].elapsed_time(launched.timing[1]) / 1e3   # ms -> s
         if launched.tokens is None:
-            if launched.timing is not None:
-                launched.timing[1].synchronize()
-                self.last_device_time_s = launched.timing[0].elapsed_time(launched.timing[1]) / 1e3   # ms -> s
             return []
         if launched.ready is not None:
             launched.ready.synchronize()
@@ -330,9 +330,6 @@ class ModelRunner:
             tokens = launched.tokens.tolist()
         if launched.offload:
             self.cpu_tier.finish()      # the offloads' transfer ran beside the forward pass
-        if launched.timing is not None:
-            launched.timing[1].synchronize()
-            self.last_device_time_s = launched.timing[0].elapsed_time(launched.timing[1]) / 1e3   # ms -> s
         out: list[int | None] = [None] * launched.num_seqs
         for i, t in zip(launched.sample_rows.tolist(), tokens):
             out[i] = t
