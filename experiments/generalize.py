@@ -21,7 +21,8 @@ Written into --out:
                                  price error; cells above FRAGILE_GAIN are listed in the summary as fragile)
   step_kinds.{parquet,md}        the step-sum ratio by step kind (decode / prefill / mixed / swap) and, for steps
                                  with prefill work, by prefill tokens: which cost term the error sits in
-  policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload
+  policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload, with the
+                                 simulator's own band: each policy simulated again with every price 1 +- PRICE_BIAS
   divergence.json                experiments.divergence for each --divergence WORKLOAD:POLICY
   generalize.png                 each cell's E2E median |error| against its goal and floor, its step-sum ratio,
                                  and per workload the policy pairs' verdicts (experiments.plots.generalization);
@@ -50,7 +51,7 @@ ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-di
                 "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
                 "--enforce-eager": False, "--attention-backend": True}
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
-PRICE_BIAS = 0.01      # the uniform step-price bias e2e_gain simulates
+PRICE_BIAS = 0.01      # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
 
@@ -245,17 +246,24 @@ def e2e_gain(sim, biased, bias: float = PRICE_BIAS) -> float:
     return float(np.median(np.abs(b[ok] / a[ok] - 1)) / bias) if ok.any() else float("nan")
 
 
+def perturbed_sims(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model,
+                   bias: float = PRICE_BIAS) -> list:
+    """`policy` simulated again with every step price 1 + bias and 1 - bias times as long (the fit's own
+    uncertainty): e2e_gain reads the first, policy_diff's simulator band both. [] for a model without `scaled`."""
+    if not hasattr(cost_model, "scaled"):
+        return []
+    return [simulate_saved(wl_dir, name, policy, argv, cost_model.scaled(1 + sign * bias))[2] for sign in (1, -1)]
+
+
 def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model,
-                      sensitivity: bool = True) -> dict:
+                      perturbed: list = ()) -> dict:
     """The simulated run scored against every real run of the policy (repeat 0 and each repeat<k>): per-request
-    E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run; with
-    sensitivity, `e2e_gain` (e2e_gain: the run simulated again with every price PRICE_BIAS longer)."""
+    E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run; given
+    perturbed_sims, `e2e_gain` (the first of them: every price PRICE_BIAS longer)."""
     from experiments.saved_runs import SavedReplays
     from experiments.validate import compare
     _, _, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
-    gain = float("nan")
-    if sensitivity and hasattr(cost_model, "scaled"):
-        gain = e2e_gain(sim, simulate_saved(wl_dir, name, policy, argv, cost_model.scaled(1 + PRICE_BIAS))[2])
+    gain = e2e_gain(sim, perturbed[0]) if perturbed else float("nan")
     dirs = [wl_dir] + sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
     e2e, ttft, sums = [], [], []
     for d in dirs:
@@ -316,7 +324,7 @@ def main(argv=None) -> int:
         validate.main(cmd)
         report = json.loads((out / "reports" / f"validation_{name}.json").read_text())
         floor, real_summaries = floors(wl_dir, name)
-        sims = {}
+        sims, perturbed = {}, {}
         from experiments.saved_runs import SavedReplays
         saved = SavedReplays(wl_dir, name)
         for policy, entry in report["policies"].items():
@@ -324,11 +332,13 @@ def main(argv=None) -> int:
             if not s or "error" in s:
                 continue
             sims[policy] = s["summary_sim"]
+            pert = perturbed_sims(wl_dir, name, policy, wl_argv, cm)
+            perturbed[policy] = [validate.run_summary(p) for p in pert]
             rows.append({**table_row(name, policy, s, floor.get(policy, {})),
-                         **errors_vs_repeats(wl_dir, name, policy, wl_argv, cm)})
+                         **errors_vs_repeats(wl_dir, name, policy, wl_argv, cm, pert)})
             run = saved.run(policy)
             kinds.append(step_kinds(run.steps, cm, run_was_overlapped(run.info)).assign(workload=name, policy=policy))
-        diffs.append(policy_diff.policy_differences(real_summaries, sims).assign(workload=name))
+        diffs.append(policy_diff.policy_differences(real_summaries, sims, perturbed=perturbed).assign(workload=name))
     table = pd.DataFrame(rows)
     kinds_df = pd.concat(kinds, ignore_index=True) if kinds else pd.DataFrame()
     diff_df = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame()
@@ -416,7 +426,9 @@ def _diff_summary(df: pd.DataFrame) -> dict:
     sig = df[df["real_significant"]]
     return {"num_pairs_metrics": int(len(df)), "verdicts": df["verdict"].value_counts().to_dict(),
             "num_significant": int(len(sig)), "num_significant_agree": int((sig["verdict"] == "agree").sum()),
-            "num_significant_sign_right": int(sig["sign_agrees"].sum())}
+            "num_significant_sign_right": int(sig["sign_agrees"].sum()),
+            "num_significant_within_sim_band": int(sig["sim_within_own_band"].sum())
+            if "sim_within_own_band" in sig else 0}
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def test_every_policy_validates_on_cpu_and_generalize_remakes_the_table(tiny, tm
     assert allk["sum_ratio"] == pytest.approx(table[table["policy"] == "vllm"].iloc[0]["step_sum_ratio"])
     diffs = pd.read_parquet(out / "policy_diff.parquet")
     assert len(diffs) == 9 * 8 // 2 * 5
+    assert diffs["sim_band"].notna().all() and (diffs["sim_band"] >= 0).all()    # every pair simulated at +-1%
     div = json.loads((out / "divergence.json").read_text())
     assert div[0]["policy"] == "vllm" and div[0]["num_real_rows"] > 0 and div[0]["num_sim_rows"] > 0
     assert (out / "generalize.md").read_text().count("\n") == 2 + 9
@@ -127,6 +128,19 @@ def test_policy_difference_logic_by_hand():
     noisy_a, noisy_b = [_s(e2e_s_p50=1.0), _s(e2e_s_p50=1.4)], [_s(e2e_s_p50=1.3), _s(e2e_s_p50=1.3)]
     r = pair_difference(noisy_a, noisy_b, _s(e2e_s_p50=1.0), _s(e2e_s_p50=1.0), "e2e_s_p50")
     assert not r["real_significant"] and r["verdict"] == "real: no difference" and r["ok"]
+    # the simulator's own band: the same pair under prices 1% longer / shorter moves from +40% to +10% / +45%
+    r = pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.8), "e2e_s_p50",
+                        [_s(e2e_s_p50=2.0), _s(e2e_s_p50=2.0)], [_s(e2e_s_p50=2.2), _s(e2e_s_p50=2.9)])
+    assert r["sim_band"] == pytest.approx(0.3) and not r["sim_within_own_band"] and r["verdict"] == "agree"
+    # ... and a prediction its own 1% uncertainty flips is no ranking, whatever the real band says
+    r = pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.8), "e2e_s_p50",
+                        [_s(e2e_s_p50=2.0)], [_s(e2e_s_p50=1.9)])
+    assert r["sim_band"] == pytest.approx(0.45) and r["sim_within_own_band"]
+    assert r["verdict"] == "sim: no difference" and not r["ok"]
+    assert np.isnan(pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.8), "e2e_s_p50")["sim_band"])
+    df = policy_differences({"a": real_a, "b": real_b}, {"a": _s(e2e_s_p50=2.0), "b": _s(e2e_s_p50=2.8)},
+                            metrics=("e2e_s_p50",), perturbed={"a": [_s(e2e_s_p50=2.0)], "b": [_s(e2e_s_p50=1.9)]})
+    assert df["sim_within_own_band"].tolist() == [True]
     df = policy_differences({"a": real_a, "b": real_b, "c": noisy_b}, {"a": _s(e2e_s_p50=2.0)},
                             metrics=("e2e_s_p50",))
     assert list(zip(df["policy_a"], df["policy_b"])) == [("a", "b"), ("a", "c"), ("b", "c")]
