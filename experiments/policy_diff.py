@@ -14,15 +14,15 @@ For a pair (A, B) and a summary metric m (experiments.validate.run_summary keys)
                               the same factor, e.g. 1 +- the fit's 1% uncertainty: how far the
                               prediction moves with the fit; NaN without perturbed simulations)
 
-Verdicts: the real difference is `significant` when |d| > 2 band. A simulated difference with
-|d_sim| <= band, or |d_sim| <= sim_band, is reported as "no difference": the simulator does not rank
-what the engine does not reproduce, nor what its own fit's uncertainty can flip (a decision at an
-arrival boundary that a sub-millisecond drift turns: the real engine repeats its own timing, so the
-real band cannot show that; `sim_within_own_band` says which of the two applied); otherwise its
-sign is right when it has d's sign, and its size when |d_sim - d| <= |d| / 3. `verdict` is one of:
-"agree" (sign and size), "sign only", "wrong sign", "sim: no difference", and, where the real
-difference is not significant, "real: no difference" (then a simulated "no difference" is the right
-answer: `ok` is True for it). With a single real run the band is 0 (unknown); `band_known` says so.
+Verdicts: the real difference is `significant` when |d| > 2 band (and > RESOLUTION, 0.1%). A simulated
+difference with |d_sim| <= band (or <= RESOLUTION), or |d_sim| <= sim_band, is reported as "no
+difference": the simulator does not rank what the engine does not reproduce, nor what its own fit's
+uncertainty can flip (a decision at an arrival boundary that a sub-millisecond drift turns: the real
+engine repeats its own timing, so the real band cannot show that; `sim_within_own_band` says which of the
+two applied); otherwise its sign is right when it has d's sign, and its size when |d_sim - d| <= |d| / 3.
+`verdict` is one of: "agree" (sign and size), "sign only", "wrong sign", "sim: no difference", and, where
+the real difference is not significant, "real: no difference" (then a simulated "no difference" is the
+right answer: `ok` is True for it). With a single real run the band is 0 (unknown); `band_known` says so.
 """
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ import pandas as pd
 
 DIFF_METRICS = ("ttft_s_p50", "ttft_s_p90", "e2e_s_p50", "e2e_s_p90", "output_throughput_tps")
 SIZE_TOLERANCE = 1 / 3
+# Relative differences at or below this are no ranking on either side, whatever the bands: two real runs can give
+# the very same throughput (its makespan ends at the last arrival's tail), a band of 0 that would make a 0.001%
+# difference "significant".
+RESOLUTION = 1e-3
 
 
 def _value(summary: dict, metric: str) -> float:
@@ -60,9 +64,10 @@ def pair_difference(real_a: list[dict], real_b: list[dict], sim_a: dict | None, 
     d_sim = _rel_diff(sim_a, sim_b, metric)
     moved = [abs(_rel_diff(pa, pb, metric) - d_sim) for pa, pb in zip(perturbed_a, perturbed_b)]
     sim_band = float(max(moved)) if moved and np.isfinite(moved).all() else float("nan")
-    significant = bool(abs(d) > 2 * band) if np.isfinite(d) and np.isfinite(band) else False
+    significant = bool(abs(d) > max(2 * band, RESOLUTION)) if np.isfinite(d) and np.isfinite(band) else False
     own = bool(abs(d_sim) <= sim_band) if np.isfinite(d_sim) and np.isfinite(sim_band) else False
-    sim_none = own or (bool(abs(d_sim) <= band) if np.isfinite(d_sim) and np.isfinite(band) else False)
+    sim_none = own or (bool(abs(d_sim) <= max(band, RESOLUTION)) if np.isfinite(d_sim) and np.isfinite(band)
+                       else False)
     sign_ok = bool(np.sign(d_sim) == np.sign(d)) if np.isfinite(d_sim) and not sim_none else False
     size_ok = bool(abs(d_sim - d) <= SIZE_TOLERANCE * abs(d)) if np.isfinite(d_sim) and not sim_none else False
     if not np.isfinite(d_sim):

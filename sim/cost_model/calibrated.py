@@ -655,6 +655,15 @@ class CalibratedCostModel(FittedCostModel):
             d["device"] = self.device_model.to_dict()
         return d
 
+    def with_step_added(self, seconds: float, **metadata) -> "CalibratedCostModel":
+        """This model with `seconds` more on every step (its `step` coefficient), the rest unchanged; metadata
+        entries are recorded beside the fit's (experiments.calibrate.launch_gap_s: the device's idle seconds
+        between two overlapped steps)."""
+        d = self.to_dict()
+        d["coefficients"] = dict(d["coefficients"], step=d["coefficients"]["step"] + float(seconds))
+        d["metadata"] = {**d.get("metadata", {}), **metadata}
+        return CalibratedCostModel(profile=d, allow_mismatch=self.allow_mismatch)
+
     def scaled(self, factor: float) -> "CalibratedCostModel":
         """This model with every price `factor` times as long (each coefficient, the device model's too: the
         price is linear in them), for the simulation's sensitivity to a uniform step-price bias."""

@@ -181,3 +181,35 @@ def test_device_seconds_of_steps_launched_on_an_idle_device_are_not_fitted():
     # measured_duration_s (the step itself, before the gap the next one waited) decides where rows touch
     tiled = t.assign(duration_s=[1.0, 1.0, 3.0, 1.0, 1.0], measured_duration_s=[1.0, 1.0, 1.0, 1.0, 1.0])
     assert np.isnan(back_to_back_device_s(tiled)["device_time_s"].to_numpy()[3])
+
+
+def test_the_launch_gap_is_what_back_to_back_decode_cycles_outlast_their_device_seconds():
+    """launch_gap_s: the median of cycle - device seconds over an overlapped replay's back-to-back pure decode
+    rows; prefill rows, rows with copies, rows after an idle gap and profile rows do not count; too few rows give
+    None. with_step_added puts it on every step of a model and records it."""
+    from experiments.calibrate import MIN_DEVICE_ROWS, launch_gap_s
+    n = 4 * MIN_DEVICE_ROWS
+    dur = np.full(n, 1e-3)
+    start = np.concatenate([[0.0], np.cumsum(dur)[:-1]])
+    dev = dur - 8e-6                                    # each decode row: 8 us past its device seconds
+    prefill = np.arange(n) % 10 == 0
+    dev = np.where(prefill, dur - 5e-4, dev)            # prefill rows: host work the device did not hide
+    swaps = np.arange(n) % 10 == 5
+    dev = np.where(swaps, dur - 3e-4, dev)
+    t = pd.DataFrame(dict(start_time_s=start, duration_s=dur, device_time_s=dev,
+                          num_prefill_seqs=prefill.astype(int), num_decode_seqs=np.where(prefill, 0, 8),
+                          num_swap_blocks=np.where(swaps, 4, 0), serving_loop=1))
+    late = t.assign(start_time_s=t["start_time_s"] + np.where(np.arange(n) % 10 == 7, 1e-3, 0.0).cumsum(),
+                    device_time_s=np.where(np.arange(n) % 10 == 7, dur - 4e-4, dev))
+    assert launch_gap_s([late]) == pytest.approx(8e-6)
+    assert launch_gap_s([t.assign(serving_loop=0)]) is None             # a profile: no loop between its steps
+    host_bound = t.assign(device_time_s=np.where(np.arange(n) % 2 == 0, dur / 2, dev))    # half wait for the host
+    assert launch_gap_s([host_bound]) == pytest.approx(8e-6)
+    assert launch_gap_s([t.iloc[:MIN_DEVICE_ROWS]]) is None           # 80% of them decode rows
+    assert launch_gap_s([]) is None
+    cm = CalibratedCostModel(coefficients=TRUTH)
+    moved = cm.with_step_added(8e-6, launch_gap_s=8e-6)
+    assert moved.coefficients["step"] == pytest.approx(TRUTH["step"] + 8e-6)
+    assert moved.metadata["launch_gap_s"] == 8e-6
+    t2 = _run_table(3).assign(serving_loop=1)
+    np.testing.assert_allclose(moved.predict_table(t2) - cm.predict_table(t2), 8e-6, rtol=1e-9)

@@ -138,6 +138,12 @@ def test_policy_difference_logic_by_hand():
     assert r["sim_band"] == pytest.approx(0.45) and r["sim_within_own_band"]
     assert r["verdict"] == "sim: no difference" and not r["ok"]
     assert np.isnan(pair_difference(real_a, real_b, _s(e2e_s_p50=2.0), _s(e2e_s_p50=2.8), "e2e_s_p50")["sim_band"])
+    # two real runs with the very same value: a band of 0 does not make a 0.01% difference a ranking
+    r = pair_difference([_s(x=1.0), _s(x=1.0)], [_s(x=1.0001), _s(x=1.0001)], _s(x=1.0), _s(x=0.9999), "x")
+    assert r["noise_band"] == pytest.approx(0.0, abs=1e-12) and not r["real_significant"]
+    assert r["verdict"] == "real: no difference" and r["sim_no_difference"] and r["ok"]
+    r = pair_difference([_s(x=1.0), _s(x=1.0)], [_s(x=1.01), _s(x=1.01)], _s(x=1.0), _s(x=1.0005), "x")
+    assert r["real_significant"] and r["verdict"] == "sim: no difference"
     df = policy_differences({"a": real_a, "b": real_b}, {"a": _s(e2e_s_p50=2.0), "b": _s(e2e_s_p50=2.8)},
                             metrics=("e2e_s_p50",), perturbed={"a": [_s(e2e_s_p50=2.0)], "b": [_s(e2e_s_p50=1.9)]})
     assert df["sim_within_own_band"].tolist() == [True]
