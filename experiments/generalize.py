@@ -44,6 +44,7 @@ import pandas as pd
 from experiments import plots, policy_diff
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.step_tables import run_was_overlapped
+from sim.cost_model.calibrated import PRICE_BAND
 
 # validate flags that belong to the engine side (dropped on re-make), with whether they take a value.
 ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-dir": True, "--steps-out": True,
@@ -51,7 +52,7 @@ ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-di
                 "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
                 "--enforce-eager": False, "--attention-backend": True}
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
-PRICE_BIAS = 0.01      # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
+PRICE_BIAS = PRICE_BAND   # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
 

@@ -8,8 +8,11 @@ Each row holds the job's folder, its command-line override values (e.g.
 facts (`request_rate_rps`, `num_kvcache_blocks`, ...) and every summary metric
 (docs/metrics.md), nested values as JSON text, and for a fitted cost model the share of steps
 and of simulated step time outside its envelope (`cost_model_share_steps_outside`,
-`cost_model_share_time_outside`; experiments/report_table.py). `policy` labels a line in the
-plots: the values of every override that differs between the runs, rates excepted
+`cost_model_share_time_outside`; experiments/report_table.py) and how far each main metric moved with every
+step price +- the fit's uncertainty (`<metric>_sim_band`, experiments/sim_band.py). With several `by` values,
+differences.csv compares every pair at each x: the relative difference of each main metric, the simulator's
+band on it, and a verdict ("B lower", "B higher", or "no difference" inside the band or 0.1%). `policy` labels a
+line in the plots: the values of every override that differs between the runs, rates excepted
 (experiments/report_labels.py). A summary.json in a folder that holds a sweep (a single run
 written into the sweep's folder) is left out and named.
 
@@ -38,6 +41,7 @@ from experiments.output_dirs import safe_name
 from experiments.report_labels import fill_overrides, policy_labels
 from experiments.report_table import cell, coverage_columns, parquet_safe
 from experiments.results import SUMMARY, atomic_write_text, read_summary, write_parquet
+from experiments.sim_band import band_columns, count_line, differences
 from experiments.user_errors import nearest, one_line
 
 RATE = "request_rate_rps"
@@ -67,7 +71,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"sweep folder not found: {sweep_dir}" if not sweep_dir.exists() else
                                 f"{sweep_dir} is a file; give the sweep folder (sweeps/<name>)")
-    rows, override_keys, skipped = [], set(), []
+    rows, override_keys, skipped, bands = [], set(), [], {}
     summary_dirs = {p.parent for p in sweep_dir.rglob(SUMMARY)}
     stray = _stray(summary_dirs)
     for folder in sorted(summary_dirs - set(stray)):
@@ -89,6 +93,8 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
             row.setdefault(k, cell(v))
         row.update(coverage_columns(meta.get("cost_model_coverage")))
         row.update({k: cell(v) for k, v in s.get("metrics", {}).items()})
+        row.update(band_columns(s.get("sim_band")))
+        bands[row["run_dir"]] = s.get("sim_band")
         rows.append(row)
     failed = failed_jobs(sweep_dir)
     if not rows:
@@ -110,6 +116,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     # summary.json files left out: a single run's, in a folder that holds a sweep (output_dirs refuses that now)
     df.attrs["stray"] = [str(d.relative_to(sweep_dir) / SUMMARY) for d in stray]
     df.attrs["failed"] = [asdict(f) for f in failed]     # jobs that wrote no summary.json (job_record.FailedJob)
+    df.attrs["sim_band"] = bands          # run_dir -> its summary's sim_band (None without one)
     return df
 
 
@@ -156,6 +163,10 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
                              f"{', '.join(cols[:12])}, ...; all in report/results.csv)")
     files = [write_parquet(df, out / "results.parquet")]
     files.append(atomic_write_text(out / "results.csv", df.to_csv(index=False)))
+    if df[by].nunique() > 1:
+        diff = differences(df, df.attrs["sim_band"], by, x)
+        df.attrs["differences"] = diff
+        files.append(atomic_write_text(out / "differences.csv", diff.to_csv(index=False)))
     if df.attrs["failed"]:
         table = pd.DataFrame([{**f, "overrides": " ".join(f["overrides"])} for f in df.attrs["failed"]])
         files.append(atomic_write_text(out / "failed_jobs.csv", table.to_csv(index=False)))
@@ -191,8 +202,9 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
 
 # Files a report writes; one of these in the report folder that this report did not write is stale
 # (an earlier report of other runs) and is removed, so every plot there shows the runs just read.
-REPORT_FILES = ("results.csv", "results.parquet", "failed_jobs.csv", "overview.png", "throughput_latency_*.png",
-                "latency_cdf_*.png", "step_timeline_*.png", "slo_attainment.png", "service_difference.png")
+REPORT_FILES = ("results.csv", "results.parquet", "failed_jobs.csv", "differences.csv", "overview.png",
+                "throughput_latency_*.png", "latency_cdf_*.png", "step_timeline_*.png", "slo_attainment.png",
+                "service_difference.png")
 
 
 def _remove_stale(out: Path, written: list[Path]) -> list[Path]:
@@ -233,6 +245,9 @@ def main(argv=None) -> None:
         print(f"FAILED: {len(failed)} job(s) wrote no results (relaunch the sweep to run only those):")
         for f in failed:
             print(f"  {describe(f)}")
+    diff = df.attrs.get("differences")
+    if diff is not None:
+        print(f"differences between {args.by} values (report/differences.csv): {count_line(diff)}")
     removed = df.attrs.get("removed", [])
     print(f"{len(df)} runs; wrote {len(files)} files to {files[0].parent}"
           + (f"; removed {len(removed)} stale file(s) of an earlier report" if removed else ""))

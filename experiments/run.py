@@ -165,6 +165,9 @@ def format_summary(summary: dict) -> str:
     if meta.get("cost_model_mismatch"):
         rows.append(("cost-model file", f"made for another model or GPU ({meta['cost_model_mismatch']}); "
                                         "allow_mismatch=true"))
+    if summary.get("sim_band"):
+        from experiments.sim_band import format_band
+        rows.append(("simulator's band", format_band(summary["sim_band"])))
     if meta.get("sim_wall_time_s") is not None:
         rows.append(("simulation wall time", _fmt(meta["sim_wall_time_s"], " s")))
     width = max(len(k) for k, _ in rows)
@@ -316,6 +319,11 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     metrics = summarize(result.requests, result.steps, slo_of(cfg), result.token_times, num_replicas=num_replicas)
     extra = {"choices": choices, "overrides": list(overrides or []), "name": cfg.name, "seed": int(cfg.seed),
              "wall_time_s": time.perf_counter() - t0}
+    if getattr(result, "perturbed", None):       # the simulator's own band (experiments/sim_band.py)
+        from experiments.sim_band import band_section
+        extra["sim_band"] = band_section(result.meta["price_band"], metrics, [
+            (factor, summarize(r.requests, r.steps, slo_of(cfg), num_replicas=num_replicas))
+            for factor, r in result.perturbed])
     replicas = per_replica(result.requests, result.steps, num_replicas) if num_replicas > 1 else None
     if replicas is not None:
         extra["replicas"] = replicas.to_dict("records")

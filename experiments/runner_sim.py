@@ -66,6 +66,9 @@ class RunResult:
     token_times: pd.DataFrame | None = None
     meta: dict = field(default_factory=dict)
     complete: bool = True
+    # the simulator's own band: [(price scale, the run simulated with every step price that many times as long)]
+    # (experiments/sim_band.py; [] without one)
+    perturbed: list = field(default_factory=list)
 
 
 # -- workload -------------------------------------------------------------------------
@@ -306,27 +309,43 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     # Specs become Sequences on arrival (prompt ids from the root seed); token times need prebuilt ones.
     requests = (make_sequences(wl, model.vocab_size, int(cfg.seed), True) if cfg.record_token_times else wl)
 
-    bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
-    recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
     tier_blocks = cpu_cache_blocks(cfg, model)
-    replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
-                        rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))
-                for i, rec in enumerate(recorders)]
-    router = instantiate(cfg.router, _convert_="all")
-    sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
-                    keep_finished=False)
 
-    interrupted = False
+    def simulate(cost_model, requests, desc: str):
+        """(recorders, SimResult or None when interrupted, the simulator) of one simulation of the workload."""
+        bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
+        recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
+        replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
+                            rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))
+                    for i, rec in enumerate(recorders)]
+        sim = Simulator(replicas, router=instantiate(cfg.router, _convert_="all"), vocab_size=model.vocab_size,
+                        prompt_seed=int(cfg.seed), keep_finished=False)
+        try:
+            return recorders, sim.run(requests), sim
+        except KeyboardInterrupt:          # keep what finished
+            return recorders, None, sim
+        finally:
+            bar.close()
+
+    recorders, res, sim = simulate(cost_model, requests, desc)
+    replicas, router = sim.replicas, sim.router
+    interrupted = res is None
     num_steps = num_fast_steps = None
-    try:
-        res = sim.run(requests)
+    if interrupted:
+        end_s, wall_s = float(sim.env.now), float("nan")
+    else:
         end_s, wall_s = res.end_time_s, res.wall_s
         num_steps, num_fast_steps = res.num_steps, res.num_fast_steps
-    except KeyboardInterrupt:          # keep what finished
-        interrupted = True
-        end_s, wall_s = float(sim.env.now), float("nan")
-    finally:
-        bar.close()
+    perturbed = []
+    band = float(getattr(cost_model, "price_band", 0.0) or 0.0)
+    if band > 0 and hasattr(cost_model, "scaled") and not interrupted:
+        # the simulator's own band (experiments/sim_band.py); specs, not the main run's Sequences (those are used up)
+        for factor in (1 + band, 1 - band):
+            recs, res_i, _ = simulate(cost_model.scaled(factor), wl, f"{desc} (prices x{factor:g})")
+            if res_i is None:
+                interrupted = True
+                break
+            perturbed.append((factor, RunResult(*concat_frames(recs))))
 
     req_df, steps_df = concat_frames(recorders)
     token_times = None
@@ -346,7 +365,8 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     }
     req_df = add_input_columns(req_df, wl)
     meta.update(fitted_model_meta(cost_model, steps_df))
-    return RunResult(req_df, steps_df, token_times, meta, complete=not interrupted)
+    meta["price_band"] = band if perturbed else None
+    return RunResult(req_df, steps_df, token_times, meta, complete=not interrupted, perturbed=perturbed)
 
 
 def fitted_model_meta(cost_model, steps_df: pd.DataFrame) -> dict:

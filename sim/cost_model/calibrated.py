@@ -200,10 +200,14 @@ FORMAT_V1 = "servelab.calibrated_cost_model/v1"
 # the host's share of a step without a device model (host_time_s)
 HOST_TERMS = ("loop_step", "loop_seqs", "loop_prefill_step", "loop_prefill_tokens", "loop_hit_step", "loop_hit_blocks",
               "cold_step")
+# The fit's step-price uncertainty, a fraction: h100_1205c's held-out step sums came out at 0.998-1.018 of real per
+# calibration table (docs/validation.md). The simulator's band (experiments/sim_band.py) prices every step this much
+# longer and shorter; conf/backend/cost_model/calibrated.yaml's price_band holds the same default.
+PRICE_BAND = 0.01
 V1_RENAMES = {"prefill_step": ("eager_step",), "swap_blocks": ("swap_out_blocks", "swap_in_blocks")}
 
-__all__ = ["FEATURES", "FORMAT", "KNEE_CANDIDATES", "OBJECTIVES", "CalibratedCostModel", "design_matrix", "nnls",
-           "relative_errors"]
+__all__ = ["FEATURES", "FORMAT", "KNEE_CANDIDATES", "OBJECTIVES", "PRICE_BAND", "CalibratedCostModel", "design_matrix",
+           "nnls", "relative_errors"]
 
 
 def relative_errors(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
@@ -220,7 +224,7 @@ class CalibratedCostModel(FittedCostModel):
                  single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None,
                  prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
                  prefill_span_grid: "PrefillSpanGrid | Mapping | None" = None,
-                 prefill_host_after_share: float = 0.0):
+                 prefill_host_after_share: float = 0.0, price_band: float | None = None):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
@@ -238,7 +242,10 @@ class CalibratedCostModel(FittedCostModel):
         loop_prefill_tokens) spent after the step's tokens (the postprocess publishing the prompt's full blocks
         in the prefix cache: a hash and a token tuple a block) rather than before its launch; it moves work
         only in the overlap loop's timing (overlap_parts_s; calibrated_fit.prefill_host_after_share fits it).
-        0: all before the launch (files fitted before it)."""
+        0: all before the launch (files fitted before it).
+        price_band: the fit's step-price uncertainty, a fraction (None: PRICE_BAND); a simulation with this model
+        runs again at 1 +- price_band times every price and records how far each metric moves
+        (experiments/sim_band.py); 0: it does not. A setting of the run, not of the fit: not saved."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -290,6 +297,11 @@ class CalibratedCostModel(FittedCostModel):
         if self.prefill_span_pairs is None and self.prefill_span_grid is None:
             c["prefill_attention_span"] = c["prefill_attention_span_alone"] = 0.0
         self.coefficients = c
+        price_band = PRICE_BAND if price_band is None else float(price_band)
+        if not 0 <= price_band < 0.5:
+            raise ValueError(f"backend.cost_model.price_band must be in [0, 0.5) (a fraction of every step price; "
+                             f"0 turns the band off), got {price_band}")
+        self.price_band = price_band
         self.knee_tokens = None if knee_tokens is None else int(knee_tokens)
         self.block_size = int(block_size)
         self.metadata = dict(metadata or {})
@@ -662,7 +674,7 @@ class CalibratedCostModel(FittedCostModel):
         d = self.to_dict()
         d["coefficients"] = dict(d["coefficients"], step=d["coefficients"]["step"] + float(seconds))
         d["metadata"] = {**d.get("metadata", {}), **metadata}
-        return CalibratedCostModel(profile=d, allow_mismatch=self.allow_mismatch)
+        return CalibratedCostModel(profile=d, allow_mismatch=self.allow_mismatch, price_band=self.price_band)
 
     def scaled(self, factor: float) -> "CalibratedCostModel":
         """This model with every price `factor` times as long (each coefficient, the device model's too: the
@@ -675,7 +687,8 @@ class CalibratedCostModel(FittedCostModel):
             if d.get("device") is not None:
                 d["device"] = scale(d["device"])
             return d
-        return CalibratedCostModel(profile=scale(self.to_dict()), allow_mismatch=self.allow_mismatch)
+        return CalibratedCostModel(profile=scale(self.to_dict()), allow_mismatch=self.allow_mismatch,
+                                   price_band=self.price_band)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CalibratedCostModel":

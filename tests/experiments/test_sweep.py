@@ -52,6 +52,11 @@ def test_report_collects_and_plots(swept, capsys):
     assert {"overview.png", "throughput_latency_ttft_s.png", "latency_cdf_ttft_s.png", "results.csv",
             "step_timeline_fcfs.png"} <= names
     assert all(f.stat().st_size > 0 for f in files)
+    # every pair of policies at each rate; the roofline has no price band, so each ranking says it has none
+    diff = __import__("pandas").read_csv(swept / "sw" / "report" / "differences.csv")
+    assert sorted(set(zip(diff["request_rate_rps"], diff["a"], diff["b"]))) == [(5.0, "fcfs", "vllm"),
+                                                                                  (50.0, "fcfs", "vllm")]
+    assert not diff["band_known"].any() and not any(c.endswith("_sim_band") for c in df.columns)
 
 
 def test_relaunch_runs_only_unfinished_jobs(swept):
