@@ -55,7 +55,8 @@ if [ "$SMOKE" = 1 ]; then
               --workload-set suffix_len.lo=8 --workload-set suffix_len.hi=64 --workload-set output_len.lo=2
               --workload-set output_len.hi=8)
 else
-  TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
+  TAG="$(gpu_card)_qwen3_0p6b";  # the card the files come from (gpu_lib.sh gpu_card)
+  DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
   # the extended grid to 16,384 tokens (~194 shapes, ~20 s timed plus ~20 s start-up): covers every context here
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
   CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-512}" --num-cpu-blocks 2048)

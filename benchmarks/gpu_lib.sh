@@ -8,6 +8,18 @@
 #   serve_settings LOADGEN_DEFAULT             the serving scripts' sizes and limits (smoke or H200)
 #   archive_real HINT                          $WORK/real -> $OUT_DIR/real_<stages>.tgz (HINT: how to read it back)
 #   gpu_finish NAME                            logs the failed stages, lists $OUT_DIR, removes $WORK; status 0 iff none failed
+#   gpu_card                                   the first GPU's short name for file tags (h200, h100, a100, ...; CARD=...
+#                                              overrides it; "gpu" when nvidia-smi names none of those)
+
+gpu_card() {
+  if [ -n "${CARD:-}" ]; then echo "$CARD"; return; fi
+  local name
+  name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  case "$name" in
+    *H200*) echo h200 ;; *H100*) echo h100 ;; *A100*) echo a100 ;; *L40S*) echo l40s ;; *B200*) echo b200 ;;
+    *) echo gpu ;;
+  esac
+}
 
 gpu_init() {
   local name="$1" default_out="$2" help_lines="$3" script="$4"; shift 4
@@ -141,7 +153,7 @@ serve_settings() {
     # the in-process replay (one process) would pay for it more than a server (its engine loop) does
     export OMP_NUM_THREADS=1
   else
-    TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"; VOCAB=151936
+    TAG="$(gpu_card)_qwen3_0p6b"; DEVICE=cuda; MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"; VOCAB=151936
     MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; LOADGEN_REQUESTS="${LOADGEN_REQUESTS:-$loadgen_default}"
     LOADGEN=(--prompt-tokens 256 --output-tokens 128 --workers 4); SERVER_START_S="${SERVER_START_S:-240}"
     T_CKPT=90; T_RUN=150; T_LOADGEN=150

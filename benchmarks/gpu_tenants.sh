@@ -44,7 +44,8 @@ if [ "$SMOKE" = 1 ]; then
   QOE_MAX_WALL_S="${QOE_MAX_WALL_S:-$MAX_WALL_S}"
   T_CKPT=120; T_FIT=240; T_STAGE=400; T_QOE=400
 else
-  TAG=h200_qwen3_0p6b; DEVICE=cuda; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-90}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
+  TAG="$(gpu_card)_qwen3_0p6b";  # the card the files come from (gpu_lib.sh gpu_card)
+  DEVICE=cuda; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-90}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
   # 15 s of arrivals, ShareGPT-like lengths (the workload's defaults), ~60 req/s in all against a 16k-token KV
   # cache, so memory binds and every tenant queues (drained well within MAX_WALL_S, by the estimate of ~35 req/s
   # for Qwen3-0.6B at this cache size; a replay past MAX_WALL_S fails its stage: lower the rates)

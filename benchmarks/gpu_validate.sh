@@ -41,7 +41,8 @@ if [ "$SMOKE" = 1 ]; then
   NANO=(--num-requests 16 --prompt-len 16:128 --output-len 8:48)
   T_CKPT=120; T_PROFILE=120; T_REPLAY=120; T_CAL=60; T_AZURE=200; T_NANO=120
 else
-  TAG=h200_qwen3_0p6b; DEVICE=cuda; GRID=full; MAX_MODEL_LEN=4096
+  TAG="$(gpu_card)_qwen3_0p6b";  # the card the files come from (gpu_lib.sh gpu_card)
+  DEVICE=cuda; GRID=full; MAX_MODEL_LEN=4096
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-40960}"
   # Azure conversation: ~1k-token prompts, ~250-token outputs. 6 req/s keeps the GPU ~80% busy without a
   # runaway queue; the bursts need ~1,500 blocks, so 1,024 blocks (16k tokens) of KV cache make vllm preempt
