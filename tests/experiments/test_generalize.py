@@ -264,3 +264,27 @@ def test_a_quantile_counts_within_its_real_vs_real_floor():
     assert s["cells_quantiles_goal_or_floor"] == 1 and s["cells_ttft_quantiles_goal"] == 0
     assert s["cells_real_ttft_quantiles_repeat"] == 0          # floors 6% and 4%; the unknown one is NaN
     assert "real-vs-real floor 1/3" in summary_line(s)
+
+
+def test_a_quantile_miss_inside_the_simulators_own_band_is_counted_apart():
+    """with_quantile_bands: the band on a quantile is its largest relative move under the perturbed simulations;
+    a 5% TTFT p99 error counts as within goal, floor or band when the p99 itself moves 6% with every price +-1%,
+    not when it moves 4%; the summary counts the misses and how many of them sit inside the band."""
+    from experiments.generalize import suite_summary, summary_line, table_row, with_quantile_bands
+
+    rep = {"ttft_s": {"median_rel_err": 0.0, "p90_rel_err": 0.0, "quantile_rel_err": {"p50": 0.0, "p90": 0.0,
+                                                                                       "p99": -0.05}},
+           "e2e_s": {"median_rel_err": 0.0, "p90_rel_err": 0.0, "quantile_rel_err": {"p50": 0.0, "p90": 0.0,
+                                                                                      "p99": 0.0}},
+           "throughput": {"rel_err": 0.0}, "step_time": {"sum_pred_over_real": 1.0}}
+    sim = {f"{m}_s_p{q}": 1.0 for m in ("ttft", "e2e") for q in ("50", "90", "99")}
+    wide = with_quantile_bands(table_row("w", "a", rep, {}), sim, [dict(sim, ttft_s_p99=1.06), dict(sim)])
+    narrow = with_quantile_bands(table_row("w", "b", rep, {}), sim, [dict(sim, ttft_s_p99=0.96), dict(sim)])
+    assert wide["sim_band_ttft_q99"] == pytest.approx(0.06) and narrow["sim_band_ttft_q99"] == pytest.approx(0.04)
+    assert wide["sim_band_e2e_q50"] == 0.0
+    assert wide["quantiles_within_goal_floor_or_band"] and not narrow["quantiles_within_goal_floor_or_band"]
+    assert not wide["quantiles_within_goal_or_floor"]            # the floor rule alone is unchanged
+    s = suite_summary(pd.DataFrame([wide, narrow]).assign(e2e_gain=1.0))
+    assert s["ttft_quantile_misses_inside_sim_band"] == [2, 1] and s["e2e_quantile_misses_inside_sim_band"] == [0, 0]
+    assert s["cells_quantiles_goal_floor_or_band"] == 1
+    assert "inside the simulator's own band: TTFT 1 of 2" in summary_line(s)
