@@ -120,6 +120,10 @@ class Excluded:
 SHORT = ("workload.max_requests=200",)
 SWEEP = ("servelab -m name=kv_pressure num_kvcache_blocks=3000 scheduler=fcfs,vllm,srpt "
          "workload.arrival.rate_rps=10,20,30")
+BAND_SWEEP = ("servelab -m name=band_demo model=qwen3_0p6b hardware=h100_sxm backend/cost_model=calibrated "
+              "backend.cost_model.profile=benchmarks/results/generalize/h100_1205c/profile_h100_1205c.json "
+              "num_kvcache_blocks=600 scheduler=vllm,vllm_swap,sjf workload.num_requests=500 "
+              "workload.arrival.rate_rps=25")
 FCFS_VS_PREEMPTIVE = ("servelab -m experiment=fcfs_vs_preemptive "
                       "workload.path=../shared/traces/AzureLLMInferenceTrace_conv.csv")
 TINY_ENGINE_RUN = ("backend.device=cpu", "max_model_len=1024", "num_kvcache_blocks=256", "swap_space_gib=0",
@@ -141,6 +145,8 @@ COMMANDS: dict[str, Run | Excluded] = {
     SWEEP: Run("sweep", ("workload.max_requests=300",),
                (("workload.arrival.rate_rps=10,20,30", "workload.arrival.rate_rps=30"),), jobs=3),
     "servelab-report sweeps/kv_pressure": Run("report", needs=SWEEP),
+    BAND_SWEEP: Run("sweep", jobs=3),
+    "servelab-report sweeps/band_demo": Run("report", needs=BAND_SWEEP),
     "python: from engine.llm import LLM": Run("python", replace=(('"/path/to/Qwen3-0.6B"', '"{ckpt}"'),)),
     "servelab backend=engine backend.model_path=...": Run("engine_run", TINY_ENGINE_RUN,
                                                           (("backend.model_path=...", "backend.model_path={ckpt}"),)),
@@ -379,8 +385,10 @@ def _check_run_dir(run_dir: Path, num_requests: int) -> dict:
     return s
 
 
-def _requested(spec: Run) -> int:
-    return int(next(a.split("=")[1] for a in spec.append if a.startswith("workload.max_requests=")))
+def _requested(spec: Run, argv=()) -> int:
+    """The request count a run was shortened to, or else the one its command gives (workload.num_requests=N)."""
+    given = [a for a in (*spec.append, *argv) if a.startswith(("workload.max_requests=", "workload.num_requests="))]
+    return int(given[0].split("=")[1])
 
 
 def check_run(ws, key, argv, res, new):
@@ -408,7 +416,7 @@ def check_sweep(ws, key, argv, res, new):
     jobs = sorted(d for d in new if d.parent == sweep)
     assert len(jobs) == len(new) == COMMANDS[key].jobs, f"expected {COMMANDS[key].jobs} new runs in {sweep}: {new}"
     for d in jobs:
-        _check_run_dir(d, _requested(COMMANDS[key]))
+        _check_run_dir(d, _requested(COMMANDS[key], argv))
     if key == SWEEP:
         # the point of the README's sweep: under KV pressure the policies differ
         ttft = {_summary(d)["metrics"]["ttft_s_p99"] for d in jobs}
@@ -429,6 +437,13 @@ def check_report(ws, key, argv, res, new):
     assert len(policies) == len(runs) and all(p in res.stdout for p in policies), res.stdout   # the printed table
     assert (sweep / "report" / "overview.png").is_file()
     assert list((sweep / "report").glob("throughput_latency_*.png")), "no throughput/latency plots"
+    diff = pd.read_csv(sweep / "report" / "differences.csv")             # every pair of policies at each rate
+    assert set(diff["a"]) | set(diff["b"]) == policies and "differences between policy values" in res.stdout
+    if key == "servelab-report sweeps/band_demo":
+        # the README's numbers: a calibrated fit gives every comparison a band; vllm_swap vs vllm TTFT p50 is inside
+        assert diff["band_known"].all() and (diff["verdict"] == "no difference").sum() == 3, diff
+        row = diff[(diff["metric"] == "ttft_s_p50") & (diff["a"] == "vllm") & (diff["b"] == "vllm_swap")].iloc[0]
+        assert row["verdict"] == "no difference" and abs(row["diff"]) < row["sim_band"]
 
 
 def check_python(ws, key, argv, res, new):
