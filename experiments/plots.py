@@ -74,11 +74,24 @@ def throughput_latency(summaries: pd.DataFrame, path, metric: str = "ttft_s", x:
         for j, p in enumerate(percentiles):
             ax.plot(grp[x], grp[f"{metric}_p{p}"], styles[j % len(styles)], marker="o", ms=3, color=color,
                     label=f"{key} p{p}")
+            sim_band(ax, grp, x, f"{metric}_p{p}", color)
     ax.set_xlabel(x)
     ax.set_ylabel(_LABELS.get(metric, metric))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def sim_band(ax, grp: pd.DataFrame, x: str, col: str, color: str) -> None:
+    """Shade col +- its simulator's band (`<col>_sim_band`, the largest relative move with every step price +- the
+    fit's uncertainty: experiments/sim_band.py) around the line; nothing for runs without one."""
+    band = f"{col}_sim_band"
+    if band not in grp or not grp[band].notna().any():
+        return
+    y, b = grp[col].to_numpy(dtype=float), grp[band].to_numpy(dtype=float)
+    # a move of more than 100% was upwards (a positive value cannot fall by that much): the lower edge stays above 0
+    lower = y * np.where(b < 1, 1 - b, 1 / (1 + b))
+    ax.fill_between(grp[x].to_numpy(dtype=float), lower, y * (1 + b), color=color, alpha=0.18, lw=0)
 
 
 def _envelope(t: np.ndarray, y, buckets: int = 2000) -> tuple[np.ndarray, np.ndarray]:

@@ -121,10 +121,11 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
 
 
 def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=TL_METRICS) -> Path:
-    """p50 (solid) and p99 (dashed) of each metric vs x, one colour per `by` value, side by side."""
+    """p50 (solid) and p99 (dashed) of each metric vs x, one colour per `by` value, side by side; shaded: the
+    simulator's own band where the runs have one (plots.sim_band)."""
     import matplotlib.pyplot as plt
 
-    from experiments import plots  # noqa: F401  (selects the Agg backend)
+    from experiments import plots  # selects the Agg backend; sim_band
 
     labels = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)",
               "normalized_latency_s": "normalized latency (s/token)"}
@@ -136,11 +137,14 @@ def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=
             for p, style in ((50, "-"), (99, "--")):
                 ax.plot(grp[x], grp[f"{metric}_p{p}"], style, marker="o", ms=3, color=f"C{i % 10}",
                         label=f"{key}" if p == 50 else None)
+                plots.sim_band(ax, grp, x, f"{metric}_p{p}", f"C{i % 10}")
         ax.set_yscale("log")
         ax.set_xlabel("request rate (req/s)" if x == RATE else x)
         ax.set_ylabel(labels.get(metric, metric))
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8, title="solid p50, dashed p99", title_fontsize=7)
+    banded = any(c.endswith("_sim_band") for c in df.columns)
+    axes[0].legend(fontsize=8, title="solid p50, dashed p99" + (", shaded: the sim's band" if banded else ""),
+                   title_fontsize=7)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,9 +33,10 @@ import pandas as pd
 from experiments.policy_diff import RESOLUTION
 
 # the metrics servelab-report gives a `<metric>_sim_band` column (relative; summary.json keeps every metric)
+# (and the plots shade them: plots.sim_band)
 BAND_METRICS = ("ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "e2e_s_p50", "e2e_s_p90",
-                "e2e_s_p99", "normalized_latency_s_p99", "request_throughput_rps", "output_throughput_tps",
-                "goodput_rps", "slo_attainment")
+                "e2e_s_p99", "normalized_latency_s_p50", "normalized_latency_s_p99", "request_throughput_rps",
+                "output_throughput_tps", "goodput_rps", "slo_attainment")
 # the metrics differences.csv compares, each pair of runs
 DIFF_METRICS = ("ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "e2e_s_p99", "output_throughput_tps",
                 "goodput_rps", "slo_attainment")

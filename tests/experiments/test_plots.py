@@ -29,3 +29,18 @@ def test_long_series_are_drawn_as_their_envelope():
     assert np.all(np.diff(tt) >= 0) and tt[0] == t[0]
     short_t, short_y = plots._envelope(t[:800], y[:800], buckets=500)
     assert np.array_equal(short_y, y[:800]) and short_t is not None
+
+
+def test_sim_band_shades_only_runs_with_a_band():
+    import matplotlib.pyplot as plt
+
+    from experiments.plots import sim_band
+    grp = pd.DataFrame({"rate": [1.0, 2.0], "ttft_s_p50": [1.0, 2.0], "ttft_s_p50_sim_band": [0.1, 3.0]})
+    fig, ax = plt.subplots()
+    sim_band(ax, grp, "rate", "ttft_s_p50", "C0")
+    sim_band(ax, grp.drop(columns="ttft_s_p50_sim_band"), "rate", "ttft_s_p50", "C1")
+    assert len(ax.collections) == 1                     # one shaded band, for the frame that has one
+    verts = ax.collections[0].get_paths()[0].vertices
+    # upper edges 1.1 and 8.0; lower 0.9 and, for a 300% move (upwards), 2 / 4 = 0.5, never below 0
+    assert {round(v, 6) for v in verts[:, 1]} >= {1.1, 8.0, 0.9, 0.5}
+    plt.close(fig)
