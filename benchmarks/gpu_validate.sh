@@ -50,7 +50,7 @@ else
   RATE_RPS="${RATE_RPS:-6}"; MAX_REQUESTS="${MAX_REQUESTS:-300}"; KV_BLOCKS="${KV_BLOCKS:-1024}"
   CPU_BLOCKS="${CPU_BLOCKS:-2048}"; MAX_WALL_S="${MAX_WALL_S:-100}"; CAL_SKIP="${CAL_SKIP:-$MAX_REQUESTS}"
   NANO=(--num-requests 256 --prompt-len 100:1024 --output-len 100:1024)
-  # the full grid to 40,960 tokens: ~216 shapes, ~30 s of timed steps plus ~20 s of start-up (estimated with
+  # the full grid to 40,960 tokens: ~312 shapes, ~30 s of timed steps plus ~20 s of start-up (estimated with
   # `python -m experiments.profile --dry-run --max-model-len 40960 --estimate-with FIT.json`; 132 shapes took 34 s)
   T_CKPT=90; T_PROFILE=300; T_REPLAY=130; T_CAL=60; T_AZURE=330; T_NANO=120
 fi

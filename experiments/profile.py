@@ -189,7 +189,7 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     """
     L, T = max_model_len, max_num_batched_tokens
     ctxs = sorted({c for c in LONG_CONTEXTS if c < L} | ({L} if L > 4096 else set()))
-    shapes = [Shape("prefill", ((n, 0),)) for n in (6144, 12288, 16384, 24576, 32768) if n <= min(L, T)]
+    shapes = [Shape("prefill", ((n, 0),)) for n in (6144, 8192, 12288, 16384, 24576, 32768) if n <= min(L, T)]
     # fresh prompts between the powers of two: a serving run's prompts pad to every 256-token graph size
     shapes += [Shape("prefill", ((n, 0),)) for n in (2560, 3072, 3584, 5120, 7168) if n <= min(L, T) and L > 4096]
     if L > 8192 and L <= T:
@@ -207,6 +207,13 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     # (decodes clipped to the window rather than dropped: with one decode alone its keys and their sum coincide)
     shapes += [Shape("mixed", ((n, c),), (min(d, L),) * b) for n, c in ((128, 0), (512, 0), (512, 1024))
                for b, d in ((1, 4096), (2, 8192), (4, 6144), (1, L)) if n + c <= L and n + b <= T]
+    # a 512-token chunk beside one decode whose context L runs from below to above the chunk's context c, and the
+    # same with two short decodes riding too: a decode entry's one program per KV head walks its keys alone, and
+    # becomes the step's critical path before L reaches c (measured on an H100's replays, 0.9 c; the mixed rows
+    # of the replays alone could not tell that ratio from the per-key cost of short decodes in such steps)
+    shapes += [Shape("mixed", ((512, c - 512),), (int(f * c),) + (256,) * k) for c in (2048, 4096, 6144)
+               for f in (0.7, 0.85, 0.95, 1.0, 1.1, 1.5) for k in (0, 2)
+               if c <= L and int(f * c) <= L and 512 + 1 + k <= T and 1 + k <= max_num_seqs]
     shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
                if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]
     # either side of the batch size where the decode kernel stops splitting keys (num_seqs * kv_heads vs the
