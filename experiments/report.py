@@ -10,8 +10,9 @@ facts (`request_rate_rps`, `num_kvcache_blocks`, ...) and every summary metric
 and of simulated step time outside its envelope (`cost_model_share_steps_outside`,
 `cost_model_share_time_outside`; experiments/report_table.py) and how far each main metric moved with every
 step price +- the fit's uncertainty (`<metric>_sim_band`, experiments/sim_band.py). With several `by` values,
-differences.csv compares every pair at each x: the relative difference of each main metric, the simulator's
-band on it, and a verdict ("B lower", "B higher", or "no difference" inside the band or 0.1%). `policy` labels a
+differences.csv compares every pair at each x (where the labels name several overrides, the pairs that differ in
+one of them): the relative difference of each main metric, the simulator's band on it, and a verdict ("B lower",
+"B higher", or "no difference" inside the band or 0.1%). `policy` labels a
 line in the plots: the values of every override that differs between the runs, rates excepted
 (experiments/report_labels.py). A summary.json in a folder that holds a sweep (a single run
 written into the sweep's folder) is left out and named.
@@ -38,7 +39,7 @@ import yaml
 
 from experiments.job_record import describe, failed_jobs
 from experiments.output_dirs import safe_name
-from experiments.report_labels import fill_overrides, policy_labels
+from experiments.report_labels import fill_overrides, label_keys, policy_labels
 from experiments.report_table import cell, coverage_columns, parquet_safe
 from experiments.results import SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.sim_band import band_columns, count_line, differences
@@ -108,6 +109,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
         raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}{why}")
     fill_overrides(rows, override_keys, sweep_dir)
     labels = policy_labels(rows, override_keys, RATE)
+    keys = label_keys(rows, override_keys)
     df = parquet_safe(pd.DataFrame(rows))
     df["policy"] = labels
     sort = [c for c in ("policy", RATE) if c in df]
@@ -117,6 +119,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     df.attrs["stray"] = [str(d.relative_to(sweep_dir) / SUMMARY) for d in stray]
     df.attrs["failed"] = [asdict(f) for f in failed]     # jobs that wrote no summary.json (job_record.FailedJob)
     df.attrs["sim_band"] = bands          # run_dir -> its summary's sim_band (None without one)
+    df.attrs["label_keys"] = keys         # the override keys the policy labels name
     return df
 
 
@@ -168,7 +171,7 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
     files = [write_parquet(df, out / "results.parquet")]
     files.append(atomic_write_text(out / "results.csv", df.to_csv(index=False)))
     if df[by].nunique() > 1:
-        diff = differences(df, df.attrs["sim_band"], by, x)
+        diff = differences(df, df.attrs["sim_band"], by, x, keys=df.attrs["label_keys"] if by == "policy" else None)
         df.attrs["differences"] = diff
         files.append(atomic_write_text(out / "differences.csv", diff.to_csv(index=False)))
     if df.attrs["failed"]:

@@ -56,14 +56,22 @@ def fill_overrides(rows: list[dict], keys, root: Path) -> None:
                     pass
 
 
+def _text(row, key):
+    return str(row[key]) if key in row else UNSET
+
+
+def label_keys(rows: list[dict], override_keys) -> list[str]:
+    """The keys a label names: every override key, rates excepted, whose value differs between the rows."""
+    keys = [k for k in sorted(override_keys) if not is_rate_key(k) and len({_text(r, k) for r in rows}) > 1]
+    if not keys and len({_text(r, "scheduler") for r in rows if "scheduler" in r}) > 1:
+        keys = ["scheduler"]        # the sweep varies the policy through its experiment files, not an override
+    return keys
+
+
 def policy_labels(rows: list[dict], override_keys, rate: str) -> list[str]:
     """One label per row (rows already filled by fill_overrides)."""
-    def text(row, key):
-        return str(row[key]) if key in row else UNSET
-
-    keys = [k for k in sorted(override_keys) if not is_rate_key(k) and len({text(r, k) for r in rows}) > 1]
-    if not keys and len({text(r, "scheduler") for r in rows if "scheduler" in r}) > 1:
-        keys = ["scheduler"]        # the sweep varies the policy through its experiment files, not an override
+    text = _text
+    keys = label_keys(rows, override_keys)
     if len(keys) == 1:
         labels = [text(r, keys[0]) for r in rows]
     elif keys:

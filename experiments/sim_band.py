@@ -107,24 +107,30 @@ def pair_difference(a: dict, b: dict, metric: str, band_a: dict | None, band_b: 
 
 
 def differences(df: pd.DataFrame, sections: dict, by: str = "policy", x: str | None = "request_rate_rps",
-                metrics=DIFF_METRICS) -> pd.DataFrame:
+                metrics=DIFF_METRICS, keys: list[str] | None = None) -> pd.DataFrame:
     """Every pair of `by` values at each `x` value (every pair of rows, when x is None or absent) x metric.
     df: the sweep table (experiments.report.collect: run_dir, by, x, the metrics); sections: run_dir -> that
-    run's summary `sim_band` (or None). Rows A/B in the table's order; `better` names the winning side."""
-    keys = [x] if x and x in df else []
-    groups = df.groupby(keys, sort=True, dropna=False) if keys else [((None,), df)]
+    run's summary `sim_band` (or None). keys: the columns the `by` labels are made of; with two or more, only
+    the pairs that differ in exactly one of them (`differs_in`), so that a scheduler x seed sweep compares the
+    schedulers on each seed and each scheduler across seeds, never one scheduler on one seed against another on
+    another. Rows A/B in the table's order; `better` names the winning side."""
+    group_by = [x] if x and x in df else []
+    groups = df.groupby(group_by, sort=True, dropna=False) if group_by else [((None,), df)]
     rows = []
-    for key, grp in groups:
+    for at, grp in groups:
         grp = grp.drop_duplicates(by)
         for (_, ra), (_, rb) in itertools.combinations(grp.iterrows(), 2):
+            differ = [k for k in keys or () if str(ra.get(k)) != str(rb.get(k))]
+            if len(keys or ()) > 1 and len(differ) != 1:
+                continue
             for m in metrics:
                 if m not in df or (pd.isna(ra.get(m)) and pd.isna(rb.get(m))):
                     continue
                 row = pair_difference(ra.to_dict(), rb.to_dict(), m, sections.get(ra["run_dir"]),
                                       sections.get(rb["run_dir"]))
-                head = {x: key[0]} if keys else {}
-                rows.append({**head, "a": ra[by], "b": rb[by], **row, "run_dir_a": ra["run_dir"],
-                             "run_dir_b": rb["run_dir"]})
+                head = {x: at[0]} if group_by else {}
+                rows.append({**head, "a": ra[by], "b": rb[by], "differs_in": differ[0] if differ else by, **row,
+                             "run_dir_a": ra["run_dir"], "run_dir_b": rb["run_dir"]})
     return pd.DataFrame(rows)
 
 

@@ -118,3 +118,12 @@ def test_report_differences_use_the_band(tmp_path):
     assert e2e["diff"] == pytest.approx(e2e["value_b"] / e2e["value_a"] - 1)
     inside = (diff["diff"].abs() <= diff["sim_band"]) | (diff["diff"].abs() <= 1e-3)
     assert ((diff["verdict"] == "no difference") == inside).all()
+
+
+def test_with_two_varying_keys_only_pairs_that_differ_in_one_are_compared():
+    df = pd.DataFrame({"run_dir": ["a0", "b0", "a1", "b1"], "policy": ["a,0", "b,0", "a,1", "b,1"],
+                       "scheduler": ["a", "b", "a", "b"], "seed": [0, 0, 1, 1], "e2e_s_p50": [1.0, 2.0, 1.5, 2.5]})
+    d = differences(df, {}, x=None, metrics=("e2e_s_p50",), keys=["scheduler", "seed"])
+    assert sorted(zip(d["a"], d["b"], d["differs_in"])) == [("a,0", "a,1", "seed"), ("a,0", "b,0", "scheduler"),
+                                                            ("a,1", "b,1", "scheduler"), ("b,0", "b,1", "seed")]
+    assert len(differences(df, {}, x=None, metrics=("e2e_s_p50",))) == 6          # no keys: every pair
