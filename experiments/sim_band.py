@@ -69,7 +69,7 @@ def format_band(section: dict) -> str:
              (("ttft_s_p50", "TTFT p50"), ("ttft_s_p99", "p99"), ("e2e_s_p50", "E2E p50"), ("e2e_s_p99", "p99"),
               ("output_throughput_tps", "throughput")) if k in rel]
     return (f"every step price +-{100 * section['price_band']:g}% moves " + ", ".join(parts)
-            + " (a difference smaller than that is no ranking)")
+            + " (servelab-report's differences.csv ranks two runs only where their difference moves less)")
 
 
 def band_columns(section) -> dict:
