@@ -38,7 +38,7 @@ import pandas as pd
 
 from experiments.step_tables import read_step_table
 from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
-from sim.cost_model.calibrated_fit import decode_single_split_min_seqs, prefill_host_after_share
+from sim.cost_model.calibrated_fit import MIXED_WALK_RATIOS, decode_single_split_min_seqs, prefill_host_after_share
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import table_restarts
@@ -89,7 +89,8 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
               metadata: dict | None = None, eval_tables: dict | None = None,
               single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
               prefill_graph_max_tokens: int | None = None, prefill_span_grid: PrefillSpanGrid | None = None,
-              device_tables: list | None = None) -> tuple[CalibratedCostModel, dict]:
+              device_tables: list | None = None,
+              mixed_walk_ratios=MIXED_WALK_RATIOS) -> tuple[CalibratedCostModel, dict]:
     """Held-out error of a fit on the rest, then the model refitted on every row; returns (model, report).
 
     table: one calibration table (an optional `source` column names each row's input, for per-source errors).
@@ -101,6 +102,8 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
     engine's largest prefill CUDA graph (main(): the profile's record, profile_graph_max_tokens).
     device_tables: tables fitted for the device model only (device_table): e.g. a replay with overlap
     scheduling, whose step times are not the synchronous loop's but whose device seconds are measured.
+    mixed_walk_ratios: candidates for the ratio of a prefill entry's context from which a riding decode's keys
+    cost (calibrated_fit.mixed_decode_tail_keys), chosen by training error at the chosen knee.
 
     With a device model (rows with device seconds) and the serving loop's synchronous rows, the step-time model
     is the device model plus host terms fitted on what it leaves of those rows
@@ -109,7 +112,8 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
     table = _valid(table)
     opts = dict(knee_candidates=knee_candidates, objective=objective, robust=robust,
                 single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
-                prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid)
+                prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid,
+                mixed_walk_ratios=tuple(mixed_walk_ratios))
     d_opts = dict(opts, run_share=DEVICE_RUN_SHARE)
     extra = [back_to_back_device_s(_valid(t)) for t in (device_tables or [])]
     train, test = heldout_split(len(table), heldout_fraction, seed)
@@ -265,6 +269,16 @@ def _spec_dims(model_name: str) -> dict | None:
     return None if spec is None else model_dims_of(spec)
 
 
+def _ratios(text: str) -> tuple[float, ...]:
+    try:
+        ratios = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--mixed-walk-ratios {text!r}: give comma-separated numbers in (0, 1], e.g. 1,0.9") from None
+    if not ratios or not all(0 < r <= 1 for r in ratios):
+        raise ValueError(f"--mixed-walk-ratios {text!r}: each ratio must be in (0, 1], e.g. 1,0.9")
+    return ratios
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.calibrate", description=__doc__.split("\n")[0])
     ap.add_argument("tables", nargs="+", help="step tables (CSV or parquet): profiles and / or real runs' steps")
@@ -282,6 +296,9 @@ def main(argv=None) -> int:
                     help="residual weighting: relative (default), sqrt or absolute")
     ap.add_argument("--no-robust", action="store_true", help="plain NNLS (no down-weighting of outlier rows)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mixed-walk-ratios", default=",".join(f"{r:g}" for r in MIXED_WALK_RATIOS), metavar="R,R,...",
+                    help="candidates for the share of a chunk's context from which a riding decode's keys cost "
+                         "(chosen by training error; one value fixes it; default %(default)s)")
     args = ap.parse_args(argv)
 
     frames, sources = [], []
@@ -323,7 +340,8 @@ def main(argv=None) -> int:
                               robust=not args.no_robust, metadata=meta, eval_tables=evals,
                               single_split_min_seqs=split_min, prefill_span_grid=span_grid,
                               prefill_graph_max_tokens=profile_graph_max_tokens(prof),
-                              device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables])
+                              device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables],
+                              mixed_walk_ratios=_ratios(args.mixed_walk_ratios))
     model.save(args.out)
     print(f"{model!r}")
     print(f"held-out: {_fmt(report['heldout'])}")

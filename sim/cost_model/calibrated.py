@@ -48,7 +48,8 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              it the per-token term took this fixed cost too: fitted on ~1k-token prompts it
                              priced a 16k-token step of 30 prompts 16% slow
     mixed_decode_tail_keys   per key by which the longest decode context of a step with prefill entries exceeds
-                             its longest prefill context. Such a step runs the varlen prefill kernel (eagerly or
+                             mixed_walk_ratio (fitted from candidates, 1.0 until a grid separates it) times its
+                             longest prefill context. Such a step runs the varlen prefill kernel (eagerly or
                              from a padded graph), where a decode entry's one query row gets one program per KV
                              head that reads its whole context serially: beside a short chunk, a few long decodes
                              set the step's attention time, which the sums of keys do not show. On the H200 the
@@ -224,7 +225,8 @@ class CalibratedCostModel(FittedCostModel):
                  single_split_min_seqs: int | None = None, device: "Mapping | CalibratedCostModel | None" = None,
                  prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
                  prefill_span_grid: "PrefillSpanGrid | Mapping | None" = None,
-                 prefill_host_after_share: float = 0.0, price_band: float | None = None):
+                 prefill_host_after_share: float = 0.0, price_band: float | None = None,
+                 mixed_walk_ratio: float = 1.0):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
@@ -245,7 +247,9 @@ class CalibratedCostModel(FittedCostModel):
         0: all before the launch (files fitted before it).
         price_band: the fit's step-price uncertainty, a fraction (None: PRICE_BAND); a simulation with this model
         runs again at 1 +- price_band times every price and records how far each metric moves
-        (experiments/sim_band.py); 0: it does not. A setting of the run, not of the fit: not saved."""
+        (experiments/sim_band.py); 0: it does not. A setting of the run, not of the fit: not saved.
+        mixed_walk_ratio: in (0, 1]; a riding decode's keys beyond this share of the step's longest prefill
+        context pay mixed_decode_tail_keys (calibrated_fit.mixed_decode_tail_keys; 1.0: files fitted before it)."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -260,6 +264,7 @@ class CalibratedCostModel(FittedCostModel):
             prefill_graph_max_tokens = data.get("prefill_graph_max_tokens")
             device = data.get("device")
             prefill_host_after_share = data.get("prefill_host_after_share", 0.0)
+            mixed_walk_ratio = data.get("mixed_walk_ratio", 1.0)
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -296,6 +301,9 @@ class CalibratedCostModel(FittedCostModel):
         self._graph_tokens = prefill_graph_sizes(self.prefill_graph_max_tokens or 0)
         if self.prefill_span_pairs is None and self.prefill_span_grid is None:
             c["prefill_attention_span"] = c["prefill_attention_span_alone"] = 0.0
+        if not 0.0 < float(mixed_walk_ratio) <= 1.0:
+            raise ValueError(f"mixed_walk_ratio must be in (0, 1], got {mixed_walk_ratio}")
+        self.mixed_walk_ratio = float(mixed_walk_ratio)
         self.coefficients = c
         price_band = PRICE_BAND if price_band is None else float(price_band)
         if not 0 <= price_band < 0.5:
@@ -408,7 +416,7 @@ class CalibratedCostModel(FittedCostModel):
                 # without the longest decode context, the mean is the bound the sum gives
                 longest = max_decode_context_len if max_decode_context_len is not None \
                     else decode_context_sum / num_decode_seqs
-                t += self._dtail * max(longest - max(prefill_context_lens), 0)
+                t += self._dtail * max(longest - self.mixed_walk_ratio * max(prefill_context_lens), 0)
         return t + swap_s
 
     def _padded_tokens(self, tokens: int) -> int:
@@ -545,7 +553,7 @@ class CalibratedCostModel(FittedCostModel):
 
     def _design_options(self) -> tuple:
         return (self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
-                self.prefill_graph_max_tokens, self.prefill_span_grid)
+                self.prefill_graph_max_tokens, self.prefill_span_grid, self.mixed_walk_ratio)
 
     def _design(self, steps) -> np.ndarray:
         return design_matrix(steps, *self._design_options())
@@ -587,7 +595,7 @@ class CalibratedCostModel(FittedCostModel):
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
             single_split_min_seqs: int | None = None, run_share: float = 0.5, prefill_span_pairs: float | None = None,
             prefill_graph_max_tokens: int | None = None, prefill_span_grid: PrefillSpanGrid | None = None,
-            **options) -> "CalibratedCostModel":
+            mixed_walk_ratios: Sequence[float] = (1.0,), **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
@@ -613,9 +621,9 @@ class CalibratedCostModel(FittedCostModel):
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
-        coef, knee, offset, offset_per_key = fit_coefficients(table, knee_candidates, block_size, objective, robust,
-                                                              single_split_min_seqs, run_share, prefill_span_pairs,
-                                                              prefill_graph_max_tokens, prefill_span_grid)
+        coef, knee, offset, offset_per_key, walk_ratio = fit_coefficients(
+            table, knee_candidates, block_size, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs,
+            prefill_graph_max_tokens, prefill_span_grid, tuple(mixed_walk_ratios))
         rng = _fitted_range(table)
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -627,7 +635,8 @@ class CalibratedCostModel(FittedCostModel):
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
                    single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
-                   prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid)
+                   prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid,
+                   mixed_walk_ratio=walk_ratio)
 
     @classmethod
     def fit_device_plus_host(cls, steps: Any, device: "CalibratedCostModel",
@@ -652,14 +661,15 @@ class CalibratedCostModel(FittedCostModel):
                    fitted_range=_fitted_range(table), envelope=envelope_of(table),
                    single_split_min_seqs=device.single_split_min_seqs,
                    prefill_span_pairs=device.prefill_span_pairs, prefill_span_grid=device.prefill_span_grid,
-                   prefill_graph_max_tokens=device.prefill_graph_max_tokens, device=device)
+                   prefill_graph_max_tokens=device.prefill_graph_max_tokens, device=device,
+                   mixed_walk_ratio=device.mixed_walk_ratio)
 
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
              "knee_tokens": self.knee_tokens, "block_size": self.block_size, "max_model_len": self.max_model_len,
              "single_split_min_seqs": self.single_split_min_seqs, "prefill_span_pairs": self.prefill_span_pairs,
              "prefill_graph_max_tokens": self.prefill_graph_max_tokens,
-             "prefill_host_after_share": self.prefill_host_after_share,
+             "prefill_host_after_share": self.prefill_host_after_share, "mixed_walk_ratio": self.mixed_walk_ratio,
              "prefill_span_grid": None if self.prefill_span_grid is None else self.prefill_span_grid.to_dict(),
              "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
              "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}

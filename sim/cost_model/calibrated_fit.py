@@ -131,13 +131,20 @@ def serving_loop_flags(steps) -> np.ndarray:
     return flags
 
 
-def mixed_decode_tail_keys(steps) -> np.ndarray:
-    """Per row: keys by which a step's longest decode context exceeds its longest prefill context, in steps with
-    prefill entries (0 otherwise, and 0 for a table without the recorder's max_*_context_tokens columns)."""
+# candidates for mixed_walk_ratio, chosen by training error at the chosen knee (fit_coefficients)
+MIXED_WALK_RATIOS = (1.0, 0.95, 0.9, 0.85)
+
+
+def mixed_decode_tail_keys(steps, walk_ratio: float = 1.0) -> np.ndarray:
+    """Per row: keys by which a step's longest decode context exceeds walk_ratio times its longest prefill context,
+    in steps with prefill entries (0 otherwise, and 0 for a table without the recorder's max_*_context_tokens
+    columns). walk_ratio < 1: a decode entry's one program per KV head walks its keys alone, slower per key than
+    the chunk's programs, which share theirs 16 a head, so the decode's walk becomes the step's critical path
+    before it is as long as the chunk's (on an H100's replays from about 0.9 of it: docs/validation.md)."""
     p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     if "max_decode_context_tokens" not in steps or "max_prefill_context_tokens" not in steps:
         return np.zeros_like(p_seqs)
-    tail = _col(steps, "max_decode_context_tokens") - _col(steps, "max_prefill_context_tokens")
+    tail = _col(steps, "max_decode_context_tokens") - float(walk_ratio) * _col(steps, "max_prefill_context_tokens")
     return np.where((p_seqs > 0) & (d_seqs > 0), np.maximum(np.nan_to_num(tail), 0.0), 0.0)
 
 
@@ -221,7 +228,7 @@ def padded_step_tokens(tokens: np.ndarray, graph_max_tokens: int | None) -> np.n
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                   single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
                   prefill_graph_max_tokens: int | None = None,
-                  prefill_span_grid: PrefillSpanGrid | None = None) -> np.ndarray:
+                  prefill_span_grid: PrefillSpanGrid | None = None, mixed_walk_ratio: float = 1.0) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
@@ -262,7 +269,8 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             _col(steps, "decode_context_sum"), rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
-                            mixed_decode_tail_keys(steps), ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
+                            mixed_decode_tail_keys(steps, mixed_walk_ratio),
+                            ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
                             tier_in, decode_tail_keys(steps, single_split_min_seqs),
                             decode_split_keys(steps, single_split_min_seqs),
                             *decode_graph_buckets(steps),
@@ -411,6 +419,7 @@ class Fit(NamedTuple):
     knee: int | None
     profile_offset_s: float | None  # the profile harness's own cost per step (not a model term); None: not fitted
     profile_offset_per_key_s: float | None          # ... and per key its prefill entries read (prefill_context_sum)
+    mixed_walk_ratio: float = 1.0                   # mixed_decode_tail_keys' walk ratio (chosen by training error)
 
 
 def profile_offset_columns(steps) -> np.ndarray | None:
@@ -447,7 +456,8 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
                      objective: str = "relative", robust: bool = True,
                      single_split_min_seqs: int | None = None, run_share: float = 0.5,
                      prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
-                     prefill_span_grid: PrefillSpanGrid | None = None) -> Fit:
+                     prefill_span_grid: PrefillSpanGrid | None = None,
+                     mixed_walk_ratios: Sequence[float] = (1.0,)) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
@@ -476,9 +486,9 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     offset_cols = profile_offset_columns(steps) if (loop_coef is not None or "fit_group" in steps) else None
     nf = len(FEATURES)
 
-    def fit(knee):
+    def fit(knee, ratio=1.0):
         x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs, prefill_graph_max_tokens,
-                          prefill_span_grid)
+                          prefill_span_grid, ratio)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])
@@ -489,20 +499,27 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
         if loop_coef is not None:
             coef[loop_cols] = loop_coef
         return coef, err, offset
+    # the knee at the first walk ratio, then the ratio at that knee (the two bend different rows: tokens past the
+    # knee in eager steps, a riding decode's keys in mixed ones), so a few more fits rather than their product
     best = None
+    ratios = tuple(mixed_walk_ratios) or (1.0,)
     for knee in knee_candidates:
         if knee is not None and knee >= eager_tokens.max(initial=0.0):
             continue                      # no row above the knee: the hinge would be an all-zero column
-        coef, err, offset = fit(knee)
+        coef, err, offset = fit(knee, ratios[0])
         if best is None or err < best[0] * (1 - 1e-9):
-            best = (err, knee, coef, offset)
+            best = (err, knee, coef, offset, ratios[0])
     if best is None:
-        coef, err, offset = fit(None)
-        best = (err, None, coef, offset)
-    _, knee, coef, offset = best
+        coef, err, offset = fit(None, ratios[0])
+        best = (err, None, coef, offset, ratios[0])
+    for ratio in ratios[1:]:
+        coef, err, offset = fit(best[1], ratio)
+        if err < best[0] * (1 - 1e-9):
+            best = (err, best[1], coef, offset, ratio)
+    _, knee, coef, offset, ratio = best
     if knee is None:
         coef[FEATURES.index("tokens_over_knee")] = 0.0
-    return Fit(canonical_step_base(coef), knee, *offset)
+    return Fit(canonical_step_base(coef), knee, *offset, float(ratio))
 
 
 def canonical_step_base(coef: np.ndarray) -> np.ndarray:

@@ -782,3 +782,28 @@ def test_prefill_host_after_share_is_what_the_launches_leave_of_the_host_cost_a_
     assert pre + loop == pytest.approx(pre0 + loop0)
     with pytest.raises(ValueError, match="prefill_host_after_share must be in"):
         cm.with_prefill_host_after_share(1.5)
+
+
+def test_the_fit_finds_the_walk_ratio_a_riding_decode_costs_from():
+    """mixed_walk_ratio: a riding decode's keys cost from that share of the chunk's context on. A table priced with
+    0.9 is fitted back with 0.9 (and its coefficients) from the candidates; one priced with 1.0 keeps 1.0; the ratio
+    is saved, loaded and priced the same way by the batch and the shape forms."""
+    walk = [Shape("mixed", ((512, c - 512),), (int(f * c),) + (256,) * k) for c in (1024, 2048, 3072)
+            for f in (0.7, 0.85, 0.95, 1.0, 1.2) for k in (0, 2)]
+    for ratio in (0.9, 1.0):
+        truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256,
+                                    mixed_walk_ratio=ratio)
+        table, batches = _table(_shapes() + walk, truth, loop=False)
+        fitted = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,),
+                                         mixed_walk_ratios=(1.0, 0.95, 0.9, 0.85))
+        assert fitted.mixed_walk_ratio == ratio
+        assert fitted.coefficients["mixed_decode_tail_keys"] == pytest.approx(COEF["mixed_decode_tail_keys"],
+                                                                              rel=1e-5)
+        again = CalibratedCostModel.from_dict(fitted.to_dict())
+        assert again.mixed_walk_ratio == ratio
+        np.testing.assert_allclose([again.step_time_s(b) for b in batches], table["duration_s"], rtol=1e-7)
+    cm = CalibratedCostModel(coefficients=dict(step=1.0, mixed_decode_tail_keys=1.0), mixed_walk_ratio=0.9)
+    assert cm.step_time_from_shape([512], [2048], 1, 2000, max_decode_context_len=2000) == pytest.approx(
+        1.0 + (2000 - 0.9 * 2048))
+    with pytest.raises(ValueError, match="mixed_walk_ratio"):
+        CalibratedCostModel(coefficients=dict(step=1.0), mixed_walk_ratio=1.5)
