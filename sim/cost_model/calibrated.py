@@ -60,11 +60,12 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              each context in one program per (sequence, KV head) without splitting it, so the
                              longest context is a serial critical path. On the H200, batches of ~46 sequences of
                              ~1.4k keys with one of 4k-8k took 5.8 ms, priced 3.9 ms without it
-    decode_split_keys        min(longest context, SPLIT_PARTITION_KEYS = 256) in a pure-decode step of fewer than
-                             `single_split_min_seqs` sequences: there the kernel splits each context into
-                             partitions of at least 256 keys, so the step's time rises with its longest context
-                             up to 256 keys and is flat after (the H200 profile: +0.15 ms from 64 to 256 keys at
-                             1-8 sequences)
+    decode_split_keys        the keys the longest context's split program reads in a pure-decode step of fewer
+                             than `single_split_min_seqs` sequences (calibrated_fit.split_walk_keys): there the
+                             kernel splits each context into partitions of at least 256 keys, so the step's time
+                             rises with its longest context up to 256 keys (the H200 profile: +0.15 ms from 64
+                             to 256 keys at 1-8 sequences), is flat after, and rises again once the longest
+                             context's partitions pass 256 keys (a long tail in a small batch)
     decode_graph_<b>         fixed cost of a pure-decode step whose batch pads to the CUDA graph of b sequences
                              (calibrated_fit.DECODE_GRAPH_BUCKETS: 1, 2, 4, 8, 16, 32; none above): each graph
                              splits contexts its own way (32 partitions for 1-4 sequences, 17 for 8, 9 for 16),
@@ -183,12 +184,12 @@ from sim.cost_model.calibrated_fit import (
     LOOP_TERMS,
     OBJECTIVES,
     SMALL_PREFILL_TOKENS,
-    SPLIT_PARTITION_KEYS,
     copy_blocks,
     design_matrix,
     fit_coefficients,
     fit_host_terms,
     nnls,
+    split_walk_keys,
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
@@ -390,7 +391,8 @@ class CalibratedCostModel(FittedCostModel):
             if num_decode_seqs >= self.single_split_min_seqs:
                 t += self._dec_tail * max(max_decode_context_len - decode_context_sum / num_decode_seqs, 0)
             else:
-                t += self._dec_split * min(max_decode_context_len, SPLIT_PARTITION_KEYS)
+                t += self._dec_split * float(split_walk_keys(max_decode_context_len, num_decode_seqs,
+                                                             self.single_split_min_seqs))
         if n_pre:
             pre_tokens = sum(prefill_new_tokens)
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
@@ -548,7 +550,8 @@ class CalibratedCostModel(FittedCostModel):
             if num_seqs >= self.single_split_min_seqs:
                 fixed += self._dec_tail * max(start_max_context - start_context_sum / num_seqs, 0)
             else:     # [k]: the longest context grows by 1 a step
-                fixed = fixed + self._dec_split * np.minimum(start_max_context + np.arange(k), SPLIT_PARTITION_KEYS)
+                fixed = fixed + self._dec_split * split_walk_keys(start_max_context + np.arange(k, dtype=np.float64),
+                                                                  num_seqs, self.single_split_min_seqs)
         return fixed + self._dctx * ctx
 
     def _design_options(self) -> tuple:

@@ -171,18 +171,34 @@ def decode_tail_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
 
 SPLIT_PARTITION_KEYS = 256   # engine/kernels/paged_decode.MIN_PARTITION (sim imports only engine.core): the fewest
                              # keys a split decode program reads
+SPLIT_TILE_KEYS = 64         # engine/kernels/decode_variants.DecodeVariant.block_n: a partition is whole tiles
+MAX_DECODE_SPLITS = 64       # engine/kernels/paged_decode.MAX_SPLITS
+
+
+def split_walk_keys(longest, num_seqs, single_split_min_seqs: int):
+    """Keys the longest context's split program reads in a decode batch of num_seqs < single_split_min_seqs
+    sequences (arrays or numbers), by the engine's rule (paged_decode.choose_num_splits): enough splits for 8
+    programs per SM, ceil(4 * single_split_min_seqs / num_seqs) (single_split_min_seqs is 2 SMs' worth of
+    sequences), at most MAX_DECODE_SPLITS; each split reads ctx / splits keys rounded up to whole tiles, at least
+    SPLIT_PARTITION_KEYS, never more than the context. Up to 256 keys that is the context; past 256 * splits it
+    grows with the longest context: a batch of 16 with one context of 16k and fifteen of 3k has its longest
+    program read 1,792 keys while the rest read 384 (the profile's D[16x3083-15935], priced 0.93 of its device
+    seconds while this term was capped at 256 keys)."""
+    splits = np.minimum(np.ceil(4.0 * single_split_min_seqs / np.maximum(num_seqs, 1)), MAX_DECODE_SPLITS)
+    part = np.maximum(np.ceil(np.ceil(longest / splits) / SPLIT_TILE_KEYS) * SPLIT_TILE_KEYS, SPLIT_PARTITION_KEYS)
+    return np.minimum(longest, part)
 
 
 def decode_split_keys(steps, single_split_min_seqs: int | None) -> np.ndarray:
-    """Per row: in a pure-decode step of fewer than single_split_min_seqs sequences, min(longest decode context,
-    SPLIT_PARTITION_KEYS) (0 otherwise, for single_split_min_seqs None, and for a table without the recorder's
-    max_decode_context_tokens column)."""
+    """Per row: in a pure-decode step of fewer than single_split_min_seqs sequences, the keys its longest context's
+    split program reads (split_walk_keys) (0 otherwise, for single_split_min_seqs None, and for a table without the
+    recorder's max_decode_context_tokens column)."""
     p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     if single_split_min_seqs is None or "max_decode_context_tokens" not in steps:
         return np.zeros_like(p_seqs)
     longest = np.nan_to_num(_col(steps, "max_decode_context_tokens"))
     split = (p_seqs == 0) & (d_seqs > 0) & (d_seqs < single_split_min_seqs)
-    return np.where(split, np.minimum(longest, SPLIT_PARTITION_KEYS), 0.0)
+    return np.where(split, split_walk_keys(longest, d_seqs, single_split_min_seqs), 0.0)
 
 
 def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num_kv_heads: int | None) -> float | None:

@@ -807,3 +807,26 @@ def test_the_fit_finds_the_walk_ratio_a_riding_decode_costs_from():
         1.0 + (2000 - 0.9 * 2048))
     with pytest.raises(ValueError, match="mixed_walk_ratio"):
         CalibratedCostModel(coefficients=dict(step=1.0), mixed_walk_ratio=1.5)
+
+
+def test_a_split_decode_batch_is_priced_by_its_longest_programs_keys():
+    """decode_split_keys follows the engine's split rule (paged_decode.choose_num_splits, 33 sequences from which
+    it stops splitting): 16 sequences split each context 9 ways into whole 64-key tiles of at least 256 keys, so a
+    context of 15,935 keys has programs of 1,792 keys and one of 3,083 of 384; a short context is read whole; the
+    batch form, the shape form, the decode fast path and the design matrix agree."""
+    from sim.cost_model.calibrated_fit import decode_split_keys, split_walk_keys
+    assert split_walk_keys(15935, 16, 33) == 1792 and split_walk_keys(3083, 16, 33) == 384
+    assert split_walk_keys(100, 1, 33) == 100 and split_walk_keys(1000, 1, 33) == 256
+    assert split_walk_keys(20000, 1, 33) == 320            # 64 splits at most (paged_decode.MAX_SPLITS)
+    cm = CalibratedCostModel(coefficients=dict(step=1.0, decode_split_keys=1.0), single_split_min_seqs=33)
+    rng = np.random.default_rng(0)
+    ctx = (3083,) * 15 + (15935,)
+    batch = build_batch(Shape("decode", decode_ctx=ctx), 16, 1000, 0.0, rng)
+    assert cm.step_time_s(batch) == pytest.approx(1.0 + 1792)
+    assert cm.step_time_from_shape([], [], 16, sum(ctx), max_decode_context_len=15935) == pytest.approx(1.0 + 1792)
+    steps = cm.decode_step_times_s(16, sum(ctx), 3, start_max_context=15935)
+    assert steps.tolist() == pytest.approx([1.0 + 1792, 1.0 + 1792, 1.0 + 1792])   # 15,936 and 15,937 keys: 1,792
+    rec = Recorder()
+    rec.on_step(0.0, 0.0, batch, 0, 0, 0)
+    assert decode_split_keys(rec.steps_frame(), 33).tolist() == [1792]
+    assert decode_split_keys(rec.steps_frame(), None).tolist() == [0]
