@@ -14,6 +14,9 @@
 #                  for the device model only, whole prompts and chunks), the fit on the tables           -> profile_<tag>.{csv,json}, calib steps in the archive
 #   calib_prefix   calibration replays with prefix hits: a synthetic shared-prefix workload (CAL_PREFIX_POLICIES,
 #                  synchronous and overlapped), steps tables for the fit on CPU   -> calib steps in the archive
+#   calib_busy     the Azure conversation family again, later requests (CAL_BUSY_SKIP..) at CAL_BUSY_RATE req/s
+#                  (default 40), overlapped, vllm: decode batches of 9-64 sequences, which the 6 req/s replays never
+#                  reach (at most 8), for the device model on CPU   -> calib_overlap steps (_busy) in the archive
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
@@ -26,8 +29,9 @@
 # `experiments.generalize --real-root`, and the calibration replay's steps).
 # Knobs (environment): STAGES, REPEATS, MAX_WALL_S, CAL_REQUESTS, CAL_SKIP, CAL_BLOCKS (512: the
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
-# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES (vllm_swap,sarathi: swaps' device seconds too;
-# empty: none), CAL_PREFIX_POLICIES (vllm,sarathi; empty: none), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES
+# (vllm_swap,sarathi: swaps' device seconds too; empty: none), CAL_PREFIX_POLICIES (vllm,sarathi; empty: none),
+# CAL_BUSY_RATE, CAL_BUSY_SKIP, CAL_BUSY_REQUESTS, CAL_BUSY_BLOCKS, PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
@@ -39,7 +43,7 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
-select_stages "fit calib_prefix prefill_heavy decode_heavy prefix_share bursty priority"
+select_stages "fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
@@ -162,9 +166,24 @@ if has_stage calib_prefix && [ -n "$CAL_PREFIX_POLICIES" ]; then
   done
 fi
 
+# calib_busy: the calibration family at a rate whose decode batches reach 9-64 sequences (the 6 req/s replays stay at
+# 8 or fewer, so a fit's graph-16 and graph-32 costs rested on the grid's few rows); overlapped, for the device model
+if has_stage calib_busy; then
+  if [ -n "$TRACE" ] && [ -f "$TRACE" ]; then
+    stage calib_busy "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" --trace "$TRACE" \
+      --skip-requests "${CAL_BUSY_SKIP:-600}" "${CAL[@]}" --target-rate-rps "${CAL_BUSY_RATE:-40}" \
+      --max-requests "${CAL_BUSY_REQUESTS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 400)}" \
+      --num-kvcache-blocks "${CAL_BUSY_BLOCKS:-$([ "$SMOKE" = 1 ] && echo 64 || echo 4096)}" \
+      --max-model-len "$MAX_MODEL_LEN" --policies vllm --overlap-scheduling --max-wall-s "$MAX_WALL_S" --no-roofline \
+      --no-plot --out-dir "$WORK" --name calib_busy --steps-out "$WORK/real/calib_overlap_steps_${TAG}_busy.parquet"
+  else
+    FAILED+=(calib_busy); log "!!! [calib_busy] skipped: no trace file (give --trace PATH)"
+  fi
+fi
+
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
 for wl in $ALL_STAGES; do
-  case "$wl" in fit|calib_prefix) continue ;; esac
+  case "$wl" in fit|calib_prefix|calib_busy) continue ;; esac
   has_stage "$wl" || continue
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
