@@ -391,8 +391,8 @@ class CalibratedCostModel(FittedCostModel):
             if num_decode_seqs >= self.single_split_min_seqs:
                 t += self._dec_tail * max(max_decode_context_len - decode_context_sum / num_decode_seqs, 0)
             else:
-                t += self._dec_split * float(split_walk_keys(max_decode_context_len, num_decode_seqs,
-                                                             self.single_split_min_seqs))
+                t += self._dec_split * split_walk_keys(max_decode_context_len, num_decode_seqs,
+                                                       self.single_split_min_seqs)
         if n_pre:
             pre_tokens = sum(prefill_new_tokens)
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \

@@ -26,6 +26,7 @@ optional columns refine it:
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -184,6 +185,10 @@ def split_walk_keys(longest, num_seqs, single_split_min_seqs: int):
     grows with the longest context: a batch of 16 with one context of 16k and fifteen of 3k has its longest
     program read 1,792 keys while the rest read 384 (the profile's D[16x3083-15935], priced 0.93 of its device
     seconds while this term was capped at 256 keys)."""
+    if isinstance(longest, (int, float)) and isinstance(num_seqs, (int, float)):     # the simulator's per-step path
+        splits = min(math.ceil(4.0 * single_split_min_seqs / max(num_seqs, 1)), MAX_DECODE_SPLITS)
+        part = max(math.ceil(math.ceil(longest / splits) / SPLIT_TILE_KEYS) * SPLIT_TILE_KEYS, SPLIT_PARTITION_KEYS)
+        return min(longest, part)
     splits = np.minimum(np.ceil(4.0 * single_split_min_seqs / np.maximum(num_seqs, 1)), MAX_DECODE_SPLITS)
     part = np.maximum(np.ceil(np.ceil(longest / splits) / SPLIT_TILE_KEYS) * SPLIT_TILE_KEYS, SPLIT_PARTITION_KEYS)
     return np.minimum(longest, part)
