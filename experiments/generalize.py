@@ -43,6 +43,7 @@ import pandas as pd
 
 from experiments import plots, policy_diff
 from experiments.results import atomic_write_text, write_json, write_parquet
+from experiments.sim_band import band_section
 from experiments.step_tables import run_was_overlapped
 from sim.cost_model.calibrated import PRICE_BAND
 
@@ -180,14 +181,12 @@ def with_quantile_bands(row: dict, sim: dict, perturbed: list[dict]) -> dict:
     `quantiles_within_goal_floor_or_band`: every quantile error within the goal, the real-vs-real floor or that
     band. A quantile error inside the band is one a fit 1% closer cannot be trusted to remove: the quantile turns
     on which request a step a fraction of a millisecond earlier admits (divergence.json)."""
+    moved = band_section(PRICE_BIAS, sim, [(1 + sign * PRICE_BIAS, p) for sign, p in zip((1, -1), perturbed)])
     row = dict(row)
     ok = True
     for m in ("ttft", "e2e"):
         for q in ("50", "90", "99"):
-            base = sim.get(f"{m}_s_p{q}")
-            moved = [abs(p[f"{m}_s_p{q}"] / base - 1) for p in perturbed
-                     if base and p.get(f"{m}_s_p{q}") is not None]
-            band = float(max(moved)) if moved and len(moved) == len(perturbed) else float("nan")
+            band = moved["relative"].get(f"{m}_s_p{q}", float("nan"))
             row[f"sim_band_{m}_q{q}"] = band
             limit = max(GOALS["quantile_err"], np.nan_to_num(row.get(f"floor_{m}_q{q}", np.nan)), np.nan_to_num(band))
             ok = ok and abs(row[f"{m}_q{q}_err"]) <= limit

@@ -39,7 +39,8 @@ SIZE_TOLERANCE = 1 / 3
 RESOLUTION = 1e-3
 
 
-def _value(summary: dict, metric: str) -> float:
+def metric_value(summary: dict, metric: str) -> float:
+    """summary[metric] as a float; NaN where it is missing or None."""
     v = summary.get(metric)
     return float("nan") if v is None else float(v)
 
@@ -47,23 +48,31 @@ def _value(summary: dict, metric: str) -> float:
 def _rel_diff(a: dict | None, b: dict | None, metric: str) -> float:
     if a is None or b is None:
         return float("nan")
-    va, vb = _value(a, metric), _value(b, metric)
+    va, vb = metric_value(a, metric), metric_value(b, metric)
     return (vb - va) / va if va else float("nan")
+
+
+def simulated_difference(sim_a: dict | None, sim_b: dict | None, metric: str, perturbed_a=(),
+                         perturbed_b=()) -> tuple[float, float]:
+    """(d_sim, sim_band) of the module docstring: the simulated relative difference of metric, and how far it moves
+    when both sides are simulated with the same perturbed cost model (perturbed_a[i], perturbed_b[i]; NaN without
+    them). experiments/sim_band.py ranks a sweep's runs with it too."""
+    d_sim = _rel_diff(sim_a, sim_b, metric)
+    moved = [abs(_rel_diff(pa, pb, metric) - d_sim) for pa, pb in zip(perturbed_a, perturbed_b)]
+    return d_sim, (float(max(moved)) if moved and np.isfinite(moved).all() else float("nan"))
 
 
 def pair_difference(real_a: list[dict], real_b: list[dict], sim_a: dict | None, sim_b: dict | None,
                     metric: str, perturbed_a: list[dict] = (), perturbed_b: list[dict] = ()) -> dict:
     """One (A, B, metric) row; see the module docstring. perturbed_a[i] and perturbed_b[i]: the two policies
     simulated with the same perturbed cost model (sim_band)."""
-    a = np.array([_value(s, metric) for s in real_a])
-    b = np.array([_value(s, metric) for s in real_b])
+    a = np.array([metric_value(s, metric) for s in real_a])
+    b = np.array([metric_value(s, metric) for s in real_b])
     mean_a, mean_b = float(np.nanmean(a)), float(np.nanmean(b))
     d = (mean_b - mean_a) / mean_a if mean_a else float("nan")
     cross = [(bs - ar) / ar for ar, bs in itertools.product(a, b) if ar]
     band = float(max(abs(x - d) for x in cross)) if cross else float("nan")
-    d_sim = _rel_diff(sim_a, sim_b, metric)
-    moved = [abs(_rel_diff(pa, pb, metric) - d_sim) for pa, pb in zip(perturbed_a, perturbed_b)]
-    sim_band = float(max(moved)) if moved and np.isfinite(moved).all() else float("nan")
+    d_sim, sim_band = simulated_difference(sim_a, sim_b, metric, perturbed_a, perturbed_b)
     significant = bool(abs(d) > max(2 * band, RESOLUTION)) if np.isfinite(d) and np.isfinite(band) else False
     own = bool(abs(d_sim) <= sim_band) if np.isfinite(d_sim) and np.isfinite(sim_band) else False
     sim_none = own or (bool(abs(d_sim) <= max(band, RESOLUTION)) if np.isfinite(d_sim) and np.isfinite(band)

@@ -108,8 +108,8 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
                     "holds a sweep, not a job of it)")
         raise ValueError(f"no {'complete ' if complete_only else ''}runs (summary.json) under {sweep_dir}{why}")
     fill_overrides(rows, override_keys, sweep_dir)
-    labels = policy_labels(rows, override_keys, RATE)
     keys = label_keys(rows, override_keys)
+    labels = policy_labels(rows, override_keys, RATE, keys)
     df = parquet_safe(pd.DataFrame(rows))
     df["policy"] = labels
     sort = [c for c in ("policy", RATE) if c in df]

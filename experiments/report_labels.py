@@ -68,10 +68,11 @@ def label_keys(rows: list[dict], override_keys) -> list[str]:
     return keys
 
 
-def policy_labels(rows: list[dict], override_keys, rate: str) -> list[str]:
-    """One label per row (rows already filled by fill_overrides)."""
+def policy_labels(rows: list[dict], override_keys, rate: str, keys: list[str] | None = None) -> list[str]:
+    """One label per row (rows already filled by fill_overrides); keys: label_keys(rows, override_keys), when the
+    caller has them."""
     text = _text
-    keys = label_keys(rows, override_keys)
+    keys = label_keys(rows, override_keys) if keys is None else keys
     if len(keys) == 1:
         labels = [text(r, keys[0]) for r in rows]
     elif keys:

@@ -30,7 +30,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from experiments.policy_diff import RESOLUTION
+from experiments.policy_diff import RESOLUTION, metric_value, simulated_difference
 
 # the metrics servelab-report gives a `<metric>_sim_band` column (relative; summary.json keeps every metric)
 # (and the plots shade them: plots.sim_band)
@@ -80,20 +80,12 @@ def band_columns(section) -> dict:
     return {f"{m}_sim_band": rel.get(m, float("nan")) for m in BAND_METRICS}
 
 
-def _rel(a: float, b: float) -> float:
-    return (b - a) / a if a and np.isfinite(a) and np.isfinite(b) else float("nan")
-
-
 def pair_difference(a: dict, b: dict, metric: str, band_a: dict | None, band_b: dict | None) -> dict:
     """One (A, B, metric) row of differences.csv: the two values, d, sim_band and the verdict (module docstring); band_a
-    and band_b are the runs' `sim_band` sections (None: no band)."""
-    va, vb = float(a.get(metric, np.nan)), float(b.get(metric, np.nan))
-    d = _rel(va, vb)
-    moved = []
-    if band_a and band_b and band_a.get("scales") == band_b.get("scales"):
-        for ma, mb in zip(band_a["metrics"], band_b["metrics"]):
-            moved.append(abs(_rel(ma.get(metric, np.nan), mb.get(metric, np.nan)) - d))
-    sim_band = float(max(moved)) if moved and np.isfinite(moved).all() else float("nan")
+    and band_b are the runs' `sim_band` sections (None: no band; bands made at other price scales are not compared)."""
+    same = bool(band_a and band_b and band_a.get("scales") == band_b.get("scales"))
+    d, sim_band = simulated_difference(a, b, metric, band_a["metrics"] if same else (),
+                                       band_b["metrics"] if same else ())
     if not np.isfinite(d):
         verdict, better = "n/a", ""
     elif abs(d) <= RESOLUTION or (np.isfinite(sim_band) and abs(d) <= sim_band):
@@ -102,8 +94,8 @@ def pair_difference(a: dict, b: dict, metric: str, band_a: dict | None, band_b: 
         higher_wins = metric in HIGHER_IS_BETTER
         verdict = "B higher" if d > 0 else "B lower"
         better = "B" if (d > 0) == higher_wins else "A"
-    return dict(metric=metric, value_a=va, value_b=vb, diff=d, sim_band=sim_band,
-                band_known=bool(np.isfinite(sim_band)), verdict=verdict, better=better)
+    return dict(metric=metric, value_a=metric_value(a, metric), value_b=metric_value(b, metric), diff=d,
+                sim_band=sim_band, band_known=bool(np.isfinite(sim_band)), verdict=verdict, better=better)
 
 
 def differences(df: pd.DataFrame, sections: dict, by: str = "policy", x: str | None = "request_rate_rps",
