@@ -133,7 +133,7 @@ def serving_loop_flags(steps) -> np.ndarray:
 
 
 # candidates for mixed_walk_ratio, chosen by training error at the chosen knee (fit_coefficients)
-MIXED_WALK_RATIOS = (1.0, 0.95, 0.9, 0.85)
+MIXED_WALK_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)
 
 
 def mixed_decode_tail_keys(steps, walk_ratio: float = 1.0) -> np.ndarray:

@@ -12,6 +12,7 @@ from experiments.profile import Shape, build_batch
 from sim.cost_model import get_cost_model
 from sim.cost_model.base import CostModelError
 from sim.cost_model.calibrated import FEATURES, CalibratedCostModel, design_matrix, nnls
+from sim.cost_model.calibrated_fit import MIXED_WALK_RATIOS
 
 COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, prefill_attention_pairs=1e-9,
             decode_context_sum=2e-8, lm_head_rows=4e-6, tokens_over_knee=2e-6, swap_step=5e-4, swap_out_blocks=3e-4,
@@ -786,16 +787,16 @@ def test_prefill_host_after_share_is_what_the_launches_leave_of_the_host_cost_a_
 
 def test_the_fit_finds_the_walk_ratio_a_riding_decode_costs_from():
     """mixed_walk_ratio: a riding decode's keys cost from that share of the chunk's context on. A table priced with
-    0.9 is fitted back with 0.9 (and its coefficients) from the candidates; one priced with 1.0 keeps 1.0; the ratio
-    is saved, loaded and priced the same way by the batch and the shape forms."""
+    0.9 or 0.8 is fitted back with that ratio (and its coefficients) from the default candidates; one priced with 1.0
+    keeps 1.0; the ratio is saved, loaded and priced the same way by the batch and the shape forms."""
     walk = [Shape("mixed", ((512, c - 512),), (int(f * c),) + (256,) * k) for c in (1024, 2048, 3072)
             for f in (0.7, 0.85, 0.95, 1.0, 1.2) for k in (0, 2)]
-    for ratio in (0.9, 1.0):
+    for ratio in (0.8, 0.9, 1.0):
         truth = CalibratedCostModel(coefficients=COEF, single_split_min_seqs=SPLIT, knee_tokens=256,
                                     mixed_walk_ratio=ratio)
         table, batches = _table(_shapes() + walk, truth, loop=False)
         fitted = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,),
-                                         mixed_walk_ratios=(1.0, 0.95, 0.9, 0.85))
+                                         mixed_walk_ratios=MIXED_WALK_RATIOS)
         assert fitted.mixed_walk_ratio == ratio
         assert fitted.coefficients["mixed_decode_tail_keys"] == pytest.approx(COEF["mixed_decode_tail_keys"],
                                                                               rel=1e-5)
