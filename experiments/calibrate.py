@@ -355,6 +355,10 @@ def main(argv=None) -> int:
         if gap:
             print(f"the device's idle time between two overlapped steps (launch_gap_s, in its step term): "
                   f"{1e6 * gap:.1f} us")
+    errors = (model.device_model or model).metadata.get("mixed_walk_ratio_errors")
+    if errors:
+        print(f"mixed_walk_ratio {model.mixed_walk_ratio:g}, by weighted training error per candidate: "
+              + ", ".join(f"{r} {e:.4g}" for r, e in errors.items()))
     for name, s in report["eval"].items():
         print(f"not fitted on, {name}: {_fmt(s)}")
     print(f"wrote {args.out}")

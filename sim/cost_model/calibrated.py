@@ -624,7 +624,7 @@ class CalibratedCostModel(FittedCostModel):
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
-        coef, knee, offset, offset_per_key, walk_ratio = fit_coefficients(
+        coef, knee, offset, offset_per_key, walk_ratio, walk_errors = fit_coefficients(
             table, knee_candidates, block_size, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs,
             prefill_graph_max_tokens, prefill_span_grid, tuple(mixed_walk_ratios))
         rng = _fitted_range(table)
@@ -635,6 +635,9 @@ class CalibratedCostModel(FittedCostModel):
         if offset is not None:
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
             meta["profile_offset_per_prefill_key_s"] = offset_per_key     # ... and per key its prefills read
+        if walk_errors:
+            # how clearly the table picks the ratio: the search's weighted training error per candidate
+            meta["mixed_walk_ratio_errors"] = {f"{r:g}": e for r, e in walk_errors}
         return cls(coefficients=dict(zip(FEATURES, map(float, coef))), knee_tokens=knee, block_size=block_size,
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
                    single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,

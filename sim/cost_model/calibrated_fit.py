@@ -1,7 +1,7 @@
 """Fitting the `calibrated` cost model: its design matrix and a weighted, robust non-negative least squares.
 
     x = design_matrix(table, knee_tokens=4096, block_size=16)      # [rows, len(FEATURES)], one column per term
-    coef, knee, offset, offset_per_key = fit_coefficients(table)    # seconds per unit of each feature
+    fit = fit_coefficients(table)    # Fit: coefficients (seconds per unit of each feature), knee, offsets, walk ratio
 
 The design matrix is the step-time formula of sim/cost_model/calibrated.py
 written per table row; `CalibratedCostModel.predict_table` and
@@ -441,6 +441,7 @@ class Fit(NamedTuple):
     profile_offset_s: float | None  # the profile harness's own cost per step (not a model term); None: not fitted
     profile_offset_per_key_s: float | None          # ... and per key its prefill entries read (prefill_context_sum)
     mixed_walk_ratio: float = 1.0                   # mixed_decode_tail_keys' walk ratio (chosen by training error)
+    walk_ratio_errors: tuple = ()                   # ((ratio, weighted training error), ...) of the ratio search
 
 
 def profile_offset_columns(steps) -> np.ndarray | None:
@@ -533,14 +534,16 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     if best is None:
         coef, err, offset = fit(None, ratios[0])
         best = (err, None, coef, offset, ratios[0])
+    errors = [(float(ratios[0]), float(best[0]))]
     for ratio in ratios[1:]:
         coef, err, offset = fit(best[1], ratio)
+        errors.append((float(ratio), float(err)))
         if err < best[0] * (1 - 1e-9):
             best = (err, best[1], coef, offset, ratio)
     _, knee, coef, offset, ratio = best
     if knee is None:
         coef[FEATURES.index("tokens_over_knee")] = 0.0
-    return Fit(canonical_step_base(coef), knee, *offset, float(ratio))
+    return Fit(canonical_step_base(coef), knee, *offset, float(ratio), tuple(errors) if len(ratios) > 1 else ())
 
 
 def canonical_step_base(coef: np.ndarray) -> np.ndarray:

@@ -787,8 +787,9 @@ def test_prefill_host_after_share_is_what_the_launches_leave_of_the_host_cost_a_
 
 def test_the_fit_finds_the_walk_ratio_a_riding_decode_costs_from():
     """mixed_walk_ratio: a riding decode's keys cost from that share of the chunk's context on. A table priced with
-    0.9 or 0.8 is fitted back with that ratio (and its coefficients) from the default candidates; one priced with 1.0
-    keeps 1.0; the ratio is saved, loaded and priced the same way by the batch and the shape forms."""
+    0.9 or 0.8 is fitted back with that ratio (and its coefficients) from the default candidates, the least of the
+    training errors the fit records per candidate; one priced with 1.0 keeps 1.0; the ratio is saved, loaded and
+    priced the same way by the batch and the shape forms."""
     walk = [Shape("mixed", ((512, c - 512),), (int(f * c),) + (256,) * k) for c in (1024, 2048, 3072)
             for f in (0.7, 0.85, 0.95, 1.0, 1.2) for k in (0, 2)]
     for ratio in (0.8, 0.9, 1.0):
@@ -798,6 +799,9 @@ def test_the_fit_finds_the_walk_ratio_a_riding_decode_costs_from():
         fitted = CalibratedCostModel.fit(table, single_split_min_seqs=SPLIT, knee_candidates=(256,),
                                          mixed_walk_ratios=MIXED_WALK_RATIOS)
         assert fitted.mixed_walk_ratio == ratio
+        errors = fitted.metadata["mixed_walk_ratio_errors"]     # the search, one error per candidate
+        assert list(errors) == [f"{r:g}" for r in MIXED_WALK_RATIOS]
+        assert min(errors, key=errors.get) == f"{ratio:g}"
         assert fitted.coefficients["mixed_decode_tail_keys"] == pytest.approx(COEF["mixed_decode_tail_keys"],
                                                                               rel=1e-5)
         again = CalibratedCostModel.from_dict(fitted.to_dict())
