@@ -43,38 +43,15 @@ import pandas as pd
 
 from experiments import plots, policy_diff
 from experiments.results import atomic_write_text, write_json, write_parquet
+from experiments.saved_runs import workload_argv
 from experiments.sim_band import band_section
 from experiments.step_tables import run_was_overlapped
 from sim.cost_model.calibrated import PRICE_BAND
 
-# validate flags that belong to the engine side (dropped on re-make), with whether they take a value.
-ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-dir": True, "--steps-out": True,
-                "--max-wall-s": True, "--repeats": True, "--profile": True, "--threads": True, "--name": True,
-                "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
-                "--enforce-eager": False, "--attention-backend": True}
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
 PRICE_BIAS = PRICE_BAND   # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
-
-
-def workload_argv(saved_argv: list[str], traces_dir: str | None) -> list[str]:
-    """The stored validate argv without the engine-side flags; --trace re-rooted at traces_dir."""
-    out, i = [], 0
-    while i < len(saved_argv):
-        a = saved_argv[i]
-        flag = a.split("=", 1)[0]
-        if flag in ENGINE_FLAGS:
-            i += 1 + (ENGINE_FLAGS[flag] and "=" not in a)
-            continue
-        if flag == "--trace" and traces_dir:
-            path = a.split("=", 1)[1] if "=" in a else saved_argv[i + 1]
-            out += ["--trace", str(Path(traces_dir) / Path(path).name)]
-            i += 1 if "=" in a else 2
-            continue
-        out.append(a)
-        i += 1
-    return out
 
 
 def find_workloads(real_root: Path, only=None) -> dict[str, Path]:

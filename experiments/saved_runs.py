@@ -10,9 +10,11 @@ A validation with `--real-dir DIR` writes, next to its report, what the real sid
                               simulated side from them)
     DIR/config.json           the checkpoint's config (the roofline model's dimensions)
 
-`python -m experiments.validate --from-real DIR` with the same workload flags then loads those
-runs instead of replaying, and simulates against them: the same report, the real side measured
-once on the GPU, the simulated side recomputed (for example after refitting a cost model).
+`python -m experiments.validate --from-real DIR --name NAME` then loads those runs instead of
+replaying, and simulates against them: the same report, the real side measured once on the GPU,
+the simulated side recomputed (for example after refitting a cost model). The saved command's
+workload and scheduler flags are the defaults there (saved_argv; flags given after them win), so
+the workload need not be spelled again.
 """
 from __future__ import annotations
 
@@ -25,6 +27,41 @@ import pandas as pd
 
 from experiments.results import write_json, write_parquet
 from experiments.runner_engine import EngineRunConfig, RunResult, scheduler_config
+
+# validate flags that belong to the engine side (dropped on re-make), with whether they take a value.
+ENGINE_FLAGS = {"--model": True, "--device": True, "--real-dir": True, "--out-dir": True, "--steps-out": True,
+                "--max-wall-s": True, "--repeats": True, "--profile": True, "--threads": True, "--name": True,
+                "--record-decisions": False, "--no-roofline": False, "--no-plot": False, "--save-tables": False,
+                "--enforce-eager": False, "--attention-backend": True}
+
+
+def workload_argv(saved_argv: list[str], traces_dir: str | None) -> list[str]:
+    """The stored validate argv without the engine-side flags; --trace re-rooted at traces_dir."""
+    out, i = [], 0
+    while i < len(saved_argv):
+        a = saved_argv[i]
+        flag = a.split("=", 1)[0]
+        if flag in ENGINE_FLAGS:
+            i += 1 + (ENGINE_FLAGS[flag] and "=" not in a)
+            continue
+        if flag == "--trace" and traces_dir:
+            path = a.split("=", 1)[1] if "=" in a else saved_argv[i + 1]
+            out += ["--trace", str(Path(traces_dir) / Path(path).name)]
+            i += 1 if "=" in a else 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def saved_argv(real_dir, name: str, traces_dir: str | None = None) -> list[str]:
+    """The workload and scheduler flags of the validate command that kept `name`'s runs in real_dir
+    (workload_argv of its recorded argv), [] when none is recorded or the record is missing."""
+    path = Path(real_dir) / f"{name}_real.json"
+    if not path.is_file():
+        return []
+    argv = json.loads(path.read_text()).get("argv")
+    return workload_argv(argv, traces_dir) if argv else []
 
 
 def _paths(real_dir: Path, name: str, policy: str) -> tuple[Path, Path]:
@@ -103,6 +140,19 @@ class SavedReplays:
             raise ValueError(f"--policies {','.join(missing)}: no saved real run in {self.real_dir} (--name "
                              f"{self.name}); it holds {', '.join(saved) or 'none'}: give --policies "
                              f"{','.join(saved) or '...'}, or replay the others on the GPU with --real-dir")
+
+    def check_workload(self, specs, policy: str) -> None:
+        """ValueError, before any work, unless specs (the workload the flags give) are the requests of the kept
+        `policy` run: the same ids with the same prompt lengths."""
+        kept = pd.read_parquet(_paths(self.real_dir, self.name, policy)[0], columns=["request_id", "num_prompt_tokens"])
+        kept = dict(zip(kept["request_id"].astype(str), kept["num_prompt_tokens"].astype(int)))
+        here = {str(s.request_id): int(s.num_prompt_tokens) for s in specs}
+        if here == kept:
+            return
+        other = sorted(set(here) ^ set(kept)) or sorted(r for r in here if here[r] != kept[r])
+        raise ValueError(f"--from-real {self.real_dir}: the workload the flags give ({len(here)} requests) is not the "
+                         f"kept {policy} run's ({len(kept)}; request {other[0]} differs): drop the workload flags "
+                         f"given here (the kept command's are the defaults), or give the kept command's")
 
     def run(self, policy: str) -> RunResult:
         """The saved run of `policy`, as it was recorded."""

@@ -54,7 +54,7 @@ from experiments.profile import set_threads
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
 from experiments.runner_sim import make_cpu_cache_eviction
-from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run
+from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run, saved_argv
 from experiments.step_tables import priced_steps, run_was_overlapped
 from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
@@ -385,7 +385,10 @@ def parse_args(argv=None):
     ap.add_argument("--served-model", default=None, help="with --real-url: the model name to request (default: the "
                     "server's first /v1/models entry)")
     ap.add_argument("--from-real", default=None, help="replay nothing: load the real runs a --real-dir run kept "
-                    "there (same workload flags and --name) and simulate against them")
+                    "there (same --name) and simulate against them; the kept command's workload and scheduler "
+                    "flags are the defaults, flags given here win")
+    ap.add_argument("--traces-dir", default=None, help="with --from-real: where the traces the kept run read are "
+                    "here (its --trace path is re-rooted there, e.g. ../shared/traces)")
     ap.add_argument("--repeats", type=int, default=1, help="replay every policy this many times (the real-vs-real "
                     "floor); repeat k > 0 is kept in REAL_DIR/repeat<k> (needs --real-dir) and simulated by nothing")
     ap.add_argument("--record-decisions", action="store_true", help="keep the scheduler's decisions per step in "
@@ -397,6 +400,15 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.from_real:
+        # the kept command's workload and scheduler flags first, so the ones given here win
+        kept = saved_argv(args.from_real, args.name, args.traces_dir)
+        if kept:
+            args = parse_args([*kept, *(sys.argv[1:] if argv is None else argv)])
+        if args.trace and not Path(args.trace).is_file():
+            raise ValueError(f"--trace {args.trace}: no such file here (the kept run read it on its own machine); "
+                             f"give --traces-dir DIR, the folder holding {Path(args.trace).name} here "
+                             f"(e.g. --traces-dir ../shared/traces)")
     if not args.model and not args.from_real and not args.real_url:
         raise ValueError("--model CHECKPOINT_DIR is required (or --from-real DIR to reuse saved real runs)")
     policies = [parse_label(p).label for p in args.policies.split(",") if p.strip()]
@@ -430,6 +442,8 @@ def main(argv=None) -> int:
     # Clipped to the limit the engine settled on (a given --max-model-len was checked against the checkpoint).
     workload = build_workload(args, rep.max_model_len)
     specs = workload.specs()
+    if args.from_real:
+        rep.check_workload(specs, policies[0])
     print(f"engine ready: load {load_s:.1f} s, warm-up {warm_s:.1f} s, {rep.num_kvcache_blocks} KV blocks, "
           f"{rep.num_cpu_blocks} swap blocks{tier_note(rep, cfg)}; workload {workload.stats.source}: "
           f"{len(specs)} requests over "

@@ -95,7 +95,7 @@ def test_e2e_gain_is_the_e2e_change_per_unit_of_price_bias():
 
 
 def test_workload_argv_drops_engine_flags_and_reroots_traces():
-    from experiments.generalize import workload_argv
+    from experiments.saved_runs import workload_argv
     saved = ["--model", "/tmp/m", "--device", "cuda", "--trace", "/device/data/t.jsonl", "--max-requests", "5",
              "--record-decisions", "--repeats", "2", "--real-dir", "/x", "--policies", "vllm", "--no-roofline"]
     assert workload_argv(saved, "../shared/traces") == ["--trace", "../shared/traces/t.jsonl", "--max-requests",

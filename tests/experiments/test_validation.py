@@ -208,6 +208,16 @@ def test_cpu_validation_loop(tiny, tmp_path):
     assert redo["policies"]["vllm"]["real"]["summary"] == entry["real"]["summary"]
     assert redo["policies"]["vllm"]["sims"]["calibrated"]["e2e_s"] == cal["e2e_s"]
     assert redo["device"] == report["device"] and "loaded from" in redo["real_side"]
+    # without the workload flags: the kept command's are the defaults (the fit is the caller's, not the kept run's)
+    bare = tmp_path / "bare"
+    assert validate.main(["--from-real", str(tmp_path / "real"), "--out-dir", str(bare), "--name", "ci",
+                          "--profile", str(prof)]) == 0
+    kept = json.loads((bare / "validation_ci.json").read_text())
+    assert kept["workload"] == report["workload"] and kept["policies"]["vllm"]["sims"]["calibrated"]["e2e_s"] == \
+        cal["e2e_s"]
+    with pytest.raises(ValueError, match=r"the flags give \(12 requests\) is not the kept vllm run's \(24"):
+        validate.main(["--from-real", str(tmp_path / "real"), "--out-dir", str(bare), "--name", "ci",
+                       "--num-requests", "12"])
     with pytest.raises(FileNotFoundError, match="--real-dir"):
         validate.main(["--from-real", str(tmp_path / "real"), "--out-dir", str(again), "--name", "other", *workload])
 
