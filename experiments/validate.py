@@ -405,6 +405,7 @@ def main(argv=None) -> int:
         kept = saved_argv(args.from_real, args.name, args.traces_dir)
         if kept:
             args = parse_args([*kept, *(sys.argv[1:] if argv is None else argv)])
+        args.kept_argv = bool(kept)
         if args.trace and not Path(args.trace).is_file():
             raise ValueError(f"--trace {args.trace}: no such file here (the kept run read it on its own machine); "
                              f"give --traces-dir DIR, the folder holding {Path(args.trace).name} here "
@@ -440,7 +441,13 @@ def main(argv=None) -> int:
         warm_s = rep.warmup()
         device, model_dir, runner_device = _device_name(rep.runner), args.model, str(rep.runner.device)
     # Clipped to the limit the engine settled on (a given --max-model-len was checked against the checkpoint).
-    workload = build_workload(args, rep.max_model_len)
+    try:
+        workload = build_workload(args, rep.max_model_len)
+    except ValueError as e:
+        if args.from_real and not args.kept_argv:
+            raise ValueError(f"{e} ({args.from_real}/{args.name}_real.json keeps no command, from before commands "
+                             f"were kept: give the workload flags of the run that kept it)") from None
+        raise
     specs = workload.specs()
     if args.from_real:
         rep.check_workload(specs, policies[0])

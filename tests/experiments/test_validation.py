@@ -329,3 +329,14 @@ def test_from_real_refuses_a_policy_without_a_saved_run_before_any_work(tmp_path
         validate.main(["--from-real", str(real), "--name", "azure_conv", "--policies", "srpt,vllm",
                        "--out-dir", str(out)])
     assert not out.exists()
+
+
+def test_from_real_without_a_kept_command_asks_for_the_workload_flags(tmp_path):
+    # the committed Azure runs were kept before validate recorded its command: nothing to default the flags to
+    from pathlib import Path
+
+    from experiments import validate
+    real = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "real"
+    with pytest.raises(ValueError, match=r"azure_conv_real.json keeps no command.*give the workload flags"):
+        validate.main(["--from-real", str(real), "--name", "azure_conv", "--policies", "vllm",
+                       "--out-dir", str(tmp_path / "val")])
