@@ -388,7 +388,7 @@ def parse_args(argv=None):
                     "there (same --name) and simulate against them; the kept command's workload and scheduler "
                     "flags are the defaults, flags given here win")
     ap.add_argument("--traces-dir", default=None, help="with --from-real: where the traces the kept run read are "
-                    "here (its --trace path is re-rooted there, e.g. ../shared/traces)")
+                    "here (its --trace path is re-rooted there)")
     ap.add_argument("--repeats", type=int, default=1, help="replay every policy this many times (the real-vs-real "
                     "floor); repeat k > 0 is kept in REAL_DIR/repeat<k> (needs --real-dir) and simulated by nothing")
     ap.add_argument("--record-decisions", action="store_true", help="keep the scheduler's decisions per step in "
