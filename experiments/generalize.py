@@ -43,7 +43,7 @@ import pandas as pd
 
 from experiments import plots, policy_diff
 from experiments.results import atomic_write_text, write_json, write_parquet
-from experiments.saved_runs import workload_argv
+from experiments.saved_runs import saved_argv
 from experiments.sim_band import band_section
 from experiments.step_tables import run_was_overlapped
 from sim.cost_model.calibrated import PRICE_BAND
@@ -311,10 +311,9 @@ def main(argv=None) -> int:
     workloads = find_workloads(root, args.workloads.split(",") if args.workloads else None)
     rows, kinds, diffs, commands, argvs = [], [], [], {}, {}
     for name, wl_dir in workloads.items():
-        meta = json.loads((wl_dir / f"{name}_real.json").read_text())
-        if not meta.get("argv"):
+        wl_argv = saved_argv(wl_dir, name, args.traces_dir)
+        if not wl_argv:
             raise ValueError(f"{wl_dir}: {name}_real.json keeps no validate argv (saved before argv was recorded)")
-        wl_argv = workload_argv(meta["argv"], args.traces_dir)
         argvs[name] = wl_argv
         cmd = ["--from-real", str(wl_dir), "--name", name, "--profile", args.profile, "--no-roofline", "--no-plot",
                "--out-dir", str(out / "reports"), *wl_argv]

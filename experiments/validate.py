@@ -400,16 +400,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.from_real:
-        # the kept command's workload and scheduler flags first, so the ones given here win
-        kept = saved_argv(args.from_real, args.name, args.traces_dir)
-        if kept:
-            args = parse_args([*kept, *(sys.argv[1:] if argv is None else argv)])
-        args.kept_argv = bool(kept)
-        if args.trace and not Path(args.trace).is_file():
-            raise ValueError(f"--trace {args.trace}: no such file here (the kept run read it on its own machine); "
-                             f"give --traces-dir DIR, the folder holding {Path(args.trace).name} here "
-                             f"(e.g. --traces-dir ../shared/traces)")
+    kept = saved_argv(args.from_real, args.name, args.traces_dir) if args.from_real else []
+    if kept:        # the kept command's workload and scheduler flags first, so the ones given here win
+        args = parse_args([*kept, *(sys.argv[1:] if argv is None else argv)])
+    if args.from_real and args.trace and not Path(args.trace).is_file():
+        raise ValueError(f"--trace {args.trace}: no such file here (the kept run read it on its own machine); "
+                         f"give --traces-dir DIR, the folder holding {Path(args.trace).name} on this machine")
     if not args.model and not args.from_real and not args.real_url:
         raise ValueError("--model CHECKPOINT_DIR is required (or --from-real DIR to reuse saved real runs)")
     policies = [parse_label(p).label for p in args.policies.split(",") if p.strip()]
@@ -444,7 +440,7 @@ def main(argv=None) -> int:
     try:
         workload = build_workload(args, rep.max_model_len)
     except ValueError as e:
-        if args.from_real and not args.kept_argv:
+        if args.from_real and not kept:
             raise ValueError(f"{e} ({args.from_real}/{args.name}_real.json keeps no command, from before commands "
                              f"were kept: give the workload flags of the run that kept it)") from None
         raise
