@@ -7,7 +7,7 @@
 #   STAGES="decode_heavy prefix_share" benchmarks/gpu_generalize.sh [--out DIR]
 #   benchmarks/gpu_generalize.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, every stage
 #
-# Stages (STAGES, default: all; each logs, and a failing stage never stops the next):
+# Stages (STAGES, default: all but host_breakdown; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
 #                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm_swap and sarathi: device seconds
@@ -22,6 +22,9 @@
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
 #   bursty         gamma arrivals with cv 3.5, prompts 100-2,000, outputs 50-400
 #   priority       two priority classes (30% / 70%), prompts 200-1,500, outputs 50-300
+#   host_breakdown (only when named) prefill_heavy fcfs at its 768 KV blocks and at 6,144, prefix_share fcfs, each
+#                  once, overlapped, with benchmarks/host_breakdown.py's timers: where a step's host seconds before
+#                  its launch go, against the cache's cached-free blocks   -> host_breakdown_<run>.parquet
 # Every workload replays fcfs, vllm, vllm+chunked (chunked prefill on), vllm_swap and two of sjf / srpt / mlfq /
 # sarathi / priority, REPEATS times each (default 2: the real-vs-real floor), with the scheduler's decisions
 # recorded; nothing is simulated here. Outputs (--out, default $OUT, else benchmarks/results/generalize):
@@ -43,7 +46,9 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
-select_stages "fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority"
+# host_breakdown only when named
+STAGES="${STAGES:-fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority}"
+select_stages "fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority host_breakdown"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
@@ -183,7 +188,7 @@ fi
 
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
 for wl in $ALL_STAGES; do
-  case "$wl" in fit|calib_prefix|calib_busy) continue ;; esac
+  case "$wl" in fit|calib_prefix|calib_busy|host_breakdown) continue ;; esac
   has_stage "$wl" || continue
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
@@ -191,6 +196,19 @@ for wl in $ALL_STAGES; do
     --max-wall-s "$MAX_WALL_S" --out-dir "$WORK/real/$wl" --name "$wl" --real-dir "$WORK/real/$wl" "${OVERLAP_FLAG[@]}" \
     ${POLICIES:+--policies "$POLICIES"}
 done
+
+# host_breakdown: a diagnostic of the fit's host terms, not a family (files beside the log, not in the archive)
+if has_stage host_breakdown; then
+  for run in prefill_heavy:768 prefill_heavy:6144 prefix_share:6144; do
+    wl="${run%%:*}"; blocks="${run##*:}"
+    # shellcheck disable=SC2046
+    stage "host_breakdown_${wl}_$blocks" "$T_REPLAY" "$PY" benchmarks/host_breakdown.py \
+      --out "$OUT_DIR/host_breakdown_${wl}_$blocks.parquet" -- --model "$CKPT" --device "$DEVICE" \
+      $(workload_flags "$wl") --num-kvcache-blocks "$blocks" --policies fcfs --max-model-len "$MAX_MODEL_LEN" \
+      --num-cpu-blocks 2048 --no-roofline --no-plot --max-wall-s "$MAX_WALL_S" --overlap-scheduling \
+      --out-dir "$WORK/host_breakdown" --name "host_breakdown_${wl}_$blocks"
+  done
+fi
 
 # One archive (a device run returns at most 8 files): real/<workload>/ (runs, repeats, reports) and the calib steps.
 archive_real "experiments.generalize --real-root real"

@@ -1,0 +1,113 @@
+"""Where a step's host seconds before its launch go: one real replay (experiments.validate, same flags) with
+timers around the scheduler and each part of the model runner's launch, one row per launched step.
+
+    python benchmarks/host_breakdown.py --out FILE.parquet -- <experiments.validate flags>
+
+Columns (seconds unless named otherwise): schedule_s (Scheduler.schedule: admission, block allocation, prefix
+lookup), launch_s (ModelRunner.launch, whole), build_s (StepInputBuilder.build: numpy inputs), to_device_s (the
+eager forward's host -> device copies), logits_s (the forward: to_device_s, the launches or a graph replay),
+sampler_s, gc_s (the garbage collector's pauses inside the launch and schedule), gc_gen2 (full collections among them),
+wait_s = launch_s - build_s - logits_s - sampler_s (the rest: waits on events, token copies),
+stream_busy_at_launch / stream_busy_after (the device still ran earlier work when the launch began / ended: a
+launch that ends on an idle stream waited for it), num_prefill_tokens, num_prefill_seqs, num_decode_seqs,
+num_cached_free_blocks, num_free_blocks. Not part of the suite: a diagnostic for the host terms of the fit.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROWS: list[dict] = []
+_state = {"gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "part": {}}
+
+
+def _gc_callback(phase, info):
+    if phase == "start":
+        _state["gc_t0"] = time.perf_counter()
+    else:
+        _state["gc_s"] += time.perf_counter() - _state["gc_t0"]
+        _state["gc_gen2"] += info.get("generation") == 2
+
+
+def _timed(cls, name: str, key: str):
+    orig = getattr(cls, name)
+
+    def wrapper(self, *a, **k):
+        t0 = time.perf_counter()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            _state["part"][key] = _state["part"].get(key, 0.0) + time.perf_counter() - t0
+    setattr(cls, name, wrapper)
+
+
+def install() -> None:
+    import torch
+
+    from engine.core.scheduler import Scheduler
+    from engine.layers.sampler import Sampler
+    from engine.model_runner import ModelRunner
+    from engine.step_inputs import StepInputBuilder
+
+    gc.callbacks.append(_gc_callback)
+    orig_schedule, orig_launch = Scheduler.schedule, ModelRunner.launch
+
+    def schedule(self, *a, **k):
+        g0 = _state["gc_s"]
+        t0 = time.perf_counter()
+        out = orig_schedule(self, *a, **k)
+        _state["schedule_s"] = time.perf_counter() - t0
+        _state["schedule_gc_s"] = _state["gc_s"] - g0
+        _state["sched"] = self
+        return out
+
+    def launch(self, batch):
+        _state["part"] = {}
+        g0, n0 = _state["gc_s"], _state["gc_gen2"]
+        stream = torch.cuda.current_stream(self.device) if self.is_cuda else None
+        busy0 = stream is not None and not stream.query()
+        t0 = time.perf_counter()
+        out = orig_launch(self, batch)
+        launch_s = time.perf_counter() - t0
+        busy1 = stream is not None and not stream.query()
+        p = _state["part"]
+        bm = _state["sched"].block_manager if _state["sched"] is not None else None
+        ROWS.append(dict(
+            schedule_s=_state["schedule_s"], launch_s=launch_s, build_s=p.get("build", 0.0),
+            to_device_s=p.get("to_device", 0.0), logits_s=p.get("logits", 0.0), sampler_s=p.get("sampler", 0.0),
+            gc_s=_state["gc_s"] - g0 + _state.get("schedule_gc_s", 0.0), gc_gen2=_state["gc_gen2"] - n0,
+            wait_s=launch_s - sum(p.get(k, 0.0) for k in ("build", "logits", "sampler")),
+            stream_busy_at_launch=busy0, stream_busy_after=busy1, num_prefill_seqs=batch.num_prefill_seqs,
+            num_prefill_tokens=batch.num_prefill_tokens, num_decode_seqs=batch.num_decode_seqs,
+            num_cached_free_blocks=bm.num_cached_free_blocks if bm is not None else -1,
+            num_free_blocks=bm.num_free_blocks if bm is not None else -1))
+        _state["schedule_s"], _state["schedule_gc_s"] = 0.0, 0.0
+        return out
+
+    Scheduler.schedule, ModelRunner.launch = schedule, launch
+    _timed(StepInputBuilder, "build", "build")
+    _timed(ModelRunner, "_to_device", "to_device")
+    _timed(ModelRunner, "_logits", "logits")
+    _timed(Sampler, "__call__", "sampler")
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv or argv[:1] != ["--out"]:
+        print("usage: host_breakdown.py --out FILE.parquet -- <experiments.validate flags>", file=sys.stderr)
+        return 2
+    out = Path(argv[1])
+    install()
+    from experiments import validate
+    rc = validate.main(argv[argv.index("--") + 1:])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(ROWS).to_parquet(out)
+    print(f"host_breakdown: {len(ROWS)} launches -> {out}")
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
