@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root, where servelab is not installed
+
 ROWS: list[dict] = []
 _state = {"gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "part": {}}
 
