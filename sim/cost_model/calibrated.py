@@ -120,8 +120,9 @@ seconds; the loop terms loop_step and loop_seqs after its tokens (sim/overlap_ti
 tables hold each step's device seconds (`device_time_s`: CUDA events in the profile and the overlapped
 replays), experiments.calibrate fits the same terms to those alone (the file's `device` model, at the
 overlapped replays' level: the profile offset below, and 95% of the row weights on the replays,
-DEVICE_RUN_SHARE; the profile's swap shapes count their step time as device time, a swap's copies running on
-the device's stream), and then the host's share on what it leaves of the synchronous replays' steps
+DEVICE_RUN_SHARE, of which each step kind gets at least 5%, DEVICE_KIND_FLOOR; the profile's swap shapes count
+their step time as device time, a swap's copies running on the device's stream), and then the host's share on
+what it leaves of the synchronous replays' steps
 (calibrated_fit.fit_host_terms: step, eager_step, num_seqs, loop_prefill_tokens, the hit terms and the loop terms): the
 step-time model is the device model plus those host terms (CalibratedCostModel.fit_device_plus_host), and
 host = step - device is exactly them: on the H200 0.22 ms a step, 0.40 ms a prefill step, 0.23 us a prefill
@@ -598,7 +599,7 @@ class CalibratedCostModel(FittedCostModel):
             metadata: Mapping | None = None, objective: str = "relative", robust: bool = True,
             single_split_min_seqs: int | None = None, run_share: float = 0.5, prefill_span_pairs: float | None = None,
             prefill_graph_max_tokens: int | None = None, prefill_span_grid: PrefillSpanGrid | None = None,
-            mixed_walk_ratios: Sequence[float] = (1.0,), **options) -> "CalibratedCostModel":
+            mixed_walk_ratios: Sequence[float] = (1.0,), kind_floor: float = 0.0, **options) -> "CalibratedCostModel":
         """Robust NNLS (calibrated_fit.robust_nnls); the knee with the least weighted error wins.
 
         steps: a table with STEP_TABLE_COLUMNS (rows with duration_s <= 0 or NaN are dropped).
@@ -606,7 +607,8 @@ class CalibratedCostModel(FittedCostModel):
         single_split_min_seqs: see __init__ (experiments.calibrate derives it from the profile's SM and KV-head
         counts); None leaves decode_tail_keys and decode_split_keys out.
         run_share: the real runs' share of the row weights where the table mixes profile and run rows
-        (calibrated_fit.source_weights; default: equal shares).
+        (calibrated_fit.source_weights; default: equal shares); kind_floor: each step kind's least share of the
+        runs' weight (source_weights; default 0: none).
         prefill_span_pairs: see __init__ (experiments.calibrate derives it from the profile's SM and head counts);
         None leaves prefill_attention_span out, as does prefill_span_grid (see __init__; it takes precedence).
         prefill_graph_max_tokens: see __init__ (from the profile).
@@ -614,7 +616,7 @@ class CalibratedCostModel(FittedCostModel):
         if options:
             raise TypeError(f"unknown fit option(s) {sorted(options)}; allowed: knee_candidates, block_size, "
                             f"metadata, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs, "
-                            f"prefill_graph_max_tokens, prefill_span_grid")
+                            f"prefill_graph_max_tokens, prefill_span_grid, mixed_walk_ratios, kind_floor")
         if "duration_s" not in steps:
             raise ValueError("step table lacks the target column 'duration_s'")
         y = np.asarray(steps["duration_s"], dtype=np.float64)
@@ -626,12 +628,12 @@ class CalibratedCostModel(FittedCostModel):
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
         coef, knee, offset, offset_per_key, walk_ratio, walk_errors = fit_coefficients(
             table, knee_candidates, block_size, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs,
-            prefill_graph_max_tokens, prefill_span_grid, tuple(mixed_walk_ratios))
+            prefill_graph_max_tokens, prefill_span_grid, tuple(mixed_walk_ratios), kind_floor)
         rng = _fitted_range(table)
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta.update(num_fit_rows=int(len(table["duration_s"])), objective=objective, robust=bool(robust),
-                    run_share=float(run_share))
+                    run_share=float(run_share), kind_floor=float(kind_floor))
         if offset is not None:
             meta["profile_offset_s"] = offset     # the profile harness's own cost per step, not priced
             meta["profile_offset_per_prefill_key_s"] = offset_per_key     # ... and per key its prefills read

@@ -418,21 +418,51 @@ def fit_host_terms(steps, x: np.ndarray, device_s: np.ndarray) -> np.ndarray | N
     return coef
 
 
-def source_weights(steps, run_share: float = 0.5) -> np.ndarray:
+def step_kind_codes(steps) -> np.ndarray:
+    """Each row's step kind (STEP_KINDS index): 0 decode (no prefill entry), 1 prefill entries alone of which one
+    samples (a whole prompt or a last chunk), 2 prefill entries alone that sample nothing (intermediate chunks),
+    3 mixed (prefill entries and decodes)."""
+    npf, nd = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    return np.where(npf == 0, 0, np.where(nd > 0, 3, np.where(_col(steps, "num_prefill_samples") > 0, 1, 2)))
+
+
+STEP_KINDS = ("decode", "prefill", "chunk", "mixed")
+
+
+def source_weights(steps, run_share: float = 0.5, kind_floor: float = 0.0) -> np.ndarray:
     """Per-row weights giving the real runs' rows (serving_loop 1) run_share of the total weight and the profile
     rows (0) the rest (default: equal shares).
 
     A replay has ~100x the rows of a profile grid; unweighted, it decides every shared coefficient alone and
     the grid's large batches (a replay at a few req/s never reaches them) stop counting. A `fit_group` column
     (0 profile, 1 run), where present, names the sources instead of serving_loop: a device-time table has no
-    serving-loop share in any row (experiments.calibrate.device_table)."""
+    serving-loop share in any row (experiments.calibrate.device_table).
+
+    kind_floor: each step kind of the runs' rows (step_kind_codes) gets at least this share of the runs' weight,
+    the others theirs in proportion to their rows. A replay holds a kind it rarely makes in a few rows among
+    thousands of decodes (on one H100 34 intermediate chunks alone among 10k rows), so without a floor the fit
+    trades that kind's price for the common ones' last tenth of a percent (experiments.calibrate:
+    DEVICE_KIND_FLOOR)."""
     if not 0.0 < run_share < 1.0:
         raise ValueError(f"run_share must be in (0, 1), got {run_share}")
+    if not 0.0 <= kind_floor < 1.0 / len(STEP_KINDS):
+        raise ValueError(f"kind_floor must be in [0, {1 / len(STEP_KINDS):g}), got {kind_floor}")
     loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
     n_run, n_prof = float(loop.sum()), float(len(loop) - loop.sum())
     if n_run == 0 or n_prof == 0:
-        return np.ones(len(loop))
-    return np.where(loop == 1, run_share * len(loop) / n_run, (1 - run_share) * len(loop) / n_prof)
+        w = np.ones(len(loop))
+    else:
+        w = np.where(loop == 1, run_share * len(loop) / n_run, (1 - run_share) * len(loop) / n_prof)
+    run = loop == 1
+    if kind_floor > 0 and run.any():
+        kind, total = step_kind_codes(steps), w[run].sum()
+        counts = {k: int((run & (kind == k)).sum()) for k in range(len(STEP_KINDS))}
+        shares = {k: max(n / n_run, kind_floor) for k, n in counts.items() if n}
+        norm = sum(shares.values())
+        for k, share in shares.items():
+            rows = run & (kind == k)
+            w[rows] = total * share / norm / counts[k]
+    return w
 
 
 class Fit(NamedTuple):
@@ -479,19 +509,20 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
                      single_split_min_seqs: int | None = None, run_share: float = 0.5,
                      prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
                      prefill_span_grid: PrefillSpanGrid | None = None,
-                     mixed_walk_ratios: Sequence[float] = (1.0,)) -> Fit:
+                     mixed_walk_ratios: Sequence[float] = (1.0,), kind_floor: float = 0.0) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
     or a device-time table (a `fit_group` column) that mixes them: the runs' device seconds set the level.
-    run_share: the real runs' share of the row weights (source_weights).
+    run_share: the real runs' share of the row weights, kind_floor each step kind's least share of it
+    (source_weights).
 
     steps: a table with STEP_TABLE_COLUMNS whose duration_s are all finite and > 0 (the caller filters).
     """
     y = np.asarray(steps["duration_s"], dtype=np.float64)
     eager_tokens = np.where(_col(steps, "num_prefill_seqs") > 0,
                             _col(steps, "num_prefill_tokens") + _col(steps, "num_decode_seqs"), 0.0)
-    weights = source_weights(steps, run_share)
+    weights = source_weights(steps, run_share, kind_floor)
     loop_coef = fit_loop_terms(steps)
     loop_cols = [FEATURES.index(name) for name in LOOP_TERMS]
     target, row_weights, dropped = y, weights, [FEATURES.index(name) for name in UNFITTED]

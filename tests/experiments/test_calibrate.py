@@ -86,6 +86,7 @@ def test_device_seconds_give_a_device_model_and_the_host_share_overlap_hides(tmp
     assert calibrate.main([str(path), "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["device"]["metadata"]["target"] == "device_time_s"
+    assert data["device"]["metadata"]["kind_floor"] == calibrate.DEVICE_KIND_FLOOR > 0    # every step kind counts
     assert data["metadata"]["device_heldout"]["median_rel_err"] < 0.01
     cm = CalibratedCostModel(data)
     assert cm.device_model.coefficients["decode_context_sum"] == pytest.approx(

@@ -379,6 +379,34 @@ def test_device_fit_takes_the_runs_level_and_share():
         source_weights(table, run_share=1.0)
 
 
+def test_kind_floor_lifts_a_rare_step_kind_to_its_share_of_the_runs_weight():
+    """source_weights(kind_floor): among the run rows, a kind below the floor (2 intermediate chunks alone in 200
+    rows) gets the floor's share, normalised with the others, which keep their proportions; the profile's share
+    and every row's weight within its kind are unchanged; a floor of 0 changes nothing."""
+    from sim.cost_model.calibrated_fit import STEP_KINDS, source_weights, step_kind_codes
+    n_prof, n_dec, n_mix, n_chunk = 20, 150, 48, 2
+    table = pd.DataFrame(dict(
+        fit_group=[0] * n_prof + [1] * (n_dec + n_mix + n_chunk),
+        num_prefill_seqs=[0] * n_prof + [0] * n_dec + [1] * n_mix + [1] * n_chunk,
+        num_decode_seqs=[4] * n_prof + [4] * n_dec + [3] * n_mix + [0] * n_chunk,
+        num_prefill_samples=[0] * n_prof + [0] * n_dec + [1] * n_mix + [0] * n_chunk))
+    kind = step_kind_codes(table)
+    assert [STEP_KINDS[k] for k in kind[-3:]] == ["mixed", "chunk", "chunk"]
+    plain = source_weights(table, run_share=0.95)
+    w = source_weights(table, run_share=0.95, kind_floor=0.05)
+    run = table["fit_group"].to_numpy() == 1
+    assert w[run].sum() / w.sum() == pytest.approx(0.95)
+    assert np.array_equal(w[~run], plain[~run])
+    share = {k: w[run & (kind == k)].sum() / w[run].sum() for k in (0, 2, 3)}
+    norm = 150 / 200 + 48 / 200 + 0.05
+    assert share[2] == pytest.approx(0.05 / norm)
+    assert share[0] / share[3] == pytest.approx(150 / 48)
+    for k in (0, 2, 3):
+        assert np.ptp(w[run & (kind == k)]) == 0
+    assert np.array_equal(source_weights(table, run_share=0.95, kind_floor=0.0), plain)
+    with pytest.raises(ValueError, match="kind_floor"):
+        source_weights(table, run_share=0.95, kind_floor=0.3)
+
 def test_the_split_threshold_matches_the_decode_kernel(monkeypatch):
     """calibrated_fit.decode_single_split_min_seqs is the batch size from which choose_num_splits picks 1."""
     import torch
