@@ -200,7 +200,7 @@ done
 # host_breakdown: a diagnostic of the fit's host terms, not a family (files beside the log, not in the archive)
 if has_stage host_breakdown; then
   for run in prefill_heavy:768 prefill_heavy:6144 prefix_share:6144; do
-    wl="${run%%:*}"; blocks="${run##*:}"
+    wl="${run%%:*}"; blocks="${run##*:}"     # --num-kvcache-blocks and --policies after the family's own: they win
     # shellcheck disable=SC2046
     stage "host_breakdown_${wl}_$blocks" "$T_REPLAY" "$PY" benchmarks/host_breakdown.py \
       --out "$OUT_DIR/host_breakdown_${wl}_$blocks.parquet" -- --model "$CKPT" --device "$DEVICE" \

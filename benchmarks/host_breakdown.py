@@ -24,7 +24,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root, where servelab is not installed
 
 ROWS: list[dict] = []
-_state = {"gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "part": {}}
+_state = {"gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "schedule_gc_s": 0.0,
+          "part": {}}
 
 
 def _gc_callback(phase, info):
@@ -81,7 +82,7 @@ def install() -> None:
         ROWS.append(dict(
             schedule_s=_state["schedule_s"], launch_s=launch_s, build_s=p.get("build", 0.0),
             to_device_s=p.get("to_device", 0.0), logits_s=p.get("logits", 0.0), sampler_s=p.get("sampler", 0.0),
-            gc_s=_state["gc_s"] - g0 + _state.get("schedule_gc_s", 0.0), gc_gen2=_state["gc_gen2"] - n0,
+            gc_s=_state["gc_s"] - g0 + _state["schedule_gc_s"], gc_gen2=_state["gc_gen2"] - n0,
             wait_s=launch_s - sum(p.get(k, 0.0) for k in ("build", "logits", "sampler")),
             stream_busy_at_launch=busy0, stream_busy_after=busy1, num_prefill_seqs=batch.num_prefill_seqs,
             num_prefill_tokens=batch.num_prefill_tokens, num_decode_seqs=batch.num_decode_seqs,

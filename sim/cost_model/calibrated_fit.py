@@ -418,15 +418,15 @@ def fit_host_terms(steps, x: np.ndarray, device_s: np.ndarray) -> np.ndarray | N
     return coef
 
 
+STEP_KINDS = ("decode", "prefill", "chunk", "mixed")
+
+
 def step_kind_codes(steps) -> np.ndarray:
     """Each row's step kind (STEP_KINDS index): 0 decode (no prefill entry), 1 prefill entries alone of which one
     samples (a whole prompt or a last chunk), 2 prefill entries alone that sample nothing (intermediate chunks),
     3 mixed (prefill entries and decodes)."""
     npf, nd = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     return np.where(npf == 0, 0, np.where(nd > 0, 3, np.where(_col(steps, "num_prefill_samples") > 0, 1, 2)))
-
-
-STEP_KINDS = ("decode", "prefill", "chunk", "mixed")
 
 
 def source_weights(steps, run_share: float = 0.5, kind_floor: float = 0.0) -> np.ndarray:
@@ -455,13 +455,10 @@ def source_weights(steps, run_share: float = 0.5, kind_floor: float = 0.0) -> np
         w = np.where(loop == 1, run_share * len(loop) / n_run, (1 - run_share) * len(loop) / n_prof)
     run = loop == 1
     if kind_floor > 0 and run.any():
-        kind, total = step_kind_codes(steps), w[run].sum()
-        counts = {k: int((run & (kind == k)).sum()) for k in range(len(STEP_KINDS))}
-        shares = {k: max(n / n_run, kind_floor) for k, n in counts.items() if n}
-        norm = sum(shares.values())
-        for k, share in shares.items():
-            rows = run & (kind == k)
-            w[rows] = total * share / norm / counts[k]
+        kind = step_kind_codes(steps)[run].astype(np.int64)
+        counts = np.bincount(kind, minlength=len(STEP_KINDS))             # [kinds] run rows of each kind
+        shares = np.where(counts > 0, np.maximum(counts / n_run, kind_floor), 0.0)
+        w[run] = (w[run].sum() * shares / shares.sum() / np.maximum(counts, 1))[kind]
     return w
 
 
@@ -530,8 +527,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
         # The loop terms are known: fit the rest on what they leave (the relative weights stay those of y).
         rest = y - design_matrix(steps, None, block_size)[:, loop_cols] @ loop_coef
         target, row_weights, dropped = np.maximum(rest, 1e-3 * y), weights * rest / y, loop_cols
-    seqs = _col(steps, "num_prefill_seqs") + _col(steps, "num_decode_seqs")
-    if not ((seqs > 0) & (_col(steps, "num_prefill_samples") + _col(steps, "num_decode_seqs") == 0)).any():
+    if not (step_kind_codes(steps) == STEP_KINDS.index("chunk")).any():
         # every step samples (no intermediate chunk): lm_head_step is step's twin, and step keeps it all
         dropped = [*dropped, FEATURES.index("lm_head_step")]
     # Without the measured step, loop_step is fitted jointly and already takes the run-minus-profile difference;
