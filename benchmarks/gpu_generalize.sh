@@ -17,6 +17,10 @@
 #   calib_busy     the Azure conversation family again, later requests (CAL_BUSY_SKIP..) at CAL_BUSY_RATE req/s
 #                  (default 40), overlapped, vllm: decode batches of 9-64 sequences, which the 6 req/s replays never
 #                  reach (at most 8), for the device model on CPU   -> calib_overlap steps (_busy) in the archive
+#   calib_mixed    the shared-prefix calibration workload with more groups (fresh prefixes) and outputs of 32-320 tokens,
+#                  overlapped, sarathi: chunks at 1-8k context carrying 3-16 decodes of 2-8k context, which the other
+#                  replays hardly reach (their chunks carry 1-2 long decodes or several short ones), for the device
+#                  model on CPU   -> calib_overlap steps (_mixed) in the archive
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
@@ -47,8 +51,8 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
 # host_breakdown only when named
-STAGES="${STAGES:-fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority}"
-select_stages "fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority host_breakdown"
+STAGES="${STAGES:-fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority}"
+select_stages "fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority host_breakdown"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
@@ -63,6 +67,10 @@ if [ "$SMOKE" = 1 ]; then
               --workload-set num_groups=2 --workload-set prefix_len.lo=64 --workload-set prefix_len.hi=256
               --workload-set suffix_len.lo=8 --workload-set suffix_len.hi=64 --workload-set output_len.lo=2
               --workload-set output_len.hi=8)
+  CAL_MIXED=(--num-kvcache-blocks 64 --workload-set num_requests=12 --workload-set arrival.rate_rps=30
+             --workload-set num_groups=6 --workload-set prefix_len.lo=64 --workload-set prefix_len.hi=256
+             --workload-set suffix_len.lo=8 --workload-set suffix_len.hi=64 --workload-set output_len.lo=4
+             --workload-set output_len.hi=24)
 else
   TAG="$(gpu_card)_qwen3_0p6b";  # the card the files come from (gpu_lib.sh gpu_card)
   DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
@@ -75,6 +83,12 @@ else
               --workload-set arrival.rate_rps=8 --workload-set num_groups=6 --workload-set prefix_len.lo=256
               --workload-set prefix_len.hi=7168 --workload-set suffix_len.lo=16 --workload-set suffix_len.hi=768
               --workload-set output_len.lo=16 --workload-set output_len.hi=96)
+  # 160 requests at 8 req/s over 60 prefixes (most arrive fresh), outputs long enough that 3-16 decodes of 2-8k keys
+  # ride each chunk: ~1,000 mixed steps in ~25 s (simulated with the h100_1206b fit)
+  CAL_MIXED=(--num-kvcache-blocks 4096 --num-cpu-blocks 2048 --workload-set num_requests=160
+             --workload-set arrival.rate_rps=8 --workload-set num_groups=60 --workload-set prefix_len.lo=256
+             --workload-set prefix_len.hi=7168 --workload-set suffix_len.lo=16 --workload-set suffix_len.hi=768
+             --workload-set output_len.lo=32 --workload-set output_len.hi=320)
 fi
 CAL_SKIP="${CAL_SKIP:-300}"
 # several policies: one steps table each (calib_steps_<tag>_<policy>.parquet), all fitted on
@@ -186,9 +200,17 @@ if has_stage calib_busy; then
   fi
 fi
 
+# calib_mixed: chunks carrying several long decodes (mixed steps' device seconds), overlapped, for the device model
+if has_stage calib_mixed; then
+  stage calib_mixed "$T_REPLAY" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" \
+    --workload shared_prefix "${CAL_MIXED[@]}" --max-model-len "$MAX_MODEL_LEN" --policies sarathi --overlap-scheduling \
+    --max-wall-s "$MAX_WALL_S" --no-roofline --no-plot --out-dir "$WORK" --name calib_mixed \
+    --steps-out "$WORK/real/calib_overlap_steps_${TAG}_mixed.parquet"
+fi
+
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
 for wl in $ALL_STAGES; do
-  case "$wl" in fit|calib_prefix|calib_busy|host_breakdown) continue ;; esac
+  case "$wl" in fit|calib_prefix|calib_busy|calib_mixed|host_breakdown) continue ;; esac
   has_stage "$wl" || continue
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
