@@ -49,6 +49,7 @@ from experiments.step_tables import run_was_overlapped
 from sim.cost_model.calibrated import PRICE_BAND
 
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
+RIDING_BINS = (1, 3, 9, 1 << 30)       # mixed steps by the decodes riding their chunk: the mixed terms' reach
 PRICE_BIAS = PRICE_BAND   # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
@@ -69,8 +70,8 @@ def find_workloads(real_root: Path, only=None) -> dict[str, Path]:
 
 
 def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.DataFrame:
-    """Sum of predicted / sum of real cycle times of a real run's steps, by kind and by prefill size
-    (overlapped: priced as overlap scheduling runs them)."""
+    """Sum of predicted / sum of real cycle times of a real run's steps, by kind, by prefill size and, for mixed
+    steps, by the number of decodes riding the chunk (overlapped: priced as overlap scheduling runs them)."""
     from experiments.step_tables import priced_steps
     st, pred = priced_steps(steps, cost_model, overlapped)
     true = st["duration_s"].to_numpy()
@@ -78,10 +79,13 @@ def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.
     swap = st["num_swap_blocks"].to_numpy() > 0
     kind = np.where(swap, "swap", np.where(pf & dec, "mixed", np.where(pf, "prefill", "decode")))
     tokens = st["num_prefill_tokens"].to_numpy()
+    riding = np.where(kind == "mixed", st["num_decode_seqs"].to_numpy(), 0)
     rows = []
     for name, mask in [(k, kind == k) for k in ("decode", "prefill", "mixed", "swap")] + [
             (f"prefill tokens {lo}-{hi if hi < 1 << 30 else 'max'}", pf & (tokens >= lo) & (tokens < hi))
-            for lo, hi in zip(PREFILL_BINS[:-1], PREFILL_BINS[1:])] + [("all", np.ones(len(st), bool))]:
+            for lo, hi in zip(PREFILL_BINS[:-1], PREFILL_BINS[1:])] + [
+            (f"mixed, {lo}-{hi - 1 if hi < 1 << 30 else 'max'} decodes riding", (riding >= lo) & (riding < hi))
+            for lo, hi in zip(RIDING_BINS[:-1], RIDING_BINS[1:])] + [("all", np.ones(len(st), bool))]:
         if mask.any():
             rows.append(dict(kind=name, num_steps=int(mask.sum()), real_s=float(true[mask].sum()),
                              pred_s=float(pred[mask].sum()), sum_ratio=float(pred[mask].sum() / true[mask].sum()),

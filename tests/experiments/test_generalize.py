@@ -288,3 +288,21 @@ def test_a_quantile_miss_inside_the_simulators_own_band_is_counted_apart():
     assert s["ttft_quantile_misses_inside_sim_band"] == [2, 1] and s["e2e_quantile_misses_inside_sim_band"] == [0, 0]
     assert s["cells_quantiles_goal_floor_or_band"] == 1
     assert "inside the simulator's own band: TTFT 1 of 2" in summary_line(s)
+
+
+def test_step_kinds_split_mixed_steps_by_the_decodes_riding_their_chunk(monkeypatch):
+    """Mixed steps fall in exactly one riding-decode bin (1-2, 3-8, 9+), with their own real and predicted sums;
+    decode and prefill steps in none."""
+    from experiments import step_tables
+    st = pd.DataFrame({"num_prefill_seqs": [0, 1, 1, 1, 1, 1], "num_decode_seqs": [5, 0, 1, 2, 3, 9],
+                       "num_prefill_tokens": [0, 512, 500, 500, 500, 500], "num_swap_blocks": [0] * 6,
+                       "duration_s": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
+    pred = np.array([1.0, 2.0, 3.3, 4.4, 5.0, 12.0])
+    monkeypatch.setattr(step_tables, "priced_steps", lambda steps, cm, overlapped=False: (steps, pred))
+    from experiments.generalize import step_kinds
+    kinds = step_kinds(st, None).set_index("kind")
+    assert kinds.loc["mixed, 1-2 decodes riding", "num_steps"] == 2
+    assert kinds.loc["mixed, 1-2 decodes riding", "sum_ratio"] == pytest.approx(7.7 / 7.0)
+    assert kinds.loc["mixed, 3-8 decodes riding", "sum_ratio"] == pytest.approx(1.0)
+    assert kinds.loc["mixed, 9-max decodes riding", "real_s"] == 6.0
+    assert kinds.loc["mixed", "num_steps"] == 4
