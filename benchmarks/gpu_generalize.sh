@@ -7,7 +7,7 @@
 #   STAGES="decode_heavy prefix_share" benchmarks/gpu_generalize.sh [--out DIR]
 #   benchmarks/gpu_generalize.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, every stage
 #
-# Stages (STAGES, default: all but host_breakdown; each logs, and a failing stage never stops the next):
+# Stages (STAGES, default: all but calib_mixed and host_breakdown; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
 #                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm_swap and sarathi: device seconds
@@ -17,10 +17,11 @@
 #   calib_busy     the Azure conversation family again, later requests (CAL_BUSY_SKIP..) at CAL_BUSY_RATE req/s
 #                  (default 40), overlapped, vllm: decode batches of 9-64 sequences, which the 6 req/s replays never
 #                  reach (at most 8), for the device model on CPU   -> calib_overlap steps (_busy) in the archive
-#   calib_mixed    the shared-prefix calibration workload with more groups (fresh prefixes) and outputs of 32-320 tokens,
+#   calib_mixed    (only when named) the shared-prefix calibration workload with more groups (fresh prefixes) and outputs of 32-320 tokens,
 #                  overlapped, sarathi: chunks at 1-8k context carrying 3-16 decodes of 2-8k context, which the other
 #                  replays hardly reach (their chunks carry 1-2 long decodes or several short ones), for the device
-#                  model on CPU   -> calib_overlap steps (_mixed) in the archive
+#                  model on CPU   -> calib_overlap steps (_mixed) in the archive. A diagnostic of the mixed-step terms:
+#                  in the fit it made the suite worse (docs/validation.md, h100_1206c)
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
@@ -50,8 +51,8 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
-# host_breakdown only when named
-STAGES="${STAGES:-fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority}"
+# calib_mixed and host_breakdown only when named
+STAGES="${STAGES:-fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority}"
 select_stages "fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority host_breakdown"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
