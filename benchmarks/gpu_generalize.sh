@@ -17,11 +17,11 @@
 #   calib_busy     the Azure conversation family again, later requests (CAL_BUSY_SKIP..) at CAL_BUSY_RATE req/s
 #                  (default 40), overlapped, vllm: decode batches of 9-64 sequences, which the 6 req/s replays never
 #                  reach (at most 8), for the device model on CPU   -> calib_overlap steps (_busy) in the archive
-#   calib_mixed    (only when named) the shared-prefix calibration workload with more groups (fresh prefixes) and outputs of 32-320 tokens,
-#                  overlapped, sarathi: chunks at 1-8k context carrying 3-16 decodes of 2-8k context, which the other
-#                  replays hardly reach (their chunks carry 1-2 long decodes or several short ones), for the device
-#                  model on CPU   -> calib_overlap steps (_mixed) in the archive. A diagnostic of the mixed-step terms:
-#                  in the fit it made the suite worse (docs/validation.md, h100_1206c)
+#   calib_mixed    (only when named) the shared-prefix calibration workload with more groups (fresh prefixes) and
+#                  outputs of 32-320 tokens, overlapped, sarathi: chunks at 1-8k context carrying 3-16 decodes of
+#                  2-8k context, which the other replays hardly reach (their chunks carry 1-2 long decodes or several
+#                  short ones)   -> calib_overlap steps (_mixed) in the archive. A diagnostic of the mixed-step
+#                  terms: in the device fit it made the suite worse (docs/validation.md, h100_1206c)
 #   prefill_heavy  prompts 2,000-7,400 tokens, outputs 16-64, Poisson
 #   decode_heavy   prompts 16-128, outputs 300-800, Poisson, a KV cache small enough to preempt
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
