@@ -68,10 +68,8 @@ if [ "$SMOKE" = 1 ]; then
               --workload-set num_groups=2 --workload-set prefix_len.lo=64 --workload-set prefix_len.hi=256
               --workload-set suffix_len.lo=8 --workload-set suffix_len.hi=64 --workload-set output_len.lo=2
               --workload-set output_len.hi=8)
-  CAL_MIXED=(--num-kvcache-blocks 64 --workload-set num_requests=12 --workload-set arrival.rate_rps=30
-             --workload-set num_groups=6 --workload-set prefix_len.lo=64 --workload-set prefix_len.hi=256
-             --workload-set suffix_len.lo=8 --workload-set suffix_len.hi=64 --workload-set output_len.lo=4
-             --workload-set output_len.hi=24)
+  CAL_MIXED=("${CAL_PREFIX[@]}" --workload-set num_requests=12 --workload-set arrival.rate_rps=30   # later ones win
+             --workload-set num_groups=6 --workload-set output_len.lo=4 --workload-set output_len.hi=24)
 else
   TAG="$(gpu_card)_qwen3_0p6b";  # the card the files come from (gpu_lib.sh gpu_card)
   DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
@@ -86,9 +84,7 @@ else
               --workload-set output_len.lo=16 --workload-set output_len.hi=96)
   # 160 requests at 8 req/s over 60 prefixes (most arrive fresh), outputs long enough that 3-16 decodes of 2-8k keys
   # ride each chunk: ~1,000 mixed steps in ~25 s (simulated with the h100_1206b fit)
-  CAL_MIXED=(--num-kvcache-blocks 4096 --num-cpu-blocks 2048 --workload-set num_requests=160
-             --workload-set arrival.rate_rps=8 --workload-set num_groups=60 --workload-set prefix_len.lo=256
-             --workload-set prefix_len.hi=7168 --workload-set suffix_len.lo=16 --workload-set suffix_len.hi=768
+  CAL_MIXED=("${CAL_PREFIX[@]}" --workload-set num_requests=160 --workload-set num_groups=60   # later ones win
              --workload-set output_len.lo=32 --workload-set output_len.hi=320)
 fi
 CAL_SKIP="${CAL_SKIP:-300}"

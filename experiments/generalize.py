@@ -73,11 +73,13 @@ def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.
     """Sum of predicted / sum of real cycle times of a real run's steps, by kind, by prefill size and, for mixed
     steps, by the number of decodes riding the chunk (overlapped: priced as overlap scheduling runs them)."""
     from experiments.step_tables import priced_steps
+    from sim.cost_model.calibrated_fit import STEP_KINDS, step_kind_codes
     st, pred = priced_steps(steps, cost_model, overlapped)
     true = st["duration_s"].to_numpy()
-    pf, dec = st["num_prefill_seqs"].to_numpy() > 0, st["num_decode_seqs"].to_numpy() > 0
+    pf = st["num_prefill_seqs"].to_numpy() > 0
     swap = st["num_swap_blocks"].to_numpy() > 0
-    kind = np.where(swap, "swap", np.where(pf & dec, "mixed", np.where(pf, "prefill", "decode")))
+    # the fit's step kinds (decode, prefill, chunk, mixed), a chunk alone counted with the prefills, swaps apart
+    kind = np.where(swap, "swap", np.array([{"chunk": "prefill"}.get(k, k) for k in STEP_KINDS])[step_kind_codes(st)])
     tokens = st["num_prefill_tokens"].to_numpy()
     riding = np.where(kind == "mixed", st["num_decode_seqs"].to_numpy(), 0)
     rows = []

@@ -296,6 +296,7 @@ def test_step_kinds_split_mixed_steps_by_the_decodes_riding_their_chunk(monkeypa
     from experiments import step_tables
     st = pd.DataFrame({"num_prefill_seqs": [0, 1, 1, 1, 1, 1], "num_decode_seqs": [5, 0, 1, 2, 3, 9],
                        "num_prefill_tokens": [0, 512, 500, 500, 500, 500], "num_swap_blocks": [0] * 6,
+                       "num_prefill_samples": [0, 1, 0, 1, 0, 1],
                        "duration_s": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
     pred = np.array([1.0, 2.0, 3.3, 4.4, 5.0, 12.0])
     monkeypatch.setattr(step_tables, "priced_steps", lambda steps, cm, overlapped=False: (steps, pred))

@@ -407,6 +407,7 @@ def test_kind_floor_lifts_a_rare_step_kind_to_its_share_of_the_runs_weight():
     with pytest.raises(ValueError, match="kind_floor"):
         source_weights(table, run_share=0.95, kind_floor=0.3)
 
+
 def test_the_split_threshold_matches_the_decode_kernel(monkeypatch):
     """calibrated_fit.decode_single_split_min_seqs is the batch size from which choose_num_splits picks 1."""
     import torch
