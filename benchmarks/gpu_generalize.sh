@@ -7,7 +7,7 @@
 #   STAGES="decode_heavy prefix_share" benchmarks/gpu_generalize.sh [--out DIR]
 #   benchmarks/gpu_generalize.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, every stage
 #
-# Stages (STAGES, default: all but calib_mixed and host_breakdown; each logs, and a failing stage never stops the next):
+# Stages (STAGES, default: all but calib_mixed, busy_chunked and host_breakdown; each logs, and a failing stage never stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
 #                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm_swap and sarathi: device seconds
@@ -27,6 +27,9 @@
 #   prefix_share   Mooncake's synthetic trace (rows 3,780..), shared prefix blocks, rate-scaled
 #   bursty         gamma arrivals with cv 3.5, prompts 100-2,000, outputs 50-400
 #   priority       two priority classes (30% / 70%), prompts 200-1,500, outputs 50-300
+#   busy_chunked   (only when named) Poisson 25 req/s, prompts 200-2,000, outputs 100-500, a cache that holds them:
+#                  tens of requests decoding at once, so chunked steps carry tens of riding decodes, a regime the
+#                  other families and the calibration replays (at most 16) never reach
 #   host_breakdown (only when named) prefill_heavy fcfs at its 768 KV blocks and at 6,144, prefix_share fcfs, each
 #                  once, overlapped, with benchmarks/host_breakdown.py's timers: where a step's host seconds before
 #                  its launch go, against the cache's cached-free blocks   -> host_breakdown_<run>.parquet
@@ -51,9 +54,9 @@ set -uo pipefail
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
-# calib_mixed and host_breakdown only when named
+# calib_mixed, busy_chunked and host_breakdown only when named
 STAGES="${STAGES:-fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority}"
-select_stages "fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority host_breakdown"
+select_stages "fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority busy_chunked host_breakdown"
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)
@@ -104,6 +107,7 @@ workload_flags() {
       prefix_share) echo "--trace $TRACES_DIR/synthetic_trace.jsonl --skip-requests 3780 --max-requests 10 --target-rate-rps 20 --num-kvcache-blocks 96 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
       bursty) echo "--num-requests 10 --arrival gamma --cv 3.5 --rate-rps 20 --prompt-len 16:128 --output-len 4:24 --num-kvcache-blocks 32 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
       priority) echo "--num-requests 12 --arrival poisson --rate-rps 30 --prompt-len 16:128 --output-len 4:24 --priority-classes 0:0.3,1:0.7 --num-kvcache-blocks 24 --policies fcfs,vllm,vllm+chunked,vllm_swap,priority,sjf" ;;
+      busy_chunked) echo "--num-requests 12 --arrival poisson --rate-rps 40 --prompt-len 16:128 --output-len 8:24 --num-kvcache-blocks 64 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
     esac
   else
     case "$1" in
@@ -112,6 +116,7 @@ workload_flags() {
       prefix_share) echo "--trace $TRACES_DIR/synthetic_trace.jsonl --skip-requests 3780 --max-requests 170 --target-rate-rps 14 --num-kvcache-blocks 6144 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
       bursty) echo "--num-requests 120 --arrival gamma --cv 3.5 --rate-rps 10 --prompt-len 100:2000 --output-len 50:400 --num-kvcache-blocks 1024 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,mlfq" ;;
       priority) echo "--num-requests 240 --arrival poisson --rate-rps 20 --prompt-len 200:1500 --output-len 50:300 --priority-classes 0:0.3,1:0.7 --num-kvcache-blocks 768 --policies fcfs,vllm,vllm+chunked,vllm_swap,priority,sjf" ;;
+      busy_chunked) echo "--num-requests 200 --arrival poisson --rate-rps 25 --prompt-len 200:2000 --output-len 100:500 --num-kvcache-blocks 4096 --policies fcfs,vllm,vllm+chunked,vllm_swap,srpt,sarathi" ;;
     esac
   fi
 }
