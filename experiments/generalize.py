@@ -50,6 +50,7 @@ from sim.cost_model.calibrated import PRICE_BAND
 
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
 RIDING_BINS = (1, 3, 9, 1 << 30)       # mixed steps by the decodes riding their chunk: the mixed terms' reach
+STALL_MARGIN_S = 1e-3  # a launch stall: host seconds before a launch this much beyond the fit's (near_launch_stalls)
 PRICE_BIAS = PRICE_BAND   # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
@@ -70,8 +71,9 @@ def find_workloads(real_root: Path, only=None) -> dict[str, Path]:
 
 
 def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.DataFrame:
-    """Sum of predicted / sum of real cycle times of a real run's steps, by kind, by prefill size and, for mixed
-    steps, by the number of decodes riding the chunk (overlapped: priced as overlap scheduling runs them)."""
+    """Sum of predicted / sum of real cycle times of a real run's steps, by kind, by prefill size, for mixed
+    steps by the number of decodes riding the chunk and, for an overlapped run with launch stalls, by whether a
+    step is near one (near_launch_stalls) (overlapped: priced as overlap scheduling runs them)."""
     from experiments.step_tables import priced_steps
     from sim.cost_model.calibrated_fit import STEP_KINDS, step_kind_codes
     st, pred = priced_steps(steps, cost_model, overlapped)
@@ -82,17 +84,40 @@ def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.
     kind = np.where(swap, "swap", np.array([{"chunk": "prefill"}.get(k, k) for k in STEP_KINDS])[step_kind_codes(st)])
     tokens = st["num_prefill_tokens"].to_numpy()
     riding = np.where(kind == "mixed", st["num_decode_seqs"].to_numpy(), 0)
+    stalls = []
+    if overlapped and "launch_host_s" in st:
+        near = near_launch_stalls(st, cost_model.overlap_parts_table(st)[0])
+        if near is not None and near.any():
+            stalls = [("near a launch stall", near), ("away from launch stalls", ~near)]
     rows = []
     for name, mask in [(k, kind == k) for k in ("decode", "prefill", "mixed", "swap")] + [
             (f"prefill tokens {lo}-{hi if hi < 1 << 30 else 'max'}", pf & (tokens >= lo) & (tokens < hi))
             for lo, hi in zip(PREFILL_BINS[:-1], PREFILL_BINS[1:])] + [
             (f"mixed, {lo}-{hi - 1 if hi < 1 << 30 else 'max'} decodes riding", (riding >= lo) & (riding < hi))
-            for lo, hi in zip(RIDING_BINS[:-1], RIDING_BINS[1:])] + [("all", np.ones(len(st), bool))]:
+            for lo, hi in zip(RIDING_BINS[:-1], RIDING_BINS[1:])] + stalls + [("all", np.ones(len(st), bool))]:
         if mask.any():
             rows.append(dict(kind=name, num_steps=int(mask.sum()), real_s=float(true[mask].sum()),
                              pred_s=float(pred[mask].sum()), sum_ratio=float(pred[mask].sum() / true[mask].sum()),
                              share_of_real=float(true[mask].sum() / true.sum())))
     return pd.DataFrame(rows)
+
+
+def near_launch_stalls(steps: pd.DataFrame, expected_s, margin_s: float = STALL_MARGIN_S) -> np.ndarray | None:
+    """[rows] bool, an overlapped run's steps in order: a launch stall and the step before it, whose row waits for
+    that launch while the device idles (sim/overlap_timeline.py). A stall: the host's seconds from the step's
+    schedule to its launch (launch_host_s) exceed expected_s, the cost model's host seconds before that launch
+    ([rows] or a scalar), by more than the run's median excess plus margin_s (the median takes out a constant:
+    launch_host_s also counts the launch call, on an H100 ~0.45 ms more than the model's share). None without
+    launch_host_s. The cost model prices the host's usual work, a long prefill's or a prefix hit's included; a
+    stall (a pause of the engine's process or of its host) is not in it, so step_kinds shows the steps by a stall
+    apart: a bias there is the host's, elsewhere the fit's."""
+    if "launch_host_s" not in steps:
+        return None
+    excess = steps["launch_host_s"].to_numpy(dtype=np.float64) - expected_s
+    if not np.isfinite(excess).any():
+        return None
+    stall = np.nan_to_num(excess - np.nanmedian(excess), nan=0.0) > margin_s
+    return stall | np.r_[stall[1:], False]
 
 
 def floors(wl_dir: Path, name: str) -> tuple[dict, dict]:

@@ -579,10 +579,16 @@ class CalibratedCostModel(FittedCostModel):
         them (overlap_parts_s, sim/overlap_timeline.py); a row starting after a gap behind the row before
         (start_time_s, and the recorded measured_duration_s or else duration_s) was scheduled on an idle device, and a
         row with block copies (swaps, CPU-tier loads or offloads) waited for the device before its launch."""
+        if not overlapped:
+            return self._design(steps) @ self._coefficient_vector()
+        before, device, after = self.overlap_parts_table(steps)
+        return overlapped_row_s(before, device, after, table_restarts(steps), copy_blocks(steps) > 0)
+
+    def overlap_parts_table(self, steps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """overlap_parts_s of every row of a step table, vectorized: ([rows] host seconds before the launch,
+        [rows] device seconds, [rows] host seconds after the tokens)."""
         x = self._design(steps)
         total = x @ self._coefficient_vector()
-        if not overlapped:
-            return total
         if self.device_model is not None:
             host = np.maximum(total - self._device_table_s(steps, x), 0.0)
         else:
@@ -591,7 +597,7 @@ class CalibratedCostModel(FittedCostModel):
         cols = [FEATURES.index(f) for f in LOOP_TERMS]
         loop = x[:, cols] @ np.array([self.coefficients[FEATURES[i]] for i in cols])
         loop = np.minimum(loop + self._after_ptok * x[:, FEATURES.index("loop_prefill_tokens")], host)
-        return overlapped_row_s(host - loop, total - host, loop, table_restarts(steps), copy_blocks(steps) > 0)
+        return host - loop, total - host, loop
 
     # -- fitting and files ---------------------------------------------------------------
     @classmethod

@@ -307,3 +307,36 @@ def test_step_kinds_split_mixed_steps_by_the_decodes_riding_their_chunk(monkeypa
     assert kinds.loc["mixed, 3-8 decodes riding", "sum_ratio"] == pytest.approx(1.0)
     assert kinds.loc["mixed, 9-max decodes riding", "real_s"] == 6.0
     assert kinds.loc["mixed", "num_steps"] == 4
+
+
+def test_step_kinds_set_the_steps_by_a_launch_stall_apart(monkeypatch):
+    """An overlapped run: a step whose launch took more than STALL_MARGIN_S beyond the cost model's host seconds
+    before it (after the run's median excess, a constant), and the step before it (its row waits for that launch),
+    are 'near a launch stall', the rest 'away'; the two split 'all'. A long launch the model expects (step 1) is no
+    stall, nor is a constant offset. A synchronous run, one without launch_host_s or one without stalls gets
+    neither row."""
+    from experiments import step_tables
+    from experiments.generalize import STALL_MARGIN_S, near_launch_stalls, step_kinds
+    launch = np.array([0.5e-3, 2.5e-3, 0.5e-3, 0.6e-3, 4.0e-3, 0.5e-3])
+    expected = np.array([0.5e-3, 2.4e-3, 0.5e-3, 0.5e-3, 0.5e-3, 0.5e-3])     # step 1: a long prefill's launch
+    st = pd.DataFrame({"num_prefill_seqs": [0] * 6, "num_decode_seqs": [8] * 6, "num_prefill_tokens": [0] * 6,
+                       "num_swap_blocks": [0] * 6, "num_prefill_samples": [0] * 6,
+                       "duration_s": [2.0, 2.0, 2.0, 6.0, 3.0, 2.0], "launch_host_s": launch})
+    assert near_launch_stalls(st, expected).tolist() == [False, False, False, True, True, False]
+    assert not near_launch_stalls(st, expected, margin_s=4e-3).any() and STALL_MARGIN_S < 3.4e-3
+    assert near_launch_stalls(st, expected - 0.4e-3).tolist() == near_launch_stalls(st, expected).tolist()
+    pred = np.full(6, 2.0)
+    monkeypatch.setattr(step_tables, "priced_steps", lambda steps, cm, overlapped=False: (steps, pred))
+
+    class Model:
+        def overlap_parts_table(self, steps):
+            return expected[:len(steps)], None, None
+
+    kinds = step_kinds(st, Model(), overlapped=True).set_index("kind")
+    assert kinds.loc["near a launch stall", "sum_ratio"] == pytest.approx(4.0 / 9.0)
+    assert kinds.loc["away from launch stalls", "sum_ratio"] == pytest.approx(1.0)
+    assert kinds.loc["near a launch stall", "share_of_real"] == pytest.approx(9.0 / 17.0)
+    assert "near a launch stall" not in step_kinds(st, Model())["kind"].tolist()
+    assert "near a launch stall" not in step_kinds(st.drop(columns="launch_host_s"), Model(), True)["kind"].tolist()
+    calm = st.assign(launch_host_s=expected)
+    assert "near a launch stall" not in step_kinds(calm, Model(), overlapped=True)["kind"].tolist()

@@ -525,6 +525,20 @@ def test_table_and_batch_forms_agree():
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
 
 
+def test_overlap_parts_table_is_overlap_parts_s_of_every_row():
+    """The table form of a device-plus-host model's three parts (before the launch, device, after the tokens)
+    equals the batch form row by row, and the parts add up to the step's price."""
+    device = CalibratedCostModel(coefficients={k: 0.8 * v for k, v in COEF.items()}, single_split_min_seqs=SPLIT,
+                                 knee_tokens=64)
+    cm = CalibratedCostModel(coefficients=dict(COEF, loop_step=2e-5, loop_seqs=1e-6), single_split_min_seqs=SPLIT,
+                             knee_tokens=64, device=device)
+    table, batches = _table(_shapes(), cm)
+    parts = np.column_stack(cm.overlap_parts_table(table))
+    np.testing.assert_allclose(parts, [cm.overlap_parts_s(b) for b in batches], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(parts.sum(axis=1), cm.predict_table(table), rtol=1e-12)
+    assert (parts[:, 2] > 0).any() and (parts[:, 0] > 0).any()
+
+
 def test_v1_file_loads_with_one_swap_cost_for_both_directions(tmp_path):
     v1 = {"format": "servelab.calibrated_cost_model/v1", "knee_tokens": 2048, "block_size": 16,
           "coefficients": {"step": 4e-3, "prefill_step": 2e-2, "swap_step": 3e-4, "swap_blocks": 2e-4,
