@@ -19,8 +19,7 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
     prefill_context_tokens   per key a prefill entry reads, sum_j c_j (cached prefix + new tokens): the KV
                              bytes of prefill attention, which a prefix-cache hit or a late chunk of a long
                              prompt reads without computing them
-    decode_context_sum       per key read by decode attention in a pure-decode step (sum of decode context
-                             lengths: KV bytes)
+    decode_context_sum       per key read by decode attention (sum of decode context lengths: KV bytes)
     lm_head_rows             per sampled row (finished prefills + decodes): LM head and sampler
     tokens_over_knee         per token of a step with prefill entries beyond `knee_tokens` (prefill tokens +
                              decodes): a piecewise-linear token cost. Where such a step runs eagerly, its device
@@ -114,12 +113,6 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              simulator adds cold_start_s to that step): CPU and GPU leave their idle power states.
                              On the H200 the calibration replays' steps after 20 ms or more of idle ran 0.3-0.44 ms
                              longer than the model without it priced them, after a shorter gap 0-0.2 ms
-    mixed_decode_keys        per key read by the decodes riding a step with prefill entries: their programs run
-                             beside the chunk's, so a key costs less than in a pure-decode step until the riding
-                             walk outlasts the chunk's (mixed_decode_tail_keys). On an H100 one per-key price for
-                             both priced chunks carrying 3-8 decodes of 2-8k keys 2.6-5.7% high and 9-16 decodes
-                             11-14% high (benchmarks/results/generalize/h100_1206c/). A file without it prices
-                             them at decode_context_sum
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's
@@ -201,7 +194,7 @@ from sim.cost_model.calibrated_fit import (
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
-from sim.cost_model.prefill_span import PrefillSpanGrid, decode_entries, decode_walk_keys
+from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import overlapped_row_s, table_restarts
 
 FORMAT = "servelab.calibrated_cost_model/v3"
@@ -284,8 +277,6 @@ class CalibratedCostModel(FittedCostModel):
         c = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
         if "prefill_attention_span_alone" not in coefficients:   # a file fitted before the split: one per-key cost
             c["prefill_attention_span_alone"] = c["prefill_attention_span"]
-        if "mixed_decode_keys" not in coefficients:   # a file fitted before the split: riding keys as decode keys
-            c["mixed_decode_keys"] = c["decode_context_sum"]
         bad = {f: v for f, v in c.items() if not (v >= 0 and np.isfinite(v))}
         if bad:
             raise ValueError(f"coefficients must be finite and >= 0 (seconds per unit), got {bad}")
@@ -310,9 +301,6 @@ class CalibratedCostModel(FittedCostModel):
             raise ValueError(f"prefill_graph_max_tokens must be >= 0 or None, got {prefill_graph_max_tokens}")
         self.prefill_graph_max_tokens = int(prefill_graph_max_tokens) if prefill_graph_max_tokens else None
         self._graph_tokens = prefill_graph_sizes(self.prefill_graph_max_tokens or 0)
-        # a graph step's decodes are the prefill kernel's entries (prefill_span.py); needs the largest graph's size
-        self._riding = bool(prefill_span_grid is not None and prefill_span_grid.riding_decodes
-                            and self.prefill_graph_max_tokens)
         if self.prefill_span_pairs is None and self.prefill_span_grid is None:
             c["prefill_attention_span"] = c["prefill_attention_span_alone"] = 0.0
         if not 0.0 < float(mixed_walk_ratio) <= 1.0:
@@ -336,8 +324,7 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
          self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
-         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold,
-         self._mixed_dctx) = (c[f] for f in FEATURES)
+         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -398,8 +385,7 @@ class CalibratedCostModel(FittedCostModel):
         n_pre = len(prefill_new_tokens)
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
-        t = (self._step + self._loop_step + self._decode_seq * num_decode_seqs
-             + (self._mixed_dctx if n_pre else self._dctx) * decode_context_sum)
+        t = self._step + self._loop_step + self._decode_seq * num_decode_seqs + self._dctx * decode_context_sum
         if not n_pre:
             t += self._graph_s(num_decode_seqs)
         if not n_pre and max_decode_context_len is not None and (self._dec_tail or self._dec_split):
@@ -414,8 +400,6 @@ class CalibratedCostModel(FittedCostModel):
                 - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
             samples = n_pre if num_prefill_samples is None else num_prefill_samples
             step_tokens = self._padded_tokens(pre_tokens + num_decode_seqs)      # what the graph's GEMMs run
-            # the decodes are the prefill kernel's entries too (prefill_span.decode_entries)
-            riding = num_decode_seqs and self._riding and pre_tokens + num_decode_seqs <= self.prefill_graph_max_tokens
             t += (self._eager + self._loop_pstep + (self._seq + self._loop_seq) * n_pre
                   + self._ptok * (step_tokens - num_decode_seqs) + self._loop_ptok * pre_tokens + self._pairs * pairs
                   + self._psmall * min(step_tokens - num_decode_seqs, SMALL_PREFILL_TOKENS)
@@ -424,20 +408,14 @@ class CalibratedCostModel(FittedCostModel):
                 t += self._lm_step
             if self._span or self._span_alone:
                 grid = self.prefill_span_grid
-                if riding:
-                    dn, dc = decode_entries(num_decode_seqs, decode_context_sum, max_decode_context_len)
-                    keys, lone = grid.span_entries([*prefill_new_tokens, *dn], [*prefill_context_lens, *dc])
-                    keys = max(keys, decode_walk_keys(grid, num_decode_seqs, decode_context_sum,
-                                                      max_decode_context_len))
-                    t += (self._span_alone if lone else self._span) * keys
-                elif grid is not None:
+                if grid is not None:
                     keys, lone = grid.span_entries(prefill_new_tokens, prefill_context_lens)
                     t += (self._span_alone if lone else self._span) * keys
                 else:
                     t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
             if step_tokens > self._knee:
                 t += self._knee_slope * (step_tokens - self._knee)
-            if num_decode_seqs and self._dtail and not riding:
+            if num_decode_seqs and self._dtail:
                 # without the longest decode context, the mean is the bound the sum gives
                 longest = max_decode_context_len if max_decode_context_len is not None \
                     else decode_context_sum / num_decode_seqs
@@ -544,7 +522,7 @@ class CalibratedCostModel(FittedCostModel):
         """CostModel.step_time_s (the CPU tier's copies included) plus the longest decode context, which only
         this model prices."""
         p = batch.num_prefill_seqs
-        if len(batch.context_lens) == p or not ((self._dtail or self._riding) if p else self.prices_longest_decode):
+        if len(batch.context_lens) == p or not (self._dtail if p else self.prices_longest_decode):
             return super().step_time_s(batch)
         shape = StepShape.from_batch(batch)
         if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:

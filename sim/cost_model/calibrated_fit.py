@@ -43,7 +43,7 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
             *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
             "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks",
-            "lm_head_step", "cold_step", "mixed_decode_keys")
+            "lm_head_step", "cold_step")
 SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
 COLD_IDLE_S = 0.02           # cold_step: a run row scheduled after the loop sat idle at least this long
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
@@ -136,29 +136,17 @@ def serving_loop_flags(steps) -> np.ndarray:
 MIXED_WALK_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)
 
 
-def riding_rows(steps, grid: PrefillSpanGrid | None, graph_max_tokens: int | None) -> np.ndarray:
-    """[rows] bool: steps whose decodes are entries of the prefill kernel (a grid with riding_decodes, prefill
-    entries and decodes, and a step the engine runs from a prefill CUDA graph: its tokens and decodes fit the largest,
-    graph_max_tokens; the eager path attends the decodes with the decode kernel instead)."""
-    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
-    if grid is None or not grid.riding_decodes or not graph_max_tokens:
-        return np.zeros(len(p_seqs), bool)
-    return (p_seqs > 0) & (d_seqs > 0) & (_col(steps, "num_prefill_tokens") + d_seqs <= graph_max_tokens)
-
-
-def mixed_decode_tail_keys(steps, walk_ratio: float = 1.0, riding: np.ndarray | None = None) -> np.ndarray:
+def mixed_decode_tail_keys(steps, walk_ratio: float = 1.0) -> np.ndarray:
     """Per row: keys by which a step's longest decode context exceeds walk_ratio times its longest prefill context,
     in steps with prefill entries (0 otherwise, and 0 for a table without the recorder's max_*_context_tokens
     columns). walk_ratio < 1: a decode entry's one program per KV head walks its keys alone, slower per key than
     the chunk's programs, which share theirs 16 a head, so the decode's walk becomes the step's critical path
-    before it is as long as the chunk's (on an H100's replays from about 0.9 of it: docs/validation.md).
-    riding: [rows] bool (riding_rows), 0 there: those decodes' walks are in prefill_attention_span."""
+    before it is as long as the chunk's (on an H100's replays from about 0.9 of it: docs/validation.md)."""
     p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     if "max_decode_context_tokens" not in steps or "max_prefill_context_tokens" not in steps:
         return np.zeros_like(p_seqs)
     tail = _col(steps, "max_decode_context_tokens") - float(walk_ratio) * _col(steps, "max_prefill_context_tokens")
-    mixed = (p_seqs > 0) & (d_seqs > 0) & (True if riding is None else ~riding)
-    return np.where(mixed, np.maximum(np.nan_to_num(tail), 0.0), 0.0)
+    return np.where((p_seqs > 0) & (d_seqs > 0), np.maximum(np.nan_to_num(tail), 0.0), 0.0)
 
 
 def decode_single_split_min_seqs(num_sms: int | None, num_kv_heads: int | None) -> int | None:
@@ -226,26 +214,20 @@ def prefill_span_pairs_per_key(num_sms: int | None, num_q_heads: int | None, num
     return None if grid is None else float(grid.tile_tokens) * grid.slots / grid.num_kv_heads
 
 
-def prefill_attention_span(steps, pairs_per_key: float | None, grid: PrefillSpanGrid | None = None,
-                           riding: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def prefill_attention_span(steps, pairs_per_key: float | None,
+                           grid: PrefillSpanGrid | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row with prefill entries: the keys the prefill kernel's busiest program slot reads, as (rows whose
     programs share SMs, rows whose programs each have an SM to itself: PrefillSpanGrid.runs_alone), the columns
     prefill_attention_span and prefill_attention_span_alone. With grid, the greedy list schedule's makespan of the
     kernel's programs (sim/cost_model/prefill_span.py). Else, in files fitted before it, all in the first column:
     max(prefill_attention_pairs / pairs_per_key, longest prefill context), the work spread over the slots, or one
     program's serial walk over the longest context when there are too few programs to fill them. 0 otherwise
-    (neither given; without grid, a table without the recorder's max_prefill_context_tokens). riding: [rows] bool
-    (riding_rows), whose decodes the grid schedules as entries too."""
+    (neither given; without grid, a table without the recorder's max_prefill_context_tokens)."""
     p_seqs = _col(steps, "num_prefill_seqs")
     if grid is not None:
         longest = _col(steps, "max_prefill_context_tokens") if "max_prefill_context_tokens" in steps else None
-        rides = None
-        if riding is not None and riding.any():
-            d_max = _col(steps, "max_decode_context_tokens") if "max_decode_context_tokens" in steps \
-                else np.full(len(p_seqs), np.nan)
-            rides = (riding, _col(steps, "num_decode_seqs"), _col(steps, "decode_context_sum"), d_max)
         return table_makespan_keys(p_seqs, _col(steps, "num_prefill_tokens"), _col(steps, "prefill_context_sum"), grid,
-                                   longest, _col(steps, "prefill_attention_pairs"), rides)
+                                   longest, _col(steps, "prefill_attention_pairs"))
     if pairs_per_key is None or "max_prefill_context_tokens" not in steps:
         return np.zeros_like(p_seqs), np.zeros_like(p_seqs)
     spread = _col(steps, "prefill_attention_pairs") / float(pairs_per_key)
@@ -303,22 +285,20 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     over = eager * np.maximum(step_tok - knee_tokens, 0.0) if knee_tokens is not None else np.zeros_like(p_tok)
     loop = serving_loop_flags(steps)
     rows_sampled = _col(steps, "num_prefill_samples") + d_seqs       # [rows] LM-head rows
-    dctx = _col(steps, "decode_context_sum")         # [rows] keys the decode entries read: pure decode / riding apart
-    riding = riding_rows(steps, prefill_span_grid, prefill_graph_max_tokens)
     cold = (np.nan_to_num(_col(steps, "idle_before_s", 0.0)) >= COLD_IDLE_S) & (seqs > 0)
     return np.column_stack([forward, eager, seqs, p_tok_run, _col(steps, "prefill_attention_pairs"),
-                            np.where(p_seqs > 0, 0.0, dctx), rows_sampled, over,
+                            _col(steps, "decode_context_sum"), rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
-                            mixed_decode_tail_keys(steps, mixed_walk_ratio, riding),
+                            mixed_decode_tail_keys(steps, mixed_walk_ratio),
                             ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
                             tier_in, decode_tail_keys(steps, single_split_min_seqs),
                             decode_split_keys(steps, single_split_min_seqs),
                             *decode_graph_buckets(steps),
-                            *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid, riding),
+                            *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
                             eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
                             ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits,
-                            (rows_sampled > 0).astype(np.float64), loop * cold, np.where(p_seqs > 0, dctx, 0.0)])
+                            (rows_sampled > 0).astype(np.float64), loop * cold])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:

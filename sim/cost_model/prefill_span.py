@@ -22,13 +22,6 @@ are the ones that give the row's recorded query-key pairs), exact for two entrie
 equal entries of the mean (a grid without it, files fitted before), two fresh prompts of 6k and 1.5k tokens read
 three quarters of their keys, and the H200 replays' steps of 2-6 fresh prompts were priced 0.84-0.95 of their
 device seconds.
-
-A grid with `riding_decodes` (fits made since) also schedules the decodes riding a step that runs from a prefill CUDA
-graph: there every sequence is a varlen entry of the kernel (engine/prefill_graphs.py), a decode one of one new token
-on its context, whose programs (one a KV head) walk their keys beside the chunk's and, past the SMs, share them. A row
-keeps only the decodes' count, sum and longest, so both forms read them as the longest beside equal others
-(`decode_entries`). Priced apart, as keys summed beside the chunk plus the longest one's walk beyond it, chunks carrying
-9-16 decodes of 2-8k keys came out 10-14% high on an H100 (benchmarks/results/generalize/h100_1206c/).
 """
 from __future__ import annotations
 
@@ -52,7 +45,6 @@ class PrefillSpanGrid:
     block_keys: int = PREFILL_BLOCK_N
     programs_per_sm: int = PREFILL_PROGRAMS_PER_SM   # slots an SM holds: slots // this is the SM count
     ragged_entries: bool = False   # each entry's own programs (module docstring); False: k equal mean entries
-    riding_decodes: bool = False   # a graph step's decodes are entries too (module docstring); False: files before
 
     def __post_init__(self):
         for name in ("slots", "num_kv_heads", "tile_tokens", "block_keys", "programs_per_sm"):
@@ -67,20 +59,19 @@ class PrefillSpanGrid:
             return None
         group = int(num_q_heads) // int(num_kv_heads)
         block_m = max(PREFILL_BLOCK_M, 16, 1 << max(group - 1, 0).bit_length())
-        return cls(int(num_sms) * PREFILL_PROGRAMS_PER_SM, int(num_kv_heads), block_m // group, ragged_entries=True,
-                   riding_decodes=True)
+        return cls(int(num_sms) * PREFILL_PROGRAMS_PER_SM, int(num_kv_heads), block_m // group, ragged_entries=True)
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "PrefillSpanGrid":
         return cls(int(data["slots"]), int(data["num_kv_heads"]), int(data["tile_tokens"]),
                    int(data.get("block_keys", PREFILL_BLOCK_N)),
                    int(data.get("programs_per_sm", PREFILL_PROGRAMS_PER_SM)),
-                   bool(data.get("ragged_entries", False)), bool(data.get("riding_decodes", False)))
+                   bool(data.get("ragged_entries", False)))
 
     def to_dict(self) -> dict:
         return {"slots": self.slots, "num_kv_heads": self.num_kv_heads, "tile_tokens": self.tile_tokens,
                 "block_keys": self.block_keys, "programs_per_sm": self.programs_per_sm,
-                "ragged_entries": self.ragged_entries, "riding_decodes": self.riding_decodes}
+                "ragged_entries": self.ragged_entries}
 
     @property
     def num_sms(self) -> int:
@@ -169,28 +160,6 @@ def table_entries(k: int, new_tokens: float, context_tokens: float, longest_cont
     return [n_big, *n_rest], [big, *(max(c, n) for c, n in zip(c_rest, n_rest))]
 
 
-def decode_walk_keys(grid, num_decode_seqs, decode_context_sum, longest) -> float:
-    """The longest riding decode's own walk in keys (its program alone: the critical path, not weighted)."""
-    m = int(num_decode_seqs)
-    L = longest if longest is not None and np.isfinite(longest) else -(-float(decode_context_sum) // m)
-    return float((-(-int(L) // grid.block_keys) + 1) * grid.block_keys)
-
-
-def decode_entries(num_decode_seqs: int, decode_context_sum: float, longest: float | None) -> tuple[list, list]:
-    """([m] new tokens, [m] contexts) of a step's m riding decodes as varlen entries: one new token each, the longest
-    context (None or NaN: the mean) and m - 1 equal others of the rest."""
-    m = int(num_decode_seqs)
-    if m < 1:
-        return [], []
-    total = int(round(decode_context_sum))
-    big = int(round(longest)) if longest is not None and np.isfinite(longest) else -(-total // m)
-    big = min(max(big, 1), total - (m - 1)) if m > 1 else total
-    import os
-    rho = float(os.environ.get("RIDE_WEIGHT", "1"))
-    ctx = [big, *(_split(total - big, m - 1) if m > 1 else [])]
-    return [1] * m, [max(1, int(round(rho * c))) for c in ctx]
-
-
 def _split(total: int, parts: int) -> list[int]:
     """total as `parts` integers differing by at most 1 (the larger first), each >= 1."""
     q, r = divmod(max(int(total), parts), parts)
@@ -228,30 +197,20 @@ def _makespan(grid: PrefillSpanGrid, k: int, n: int, c: int) -> int:
 
 def table_makespan_keys(num_prefill_seqs, num_prefill_tokens, prefill_context_sum,
                         grid: PrefillSpanGrid, max_prefill_context_tokens=None,
-                        prefill_attention_pairs=None, riding=None) -> tuple[np.ndarray, np.ndarray]:
+                        prefill_attention_pairs=None) -> tuple[np.ndarray, np.ndarray]:
     """([rows] makespan_keys of each step table row whose programs share SMs, [rows] of each row whose programs
     each have an SM to itself (PrefillSpanGrid.runs_alone)); both 0 on rows without prefill entries.
     max_prefill_context_tokens: [rows] each row's longest entry (NaN or None: unknown, the mean's walk).
     prefill_attention_pairs: [rows] (a ragged_entries grid reads rows of several entries with it and the
-    longest context as table_entries does; None or NaN: k equal entries). riding: None, or ([rows] bool, whose
-    decodes are the kernel's entries too, [rows] num_decode_seqs, decode_context_sum, max_decode_context_tokens)."""
+    longest context as table_entries does; None or NaN: k equal entries)."""
     k, n, c = (np.asarray(a, dtype=np.float64) for a in (num_prefill_seqs, num_prefill_tokens, prefill_context_sum))
     longest = np.full(len(k), np.nan) if max_prefill_context_tokens is None \
         else np.asarray(max_prefill_context_tokens, dtype=np.float64)
     shared, alone = np.zeros(len(k)), np.zeros(len(k))
     pairs = np.full(len(k), np.nan) if prefill_attention_pairs is None \
         else np.asarray(prefill_attention_pairs, dtype=np.float64)
-    rides = np.zeros(len(k), bool) if riding is None else np.asarray(riding[0], bool)
     for i in np.nonzero(k > 0)[0]:
-        if rides[i]:
-            if k[i] > 1 and np.isfinite(longest[i]) and np.isfinite(pairs[i]):
-                pn, pc = table_entries(k[i], n[i], c[i], longest[i], pairs[i])
-            else:
-                pn, pc = _split(int(round(n[i])), int(k[i])), _split(int(round(c[i])), int(k[i]))
-            dn, dc = decode_entries(riding[1][i], riding[2][i], riding[3][i])
-            keys, lone = grid.span_entries(pn + dn, pc + dc)
-            keys = max(keys, decode_walk_keys(grid, riding[1][i], riding[2][i], riding[3][i]))
-        elif grid.ragged_entries and k[i] > 1 and np.isfinite(longest[i]) and np.isfinite(pairs[i]):
+        if grid.ragged_entries and k[i] > 1 and np.isfinite(longest[i]) and np.isfinite(pairs[i]):
             keys, lone = grid.span_entries(*table_entries(k[i], n[i], c[i], longest[i], pairs[i]))
         else:
             keys, lone = grid.span(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])

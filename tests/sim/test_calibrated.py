@@ -24,8 +24,7 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             prefill_attention_span=0.0, prefill_attention_span_alone=0.0,   # their own test: they need a grid
             prefill_small_tokens=7e-7, decode_step=0.0,   # decode_step 0: canonical_step_base's choice
             loop_hit_step=6e-4, loop_hit_blocks=3e-6, lm_head_step=8e-5,
-            cold_step=0.0,   # cold_step 0: the tables below have no idle gaps (its own test)
-            mixed_decode_keys=1.2e-8)
+            cold_step=0.0)   # cold_step 0: the tables below have no idle gaps (its own test)
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -308,7 +307,7 @@ def test_prefill_attention_span_prices_the_busiest_program_slot():
         1e-3 + 2e-6 * 128 + 1e-10 * (128 * 16512 - (128 * 128 - 128) // 2))      # no divisor: not priced
     shapes = [Shape("prefill", ((n, c),)) for n in (16, 128, 512, 2048, 4096, 8192)
               for c in (0, 1024, 4096, 8192, 16384)]
-    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4, 8, 16)]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4, 8)]
     table, batches = _table(shapes, cm, loop=False)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
     fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), prefill_span_pairs=1000.0)
@@ -456,8 +455,8 @@ def test_features_of_hand_built_rows():
                              serving_loop=[0, 1]))
     x = pd.DataFrame(design_matrix(rows, knee_tokens=256), columns=FEATURES)
     # no single_split_min_seqs: no decode_split_keys; 5 decode sequences pad to the graph of 8
-    no_graphs = dict(mixed_decode_keys=0, decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0,
-                     decode_graph_8=0, decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0,
+    no_graphs = dict(decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0, decode_graph_8=0,
+                     decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0,
                      prefill_attention_span_alone=0, loop_hit_step=0, loop_hit_blocks=0, cold_step=0)
     # prefill_small_tokens: min(300, 256); decode_step: 1 on the pure-decode row only
     assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, prefill_small_tokens=256, decode_step=0, num_seqs=2,
@@ -879,52 +878,3 @@ def test_a_split_decode_batch_is_priced_by_its_longest_programs_keys():
     rec.on_step(0.0, 0.0, batch, 0, 0, 0)
     assert decode_split_keys(rec.steps_frame(), 33).tolist() == [1792]
     assert decode_split_keys(rec.steps_frame(), None).tolist() == [0]
-
-
-def test_the_keys_of_decodes_riding_a_chunk_have_their_own_price():
-    """mixed_decode_keys prices the decode keys of a step with prefill entries, decode_context_sum those of a
-    pure-decode step; the table and batch forms agree, and a file fitted before the split prices both alike."""
-    coef = dict(step=1e-3, prefill_tokens=1e-6, decode_context_sum=2e-8, mixed_decode_keys=5e-9)
-    cm = CalibratedCostModel(coefficients=coef)
-    rng = np.random.default_rng(0)
-    mixed = build_batch(Shape("mixed", ((256, 0),), (1000, 3000)), 16, 1000, 0.0, rng)
-    decode = build_batch(Shape("decode", (), (1000, 3000)), 16, 1000, 0.0, rng)
-    assert cm.step_time_s(mixed) == pytest.approx(1e-3 + 1e-6 * 256 + 5e-9 * 4000)
-    assert cm.step_time_s(decode) == pytest.approx(1e-3 + 2e-8 * 4000)
-    table, batches = _table([Shape("mixed", ((256, 0),), (1000, 3000)), Shape("decode", (), (1000, 3000))], cm,
-                            loop=False)
-    x = design_matrix(table, None)
-    assert x[:, FEATURES.index("mixed_decode_keys")].tolist() == [4000, 0]
-    assert x[:, FEATURES.index("decode_context_sum")].tolist() == [0, 4000]
-    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
-    before = {k: v for k, v in coef.items() if k != "mixed_decode_keys"}
-    for old in (CalibratedCostModel(coefficients=before),
-                CalibratedCostModel(profile={**cm.to_dict(), "coefficients": before})):
-        assert old.coefficients["mixed_decode_keys"] == 2e-8
-        assert old.step_time_s(mixed) == pytest.approx(1e-3 + 1e-6 * 256 + 2e-8 * 4000)
-
-
-def test_a_graph_steps_riding_decodes_are_priced_in_the_prefill_kernels_span():
-    """With a riding_decodes grid, a step run from a prefill graph prices its decodes' walks in the span (one walk:
-    the longest decode's, not the chunk's) and not as mixed_decode_tail_keys; past the largest graph (eager: the
-    decode kernel attends them) the tail term stays. Table and batch forms agree; a grid without the flag is as
-    before."""
-    from sim.cost_model.prefill_span import PrefillSpanGrid
-    grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
-    coef = dict(step=1e-3, prefill_tokens=1e-6, prefill_attention_span=6e-7, prefill_attention_span_alone=5e-7,
-                mixed_decode_tail_keys=4e-7)
-    kw = dict(coefficients=coef, prefill_span_grid=grid, prefill_graph_max_tokens=1024, mixed_walk_ratio=1.0)
-    cm = CalibratedCostModel(**kw)
-    rng = np.random.default_rng(0)
-    walk = (-(-6000 // 64) + 1) * 64      # the 6k decode's walk, its 8 programs alone; 512 padded tokens, 509 run
-    graph = Shape("mixed", ((480, 1520),), (6000, 3000, 3000))
-    assert cm.step_time_s(build_batch(graph, 16, 1000, 0.0, rng)) == pytest.approx(1e-3 + 1e-6 * 509 + 5e-7 * walk)
-    eager = Shape("mixed", ((1500, 0),), (6000, 3000, 3000))     # 1,503 tokens: past the 1,024-token graph
-    assert cm.step_time_s(build_batch(eager, 16, 1000, 0.0, rng)) == pytest.approx(
-        1e-3 + 1e-6 * 1500 + 6e-7 * grid.makespan_keys(1, 1500, 1500) + 4e-7 * (6000 - 1500))
-    table, batches = _table([graph, eager], cm, loop=False)
-    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
-    before = CalibratedCostModel(**dict(kw, prefill_span_grid=PrefillSpanGrid.from_dict(
-        {k: v for k, v in grid.to_dict().items() if k != "riding_decodes"})))
-    assert before.step_time_s(build_batch(graph, 16, 1000, 0.0, rng)) == pytest.approx(
-        1e-3 + 1e-6 * 509 + 5e-7 * ((-(-2000 // 64) + 1) * 64) + 4e-7 * (6000 - 2000))

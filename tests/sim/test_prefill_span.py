@@ -59,7 +59,7 @@ def test_between_the_spread_and_the_walk():
     long prompt's makespan lies between its work spread over the slots and that plus the longest walk."""
     grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
     assert grid == PrefillSpanGrid(slots=264, num_kv_heads=8, tile_tokens=32, block_keys=64, programs_per_sm=2,
-                                   ragged_entries=True, riding_decodes=True)
+                                   ragged_entries=True)
     assert grid.makespan_keys(1, 512, 8192) == 8192 + 64             # 128 programs <= 264 slots
     assert grid.num_sms == 132 and grid.programs(1, 512) == 128 and grid.runs_alone(1, 512)   # one an SM
     assert grid.programs(1, 1024) == 256 and not grid.runs_alone(1, 1024)                    # two share one
@@ -158,19 +158,3 @@ def test_a_table_row_is_read_as_its_longest_entry_and_equal_others():
     # without the pairs (a table that lacks them) the row keeps the equal-entries rule
     shared, alone = table_makespan_keys([2], [7500], [7500], grid, [6000])
     assert shared[0] + alone[0] == grid.span(2, 7500, 7500, 6000)[0]
-
-
-def test_riding_decodes_are_entries_of_the_kernel():
-    """decode_entries: one new token each, the longest and equal others of the rest. A chunk with decodes riding
-    lasts the longest walk among them while every program is resident, and the list schedule past the slots."""
-    from sim.cost_model.prefill_span import decode_entries
-    assert decode_entries(3, 9000, 5000) == ([1, 1, 1], [5000, 2000, 2000])
-    assert decode_entries(2, 3001, None) == ([1, 1], [1501, 1500])        # no longest: the mean's, rounded up
-    assert decode_entries(0, 0, None) == ([], [])
-    grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
-    # a 480-token chunk on 2k keys (120 programs) beside 8 decodes (64): resident, the 6k decode's walk
-    keys, lone = grid.span_entries([480, *[1] * 8], [2000, 6000, *[3000] * 7])
-    assert keys == (-(-6000 // 64) + 1) * 64 and lone         # the long walks (64 programs) one an SM
-    # 30 decodes (240 programs) beside the chunk: past the 264 slots, the greedy list schedule
-    n, c = [480, *[1] * 30], [2000, *[6000] * 30]
-    assert grid.span_entries(n, c)[0] == _reference(grid, sorted(zip(n, c), key=lambda e: (-e[1], -e[0])))
