@@ -22,7 +22,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_decode_tune benchmarks/results/decode_tune '2,20p' "$0" "$@"
+gpu_init gpu_decode_tune benchmarks/results/decode_tune "$0" "$@"
 select_stages "sweep throughput"
 
 if [ "$SMOKE" = 1 ]; then

@@ -7,7 +7,8 @@
 #   STAGES="decode_heavy prefix_share" benchmarks/gpu_generalize.sh [--out DIR]
 #   benchmarks/gpu_generalize.sh --smoke [--trace PATH] [--out DIR]        # CPU, tiny model, every stage
 #
-# Stages (STAGES, default: all but calib_mixed, busy_chunked and host_breakdown; each logs, and a failing stage never stops the next):
+# Stages (STAGES, default: all but calib_mixed, busy_chunked and host_breakdown; each logs, and a failing stage never
+# stops the next):
 #   fit            a random-weight Qwen3-0.6B checkpoint (as gpu_validate.sh), the profile grid up to
 #                  PROFILE_MAX_MODEL_LEN (16,384), a calibration replay (Azure conversation, requests CAL_SKIP.., vllm_swap),
 #                  the same replay with overlap scheduling (CAL_OVERLAP_POLICIES, vllm_swap and sarathi: device seconds
@@ -53,10 +54,9 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_generalize benchmarks/results/generalize '2,30p' "$0" "$@"
-# calib_mixed, busy_chunked and host_breakdown only when named
-STAGES="${STAGES:-fit calib_prefix calib_busy prefill_heavy decode_heavy prefix_share bursty priority}"
-select_stages "fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority busy_chunked host_breakdown"
+gpu_init gpu_generalize benchmarks/results/generalize "$0" "$@"
+select_stages "fit calib_prefix calib_busy calib_mixed prefill_heavy decode_heavy prefix_share bursty priority busy_chunked host_breakdown" \
+  "calib_mixed busy_chunked host_breakdown"      # these only when named
 TRACES_DIR="$(dirname "${TRACE:-shared/traces/x}")"
 REPEATS="${REPEATS:-2}"
 OVERLAP_FLAG=(); [ "${OVERLAP:-0}" = 1 ] && OVERLAP_FLAG=(--overlap-scheduling)

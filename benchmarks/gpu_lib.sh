@@ -1,6 +1,8 @@
 # Shared by the GPU scripts (source it): arguments, folders, carried wheels, logged stages, the checkpoint.
-#   gpu_init NAME DEFAULT_OUT HELP_LINES "$@"   sets SMOKE, TRACE, OUT_DIR, ROOT, WORK, LOG, PY (and cd's to ROOT)
-#   select_stages "ALL"                         sets ALL_STAGES and STAGES (default: all), refusing an unknown one
+#   gpu_init NAME DEFAULT_OUT "$0" "$@"         sets SMOKE, TRACE, OUT_DIR, ROOT, WORK, LOG, PY (and cd's to ROOT);
+#                                              --help prints the script's leading comment block
+#   select_stages "ALL" ["ONLY_NAMED"]          sets ALL_STAGES and STAGES (default: all but ONLY_NAMED), refusing an
+#                                              unknown one
 #   has_stage NAME                              whether NAME is in STAGES
 #   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
 #   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
@@ -22,14 +24,14 @@ gpu_card() {
 }
 
 gpu_init() {
-  local name="$1" default_out="$2" help_lines="$3" script="$4"; shift 4
+  local name="$1" default_out="$2" script="$3"; shift 3
   SMOKE=0; TRACE=""; OUT_DIR="${OUT:-}"
   while [ $# -gt 0 ]; do
     case "$1" in
       --smoke) SMOKE=1; shift ;;
       --trace) TRACE="$2"; shift 2 ;;
       --out) OUT_DIR="$2"; shift 2 ;;
-      -h|--help) sed -n "$help_lines" "$script"; exit 0 ;;
+      -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$script"; exit 0 ;;   # the header, line 2 on
       *) echo "unknown argument $1 (allowed: --smoke, --trace PATH, --out DIR)" >&2; exit 2 ;;
     esac
   done
@@ -81,8 +83,9 @@ log() { echo "$*" | tee -a "$LOG"; }
 
 select_stages() {
   ALL_STAGES="$1"
-  STAGES="${STAGES:-$ALL_STAGES}"
-  local s
+  local s default=""
+  for s in $ALL_STAGES; do case " ${2:-} " in *" $s "*) ;; *) default="$default${default:+ }$s" ;; esac; done
+  STAGES="${STAGES:-$default}"
   for s in $STAGES; do
     case " $ALL_STAGES " in *" $s "*) ;; *) echo "STAGES: unknown stage $s (allowed: $ALL_STAGES)" >&2; exit 2 ;; esac
   done

@@ -18,7 +18,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_overlap benchmarks/results/overlap '2,16p' "$0" "$@"
+gpu_init gpu_overlap benchmarks/results/overlap "$0" "$@"
 select_stages "check throughput"
 
 if [ "$SMOKE" = 1 ]; then

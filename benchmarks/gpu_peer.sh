@@ -20,7 +20,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_peer benchmarks/results/peer '2,16p' "$0" "$@"
+gpu_init gpu_peer benchmarks/results/peer "$0" "$@"
 select_stages "offline online"
 MAX_REQUESTS="${MAX_REQUESTS:-300}"; RATE_RPS="${RATE_RPS:-6}"; OVERLAP="${OVERLAP:-on}"
 

@@ -69,7 +69,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_serve benchmarks/results/serve '2,46p' "$0" "$@"
+gpu_init gpu_serve benchmarks/results/serve "$0" "$@"
 
 serve_settings 120
 PORT="${PORT:-8011}"

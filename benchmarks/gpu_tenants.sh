@@ -26,7 +26,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_tenants benchmarks/results/tenants '2,24p' "$0" "$@"
+gpu_init gpu_tenants benchmarks/results/tenants "$0" "$@"
 select_stages "fairness slo qoe"
 
 if [ "$SMOKE" = 1 ]; then

@@ -33,7 +33,7 @@ set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_tier benchmarks/results/tier '2,31p' "$0" "$@"
+gpu_init gpu_tier benchmarks/results/tier "$0" "$@"
 COMPACT="${COMPACT:-0}"
 [ "$COMPACT" = 1 ] && STAGES="${STAGES:-pytest fit validate}"
 select_stages "pytest fit validate mooncake"

@@ -169,7 +169,7 @@ fi
 
 # shellcheck source=benchmarks/gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
-gpu_init gpu_vllm_serve benchmarks/results/vllm_serve '2,46p' "$0" "$@"
+gpu_init gpu_vllm_serve benchmarks/results/vllm_serve "$0" "$@"
 
 SERVERS="${SERVERS:-vllm servelab}"
 for s in $SERVERS; do

@@ -87,7 +87,7 @@ def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.
     stalls = []
     if overlapped and "launch_host_s" in st:
         near = near_launch_stalls(st, cost_model.overlap_parts_table(st)[0])
-        if near is not None and near.any():
+        if near.any():
             stalls = [("near a launch stall", near), ("away from launch stalls", ~near)]
     rows = []
     for name, mask in [(k, kind == k) for k in ("decode", "prefill", "mixed", "swap")] + [
@@ -102,20 +102,18 @@ def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.
     return pd.DataFrame(rows)
 
 
-def near_launch_stalls(steps: pd.DataFrame, expected_s, margin_s: float = STALL_MARGIN_S) -> np.ndarray | None:
+def near_launch_stalls(steps: pd.DataFrame, expected_s, margin_s: float = STALL_MARGIN_S) -> np.ndarray:
     """[rows] bool, an overlapped run's steps in order: a launch stall and the step before it, whose row waits for
     that launch while the device idles (sim/overlap_timeline.py). A stall: the host's seconds from the step's
     schedule to its launch (launch_host_s) exceed expected_s, the cost model's host seconds before that launch
     ([rows] or a scalar), by more than the run's median excess plus margin_s (the median takes out a constant:
-    launch_host_s also counts the launch call, on an H100 ~0.45 ms more than the model's share). None without
-    launch_host_s. The cost model prices the host's usual work, a long prefill's or a prefix hit's included; a
+    launch_host_s also counts the launch call, on an H100 ~0.45 ms more than the model's share; a step without it
+    is no stall). The cost model prices the host's usual work, a long prefill's or a prefix hit's included; a
     stall (a pause of the engine's process or of its host) is not in it, so step_kinds shows the steps by a stall
     apart: a bias there is the host's, elsewhere the fit's."""
-    if "launch_host_s" not in steps:
-        return None
     excess = steps["launch_host_s"].to_numpy(dtype=np.float64) - expected_s
     if not np.isfinite(excess).any():
-        return None
+        return np.zeros(len(excess), bool)
     stall = np.nan_to_num(excess - np.nanmedian(excess), nan=0.0) > margin_s
     return stall | np.r_[stall[1:], False]
 

@@ -18,3 +18,31 @@ def test_make_serving_checkpoint_adds_a_tokenizer_to_a_reused_checkpoint(tmp_pat
     assert "failed=none" in out.stdout, out.stdout + out.stderr
     assert (ckpt / "tokenizer.json").is_file()
     assert json.loads((ckpt / "config.json").read_text()) == {"marker": 1}      # the checkpoint itself is kept
+
+
+def _bash(script: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", **env})
+
+
+def test_select_stages_leaves_the_only_named_stages_out_of_the_default():
+    """Without STAGES every stage but the ONLY_NAMED ones runs; a named one runs when asked; an unknown one is
+    refused with the allowed list."""
+    pick = 'source benchmarks/gpu_lib.sh; select_stages "a b c d" "b d"; echo "[$STAGES]"'
+    assert _bash(pick).stdout.strip() == "[a c]"
+    assert _bash(pick, STAGES="b").stdout.strip() == "[b]"
+    assert _bash('source benchmarks/gpu_lib.sh; select_stages "a b"; echo "[$STAGES]"').stdout.strip() == "[a b]"
+    bad = _bash(pick, STAGES="z")
+    assert bad.returncode == 2 and "unknown stage z (allowed: a b c d)" in bad.stderr
+
+
+def test_help_prints_each_gpu_scripts_whole_leading_comment():
+    """--help prints a script's header from line 2 to its last leading comment line, so it cannot fall behind a
+    header that grows."""
+    for script in sorted(ROOT.glob("benchmarks/gpu_*.sh")):
+        lines = script.read_text().splitlines()
+        if not any(line.startswith("gpu_init ") for line in lines):
+            continue
+        end = next(i for i, line in enumerate(lines[1:], 1) if not line.startswith("#"))
+        out = _bash(f"bash {script.relative_to(ROOT)} --help")
+        assert out.returncode == 0 and out.stdout.splitlines() == lines[1:end], script.name

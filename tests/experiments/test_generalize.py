@@ -325,6 +325,7 @@ def test_step_kinds_set_the_steps_by_a_launch_stall_apart(monkeypatch):
     assert near_launch_stalls(st, expected).tolist() == [False, False, False, True, True, False]
     assert not near_launch_stalls(st, expected, margin_s=4e-3).any() and STALL_MARGIN_S < 3.4e-3
     assert near_launch_stalls(st, expected - 0.4e-3).tolist() == near_launch_stalls(st, expected).tolist()
+    assert not near_launch_stalls(st.assign(launch_host_s=np.nan), expected).any()       # not recorded: no stall
     pred = np.full(6, 2.0)
     monkeypatch.setattr(step_tables, "priced_steps", lambda steps, cm, overlapped=False: (steps, pred))
 
