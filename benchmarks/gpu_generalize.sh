@@ -31,9 +31,10 @@
 #   busy_chunked   (only when named) Poisson 25 req/s, prompts 200-2,000, outputs 100-500, a cache that holds them:
 #                  tens of requests decoding at once, so chunked steps carry tens of riding decodes, a regime the
 #                  other families and the calibration replays (at most 16) never reach
-#   host_breakdown (only when named) prefill_heavy fcfs at its 768 KV blocks and at 6,144, prefix_share fcfs, each
-#                  once, overlapped, with benchmarks/host_breakdown.py's timers: where a step's host seconds before
-#                  its launch go, against the cache's cached-free blocks   -> host_breakdown_<run>.parquet
+#   host_breakdown (only when named) HOST_BREAKDOWN_RUNS (family:blocks[:policy] ..., default prefill_heavy fcfs at
+#                  its 768 KV blocks and at 6,144, prefix_share fcfs), each once, overlapped, with
+#                  benchmarks/host_breakdown.py's timers: where a step's host seconds before its launch go, against
+#                  the cache's cached-free blocks   -> host_breakdown_<family>_<blocks>[_<policy>].parquet
 # Every workload replays fcfs, vllm, vllm+chunked (chunked prefill on), vllm_swap and two of sjf / srpt / mlfq /
 # sarathi / priority, REPEATS times each (default 2: the real-vs-real floor), with the scheduler's decisions
 # recorded; nothing is simulated here. Outputs (--out, default $OUT, else benchmarks/results/generalize):
@@ -43,7 +44,8 @@
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
 # (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES
 # (vllm_swap,sarathi: swaps' device seconds too; empty: none), CAL_PREFIX_POLICIES (vllm,sarathi; empty: none),
-# CAL_BUSY_RATE, CAL_BUSY_SKIP, CAL_BUSY_REQUESTS, CAL_BUSY_BLOCKS, PROFILE_MAX_MODEL_LEN, CKPT (reuse a
+# CAL_BUSY_RATE, CAL_BUSY_SKIP, CAL_BUSY_REQUESTS, CAL_BUSY_BLOCKS, HOST_BREAKDOWN_RUNS, CLOCK_LOG (0: no GPU clock
+# samples), PROFILE_MAX_MODEL_LEN, CKPT (reuse a
 # checkpoint directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
@@ -223,14 +225,14 @@ done
 
 # host_breakdown: a diagnostic of the fit's host terms, not a family (files beside the log, not in the archive)
 if has_stage host_breakdown; then
-  for run in prefill_heavy:768 prefill_heavy:6144 prefix_share:6144; do
-    wl="${run%%:*}"; blocks="${run##*:}"     # --num-kvcache-blocks and --policies after the family's own: they win
+  for run in ${HOST_BREAKDOWN_RUNS:-prefill_heavy:768 prefill_heavy:6144 prefix_share:6144}; do
+    IFS=: read -r wl blocks policy <<< "$run"    # --num-kvcache-blocks and --policies after the family's own: they win
+    name="host_breakdown_${wl}_$blocks${policy:+_$policy}"
     # shellcheck disable=SC2046
-    stage "host_breakdown_${wl}_$blocks" "$T_REPLAY" "$PY" benchmarks/host_breakdown.py \
-      --out "$OUT_DIR/host_breakdown_${wl}_$blocks.parquet" -- --model "$CKPT" --device "$DEVICE" \
-      $(workload_flags "$wl") --num-kvcache-blocks "$blocks" --policies fcfs --max-model-len "$MAX_MODEL_LEN" \
-      --num-cpu-blocks 2048 --no-roofline --no-plot --max-wall-s "$MAX_WALL_S" --overlap-scheduling \
-      --out-dir "$WORK/host_breakdown" --name "host_breakdown_${wl}_$blocks"
+    stage "$name" "$T_REPLAY" "$PY" benchmarks/host_breakdown.py --out "$OUT_DIR/$name.parquet" -- \
+      --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") --num-kvcache-blocks "$blocks" \
+      --policies "${policy:-fcfs}" --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --no-roofline --no-plot \
+      --max-wall-s "$MAX_WALL_S" --overlap-scheduling --out-dir "$WORK/host_breakdown" --name "$name"
   done
 fi
 

@@ -65,10 +65,11 @@ gpu_init() {
 
 # clock_log_start: on a GPU machine, the GPU's clocks, power and temperature every 250 ms into
 # $OUT_DIR/gpu_clocks_${name}.csv for the whole script (the engine's step times drift over seconds; this says whether the
-# GPU's clocks move with them). Read only: the GPU's settings are left as they are.
+# GPU's clocks move with them). Read only: the GPU's settings are left as they are. CLOCK_LOG=0: no samples (the
+# driver queries are off the engine's path, to tell whether they are behind a stall).
 clock_log_start() {
   CLOCK_PID=""
-  [ "$SMOKE" = 1 ] && return 0
+  [ "$SMOKE" = 1 ] || [ "${CLOCK_LOG:-1}" = 0 ] && return 0
   command -v nvidia-smi >/dev/null 2>&1 || return 0
   local q="timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu"
   if nvidia-smi --query-gpu="$q,clocks_event_reasons.active" --format=csv,noheader >/dev/null 2>&1; then

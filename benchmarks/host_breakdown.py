@@ -10,11 +10,18 @@ sampler_s, gc_s (the garbage collector's pauses inside the launch and schedule),
 wait_s = launch_s - build_s - logits_s - sampler_s (the rest: waits on events, token copies),
 stream_busy_at_launch / stream_busy_after (the device still ran earlier work when the launch began / ended: a
 launch that ends on an idle stream waited for it), num_prefill_tokens, num_prefill_seqs, num_decode_seqs,
-num_cached_free_blocks, num_free_blocks. Not part of the suite: a diagnostic for the host terms of the fit.
+num_cached_free_blocks, num_free_blocks, t_s (the launch's start, seconds after the first launch), launch_cpu_s /
+schedule_cpu_s (this thread's CPU seconds in the launch / the schedule: far below launch_s / schedule_s, the thread
+waited, for the device, a lock or the host's other work; near them, it computed). Not part of the suite: a diagnostic
+for the host terms of the fit.
+
+    HOST_BREAKDOWN_GC_FREEZE=1  the engine's heap at start-up moved out of the collector's reach (gc.freeze) once
+                                the LLM is built: whether the collector's full passes make the launches' stalls
 """
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +31,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root, where servelab is not installed
 
 ROWS: list[dict] = []
-_state = {"gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "schedule_gc_s": 0.0,
+_state = {"t0": None, "gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "schedule_gc_s": 0.0,
           "part": {}}
 
 
@@ -61,9 +68,10 @@ def install() -> None:
 
     def schedule(self, *a, **k):
         g0 = _state["gc_s"]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = orig_schedule(self, *a, **k)
         _state["schedule_s"] = time.perf_counter() - t0
+        _state["schedule_cpu_s"] = time.thread_time() - c0
         _state["schedule_gc_s"] = _state["gc_s"] - g0
         _state["sched"] = self
         return out
@@ -73,14 +81,18 @@ def install() -> None:
         g0, n0 = _state["gc_s"], _state["gc_gen2"]
         stream = torch.cuda.current_stream(self.device) if self.is_cuda else None
         busy0 = stream is not None and not stream.query()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if _state["t0"] is None:
+            _state["t0"] = t0
         out = orig_launch(self, batch)
         launch_s = time.perf_counter() - t0
+        launch_cpu_s = time.thread_time() - c0
         busy1 = stream is not None and not stream.query()
         p = _state["part"]
         bm = _state["sched"].block_manager if _state["sched"] is not None else None
         ROWS.append(dict(
-            schedule_s=_state["schedule_s"], launch_s=launch_s, build_s=p.get("build", 0.0),
+            t_s=t0 - _state["t0"], schedule_s=_state["schedule_s"], schedule_cpu_s=_state.get("schedule_cpu_s", 0.0),
+            launch_s=launch_s, launch_cpu_s=launch_cpu_s, build_s=p.get("build", 0.0),
             to_device_s=p.get("to_device", 0.0), logits_s=p.get("logits", 0.0), sampler_s=p.get("sampler", 0.0),
             gc_s=_state["gc_s"] - g0 + _state["schedule_gc_s"], gc_gen2=_state["gc_gen2"] - n0,
             wait_s=launch_s - sum(p.get(k, 0.0) for k in ("build", "logits", "sampler")),
@@ -88,10 +100,20 @@ def install() -> None:
             num_prefill_tokens=batch.num_prefill_tokens, num_decode_seqs=batch.num_decode_seqs,
             num_cached_free_blocks=bm.num_cached_free_blocks if bm is not None else -1,
             num_free_blocks=bm.num_free_blocks if bm is not None else -1))
-        _state["schedule_s"], _state["schedule_gc_s"] = 0.0, 0.0
+        _state["schedule_s"], _state["schedule_gc_s"], _state["schedule_cpu_s"] = 0.0, 0.0, 0.0
         return out
 
     Scheduler.schedule, ModelRunner.launch = schedule, launch
+    if os.environ.get("HOST_BREAKDOWN_GC_FREEZE") == "1":
+        from engine.llm import LLM
+        orig_init = LLM.__init__
+
+        def init(self, *a, **k):
+            orig_init(self, *a, **k)
+            gc.collect()
+            gc.freeze()
+            print(f"host_breakdown: {gc.get_freeze_count()} objects frozen out of the collector's reach")
+        LLM.__init__ = init
     _timed(StepInputBuilder, "build", "build")
     _timed(ModelRunner, "_to_device", "to_device")
     _timed(ModelRunner, "_logits", "logits")
