@@ -88,6 +88,14 @@ class LaunchedStep:
         self.copy_host_s = None             # host seconds in the step's block copies (None: it had none)
 
 
+
+def resolve_placeholders_torch(input_ids: torch.Tensor, prev: torch.Tensor) -> None:
+    """input_ids [T] int64: each PLACEHOLDER_BASE + k becomes prev[k] ([num_prev] int64), in place, in PyTorch
+    operations (six small kernels on a GPU, where engine/kernels/resolve_placeholders.py does it in one)."""
+    rows = (input_ids - PLACEHOLDER_BASE).clamp_(0, prev.numel() - 1)
+    input_ids.copy_(torch.where(input_ids < 0, prev[rows], input_ids))
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, hf_config: dict | None = None, rank: int = 0, store=None):
         """rank > 0: a tensor-parallel worker (built by engine.workers with the group's `store`)."""
@@ -337,10 +345,13 @@ class ModelRunner:
 
     def _resolve_placeholders(self, input_ids: torch.Tensor) -> None:
         """input_ids [T] int64 on the device: each placeholder PLACEHOLDER_BASE + k becomes row k of the
-        previous step's sampled tokens (real ids are >= 0; engine/core/in_flight.py)."""
-        prev = self.last_sampled
-        rows = (input_ids - PLACEHOLDER_BASE).clamp_(0, prev.numel() - 1)
-        input_ids.copy_(torch.where(input_ids < 0, prev[rows], input_ids))
+        previous step's sampled tokens (real ids are >= 0; engine/core/in_flight.py). One Triton kernel on
+        CUDA (engine/kernels/resolve_placeholders.py), PyTorch operations elsewhere."""
+        if self.is_cuda:
+            from engine.kernels.resolve_placeholders import resolve_placeholders
+            resolve_placeholders(input_ids, self.last_sampled)
+        else:
+            resolve_placeholders_torch(input_ids, self.last_sampled)
 
     @torch.inference_mode()
     def serve(self, swap_out, swap_in, step: StepInputs | None, offload=(), load=()) -> None:

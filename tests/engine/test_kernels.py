@@ -191,3 +191,22 @@ def test_num_splits_follow_the_batch_not_the_table_width(monkeypatch):
     assert choose(33, 8, 4096, 64, "cuda") == 1                           # 264 programs = 2 per SM
     assert choose(2, 8, 300, 64, "cuda") == 2
     assert choose(1, 2, 40960, 64, "cuda") == paged_decode.MAX_SPLITS
+
+
+@pytest.mark.parametrize("num_ids", [1, 7, 256, 300])      # one program, a partial one, several
+def test_resolve_placeholders_kernel_matches_the_torch_form(num_ids):
+    from engine.core.in_flight import PLACEHOLDER_BASE
+    from engine.kernels.resolve_placeholders import resolve_placeholders
+    from engine.model_runner import resolve_placeholders_torch
+    gen = torch.Generator().manual_seed(num_ids)
+    prev = torch.randint(0, 151936, (max(1, num_ids // 2),), generator=gen)
+    ids = torch.randint(0, 151936, (num_ids,), generator=gen)
+    ph = torch.rand(num_ids, generator=gen) < 0.5
+    ph[0] = True                                                    # at least one placeholder
+    ids[ph] = PLACEHOLDER_BASE + torch.randint(0, prev.numel(), (int(ph.sum()),), generator=gen)
+    kernel, ref = ids.clone(), ids.clone()
+    resolve_placeholders(kernel, prev)
+    resolve_placeholders_torch(ref, prev)
+    assert torch.equal(kernel, ref)
+    assert torch.equal(kernel[~ph], ids[~ph])                       # real ids untouched
+    assert torch.equal(kernel[ph], prev[ids[ph] - PLACEHOLDER_BASE])
