@@ -31,6 +31,7 @@ from engine.core.graph_sizes import decode_graph_sizes
 from engine.core.in_flight import PLACEHOLDER_BASE
 from engine.core.kv_layout import cpu_cache_blocks, kv_block_bytes
 from engine.cpu_tier_space import CpuTierSpace
+from engine.graph_warmup import replay_once
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -94,6 +95,7 @@ def resolve_placeholders_torch(input_ids: torch.Tensor, prev: torch.Tensor) -> N
     operations (six small kernels on a GPU, where engine/kernels/resolve_placeholders.py does it in one)."""
     rows = (input_ids - PLACEHOLDER_BASE).clamp_(0, prev.numel() - 1)
     input_ids.copy_(torch.where(input_ids < 0, prev[rows], input_ids))
+
 
 
 class ModelRunner:
@@ -532,6 +534,7 @@ class ModelRunner:
                 self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
                 self.graphs[bs] = graph
                 torch.cuda.synchronize(dev)
+            replay_once(self.graphs.values(), dev)
         except Exception as exc:       # a backend that syncs with the host cannot be captured
             self.graphs.clear()
             warnings.warn(f"CUDA graph capture failed with attention backend {self.attn_backend.name!r} "

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from engine.core.graph_sizes import prefill_graph_sizes
+from engine.graph_warmup import replay_once
 from engine.layers.attention_metadata import AttentionMetadata
 from engine.step_inputs import StepInputs
 
@@ -101,7 +102,7 @@ class PrefillGraphs:
                 self.outputs[:size] = self.model(*args)
             pool = graph.pool() if pool is None else pool
             self.graphs[size] = graph
-        torch.cuda.synchronize(self.device)
+        replay_once(self.graphs.values(), self.device)      # each graph's first-replay set-up, here
         self.capture_s = time.perf_counter() - t0
         return pool
 
