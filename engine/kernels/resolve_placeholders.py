@@ -45,4 +45,3 @@ def resolve_placeholders(input_ids: Tensor, prev: Tensor) -> None:
     if prev.dtype != torch.int64 or input_ids.dtype != torch.int64:
         raise TypeError(f"resolve_placeholders needs int64 ids and tokens, got {input_ids.dtype} / {prev.dtype}")
     _resolve_kernel[(triton.cdiv(n, BLOCK),)](input_ids, prev, n, prev.numel(), BASE=PLACEHOLDER_BASE, BLOCK=BLOCK)
-

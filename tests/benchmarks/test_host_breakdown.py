@@ -1,0 +1,33 @@
+"""benchmarks/host_breakdown.py on the tiny CPU model: one row per launch, in launch order, each launch's own CPU
+seconds no more than its wall seconds, and HOST_BREAKDOWN_GC_FREEZE=1 freezing the start-up heap."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rows_per_launch_with_times_and_cpu_seconds(tmp_path):
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    from tests.engine.tiny_model import make_tiny_qwen3
+    ckpt = tmp_path / "tiny"
+    make_tiny_qwen3(ckpt)
+    out = tmp_path / "hb.parquet"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_breakdown.py"), "--out", str(out), "--",
+                          "--model", str(ckpt), "--device", "cpu", "--num-requests", "6", "--arrival", "poisson",
+                          "--rate-rps", "50", "--prompt-len", "16:64", "--output-len", "4:8", "--num-kvcache-blocks",
+                          "64", "--policies", "vllm", "--max-model-len", "512", "--no-roofline", "--no-plot",
+                          "--max-wall-s", "60", "--out-dir", str(tmp_path / "run"), "--name", "hb"],
+                         check=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HOST_BREAKDOWN_GC_FREEZE": "1"})
+    assert "objects frozen out of the collector's reach" in res.stdout
+    df = pd.read_parquet(out)
+    assert len(df) > 6 and df["t_s"].iloc[0] == 0.0 and df["t_s"].is_monotonic_increasing
+    assert (df["launch_cpu_s"] <= df["launch_s"] + 1e-3).all() and (df["launch_cpu_s"] > 0).all()
+    assert (df["schedule_cpu_s"] <= df["schedule_s"] + 1e-3).all()
+    assert (df["num_decode_seqs"] > 0).any() and (df["num_prefill_seqs"] > 0).any()
