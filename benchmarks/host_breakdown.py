@@ -120,6 +120,30 @@ def install() -> None:
     _timed(Sampler, "__call__", "sampler")
 
 
+STALL_MARGIN_S = 2e-3     # a launch this much above the run's median launch is a stall in summary()
+
+
+def summary(df: pd.DataFrame, margin_s: float = STALL_MARGIN_S) -> str:
+    """A few lines on the launches: the median, the stalls (more than margin_s above it), whether they computed or
+    waited (CPU seconds against wall seconds), the collector's share, and the stalls that are a decode batch
+    size's first launch (a CUDA graph's first replay: engine/graph_warmup.py)."""
+    if df.empty:
+        return "host_breakdown: no launches"
+    med = float(df["launch_s"].median())
+    st = df[df["launch_s"] > med + margin_s]
+    first = df["num_prefill_seqs"].eq(0) & ~df["num_decode_seqs"].duplicated() & df["num_decode_seqs"].gt(0)
+    lines = [f"host_breakdown: {len(df)} launches, median {med * 1e3:.2f} ms; {len(st)} more than "
+             f"{margin_s * 1e3:g} ms above it ({st['launch_s'].sum():.3f} s)"]
+    if len(st):
+        cpu = float(st["launch_cpu_s"].sum() / st["launch_s"].sum())
+        lines.append(f"  their CPU seconds / wall seconds {cpu:.2f} (near 1: the thread computed; far below: it "
+                     f"waited); the collector {st['gc_s'].sum() * 1e3:.1f} ms of them; the first launch of a decode "
+                     f"batch size: {int((first & df.index.isin(st.index)).sum())}")
+    lines.append(f"  the collector in all launches: {df['gc_s'].sum() * 1e3:.1f} ms, {int(df['gc_gen2'].sum())} full "
+                 f"collections, the largest pause {df['gc_s'].max() * 1e3:.1f} ms")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv[:1] != ["--out"]:
         print("usage: host_breakdown.py --out FILE.parquet -- <experiments.validate flags>", file=sys.stderr)
@@ -129,7 +153,9 @@ def main(argv: list[str]) -> int:
     from experiments import validate
     rc = validate.main(argv[argv.index("--") + 1:])
     out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(ROWS).to_parquet(out)
+    df = pd.DataFrame(ROWS)
+    df.to_parquet(out)
+    print(summary(df))
     print(f"host_breakdown: {len(ROWS)} launches -> {out}")
     return rc
 
