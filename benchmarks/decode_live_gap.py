@@ -85,19 +85,18 @@ def time_runner(runner, label: str, args, rows: list, sync) -> None:
         if overlap:
             modes.update(back_to_back=(base, 1.0), scattered=(scat, 0.5),
                          placeholder=(with_placeholders(copy.deepcopy(base)), 0.5))
-        for mode, (batch, duty) in modes.items():
-            _, dev, _, _ = time_step(runner, batch, 2, args.repeats, sync, duty)
+        def add(mode: str, dev: np.ndarray, host_s: float = np.nan) -> None:
             rows.append(dict(runner=label, shape=shape.label, batch_size=b, context=str(ctx), mode=mode,
                              device_time_s=float(np.median(dev)), device_time_p10_s=float(np.percentile(dev, 10)),
-                             device_time_p90_s=float(np.percentile(dev, 90)), host_s=np.nan, n=len(dev)))
+                             device_time_p90_s=float(np.percentile(dev, 90)), host_s=host_s, n=len(dev)))
+
+        for mode, (batch, duty) in modes.items():
+            add(mode, time_step(runner, batch, 2, args.repeats, sync, duty)[1])
         if overlap:
             for mode, batch in (("chain", with_placeholders(copy.deepcopy(scat))),
                                 ("chain_contiguous", with_placeholders(copy.deepcopy(base)))):
                 dev, host = chain(runner, batch, args.chain, sync)
-                rows.append(dict(runner=label, shape=shape.label, batch_size=b, context=str(ctx), mode=mode,
-                                 device_time_s=float(np.median(dev)), device_time_p10_s=float(np.percentile(dev, 10)),
-                                 device_time_p90_s=float(np.percentile(dev, 90)), host_s=float(np.median(host)),
-                                 n=len(dev)))
+                add(mode, dev, float(np.median(host)))
         print(" ".join(f"{r['mode']} {r['device_time_s'] * 1e3:.3f}" for r in rows if r["shape"] == shape.label
                        and r["runner"] == label), f"ms  [{label} {shape.label}]", flush=True)
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repositor
 
 ROWS: list[dict] = []
 _state = {"t0": None, "gc_s": 0.0, "gc_gen2": 0, "gc_t0": 0.0, "sched": None, "schedule_s": 0.0, "schedule_gc_s": 0.0,
-          "part": {}}
+          "schedule_cpu_s": 0.0, "part": {}}
 
 
 def _gc_callback(phase, info):
@@ -91,7 +91,7 @@ def install() -> None:
         p = _state["part"]
         bm = _state["sched"].block_manager if _state["sched"] is not None else None
         ROWS.append(dict(
-            t_s=t0 - _state["t0"], schedule_s=_state["schedule_s"], schedule_cpu_s=_state.get("schedule_cpu_s", 0.0),
+            t_s=t0 - _state["t0"], schedule_s=_state["schedule_s"], schedule_cpu_s=_state["schedule_cpu_s"],
             launch_s=launch_s, launch_cpu_s=launch_cpu_s, build_s=p.get("build", 0.0),
             to_device_s=p.get("to_device", 0.0), logits_s=p.get("logits", 0.0), sampler_s=p.get("sampler", 0.0),
             gc_s=_state["gc_s"] - g0 + _state["schedule_gc_s"], gc_gen2=_state["gc_gen2"] - n0,

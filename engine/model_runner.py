@@ -89,13 +89,11 @@ class LaunchedStep:
         self.copy_host_s = None             # host seconds in the step's block copies (None: it had none)
 
 
-
 def resolve_placeholders_torch(input_ids: torch.Tensor, prev: torch.Tensor) -> None:
     """input_ids [T] int64: each PLACEHOLDER_BASE + k becomes prev[k] ([num_prev] int64), in place, in PyTorch
     operations (six small kernels on a GPU, where engine/kernels/resolve_placeholders.py does it in one)."""
     rows = (input_ids - PLACEHOLDER_BASE).clamp_(0, prev.numel() - 1)
     input_ids.copy_(torch.where(input_ids < 0, prev[rows], input_ids))
-
 
 
 class ModelRunner:

@@ -2,24 +2,12 @@
 used to inherit the cache of the case before it, so "chunked" ran preempting in the 24 blocks of "swap"), and the
 two loops give the same tokens and the same step shapes where they must."""
 import json
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_cases_run_on_their_own_cache(tmp_path):
-    pytest.importorskip("torch")
-    from tests.engine.tiny_model import make_tiny_qwen3
-    ckpt = tmp_path / "tiny"
-    make_tiny_qwen3(ckpt)
+def test_cases_run_on_their_own_cache(tmp_path, tiny_ckpt, run_benchmark):
     out = tmp_path / "check.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_overlap_check.py"), "--model", str(ckpt),
-                    "--device", "cpu", "--num-requests", "4", "--max-len", "24", "--skip-eager", "--out", str(out)],
-                   check=True, cwd=ROOT, capture_output=True, timeout=300)
+    run_benchmark("gpu_overlap_check.py", "--model", tiny_ckpt, "--device", "cpu", "--num-requests", "4",
+                  "--max-len", "24", "--skip-eager", "--out", out)
     res = json.loads(out.read_text())
     cases = res["cases"]
     full = cases["graphs"]["num_kvcache_blocks"]

@@ -1,7 +1,6 @@
 """benchmarks/host_breakdown.py on the tiny CPU model: one row per launch, in launch order, each launch's own CPU
 seconds no more than its wall seconds, and HOST_BREAKDOWN_GC_FREEZE=1 freezing the start-up heap."""
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,21 +9,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_rows_per_launch_with_times_and_cpu_seconds(tmp_path):
-    pytest.importorskip("torch")
+def test_rows_per_launch_with_times_and_cpu_seconds(tmp_path, tiny_ckpt, run_benchmark):
     import pandas as pd
-
-    from tests.engine.tiny_model import make_tiny_qwen3
-    ckpt = tmp_path / "tiny"
-    make_tiny_qwen3(ckpt)
     out = tmp_path / "hb.parquet"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_breakdown.py"), "--out", str(out), "--",
-                          "--model", str(ckpt), "--device", "cpu", "--num-requests", "6", "--arrival", "poisson",
-                          "--rate-rps", "50", "--prompt-len", "16:64", "--output-len", "4:8", "--num-kvcache-blocks",
-                          "64", "--policies", "vllm", "--max-model-len", "512", "--no-roofline", "--no-plot",
-                          "--max-wall-s", "60", "--out-dir", str(tmp_path / "run"), "--name", "hb"],
-                         check=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "HOST_BREAKDOWN_GC_FREEZE": "1"})
+    res = run_benchmark("host_breakdown.py", "--out", out, "--", "--model", tiny_ckpt, "--device", "cpu",
+                        "--num-requests", "6", "--arrival", "poisson", "--rate-rps", "50", "--prompt-len", "16:64",
+                        "--output-len", "4:8", "--num-kvcache-blocks", "64", "--policies", "vllm",
+                        "--max-model-len", "512", "--no-roofline", "--no-plot", "--max-wall-s", "60",
+                        "--out-dir", tmp_path / "run", "--name", "hb",
+                        env={**os.environ, "HOST_BREAKDOWN_GC_FREEZE": "1"})
     assert "objects frozen out of the collector's reach" in res.stdout
     assert "launches, median" in res.stdout and "the collector in all launches" in res.stdout
     df = pd.read_parquet(out)
