@@ -126,7 +126,7 @@ STALL_MARGIN_S = 2e-3     # a launch this much above the run's median launch is 
 def summary(df: pd.DataFrame, margin_s: float = STALL_MARGIN_S) -> str:
     """A few lines on the launches: the median, the stalls (more than margin_s above it), whether they computed or
     waited (CPU seconds against wall seconds), the collector's share, and the stalls that are a decode batch
-    size's first launch (a CUDA graph's first replay: engine/graph_warmup.py)."""
+    size's first launch (the LM head's first product at that row count: engine/graph_warmup.py)."""
     if df.empty:
         return "host_breakdown: no launches"
     med = float(df["launch_s"].median())

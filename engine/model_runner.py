@@ -31,7 +31,7 @@ from engine.core.graph_sizes import decode_graph_sizes
 from engine.core.in_flight import PLACEHOLDER_BASE
 from engine.core.kv_layout import cpu_cache_blocks, kv_block_bytes
 from engine.cpu_tier_space import CpuTierSpace
-from engine.graph_warmup import replay_once
+from engine.graph_warmup import replay_once, warm_lm_head
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
@@ -182,6 +182,7 @@ class ModelRunner:
             self._capture_cuda_graphs()
         if self.is_cuda:    # compile the eager prefill and sampling kernels now, not inside the first timed step
             self._dummy_prefill(2, 16)
+            warm_lm_head(self.model.lm_head.weight, config.max_num_seqs)
         # Overlap scheduling (launch/collect): the latest step's sampled tokens [num_sampled] on the device,
         # two pinned host buffers for the tokens of the two steps that may be in flight, and an event after
         # the decode graphs' input copies (their pinned mirrors are refilled only once it has passed).
