@@ -60,6 +60,22 @@ def parse_report(path: Path) -> dict:
             "output_throughput_tps": _stat(m["output_tokens_per_second"], "mean")}
 
 
+SAMPLE_TEXT = "The quick brown fox jumps over the lazy dog while the old man reads his morning paper."
+
+
+def unknown_token_share(tokenizer_dir: str) -> float:
+    """Share of SAMPLE_TEXT's tokens that the tokenizer maps to its unknown token (1 when it keeps none). guidellm
+    builds its synthetic prompts from English text cut to --prompt-tokens by this tokenizer; one that knows no English
+    (the tiny checkpoint's w0..w509 words) gives it prompts of unknown tokens only, and guidellm then sends no request
+    at all (it fails in its report: "No measurement start or end times available")."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    ids = tok(SAMPLE_TEXT, add_special_tokens=False).input_ids
+    if not ids:                   # the text drops out entirely: as useless to guidellm as unknown tokens
+        return 1.0
+    return 0.0 if tok.unk_token_id is None else sum(i == tok.unk_token_id for i in ids) / len(ids)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python benchmarks/loadgen.py", description=__doc__.split("\n")[0])
     ap.add_argument("--url", required=True)
@@ -80,6 +96,11 @@ def main(argv=None) -> int:
     if not Path(args.tokenizer).is_dir():
         raise SystemExit(f"error: --tokenizer {args.tokenizer}: no such folder (a local tokenizer; nothing is "
                          "downloaded)")
+    if unknown_token_share(args.tokenizer) > 0.5:
+        raise SystemExit(f"error: --tokenizer {args.tokenizer} maps most English words to its unknown token, so "
+                         "guidellm can build no prompts from its English source text and would send no request; give "
+                         "a tokenizer that reads English (any real checkpoint's: the server tokenizes the text "
+                         "itself, this one only counts guidellm's prompt tokens)")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     report = out / "guidellm.json"

@@ -210,7 +210,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "python -m experiments.validate --real-url URL": Excluded("needs a running server; "
                                                               "tests/experiments/test_http_backend.py runs it "
                                                               "against a stub"),
-    "python benchmarks/loadgen.py --url URL --tokenizer DIR": Excluded("needs a running server; "
+    "python benchmarks/loadgen.py --url URL --tokenizer DIR --out DIR": Excluded("needs a running server; "
                                                                        "tests/benchmarks/test_loadgen.py and "
                                                                        "tests/experiments/test_http_vs_serve.py "
                                                                        "run it"),

@@ -53,3 +53,15 @@ def test_errored_requests_fail_the_check(tokenizer, tmp_path):
     assert rc == 1
     summary = json.loads((tmp_path / "loadgen.json").read_text())
     assert summary["errored"] >= 1 and summary["successful"] == 0
+
+
+def test_a_tokenizer_without_english_is_refused_before_guidellm_runs(tokenizer, tmp_path):
+    from experiments.tiny_checkpoint import make_serving_checkpoint
+    loadgen = load_loadgen()
+    tiny = tmp_path / "tiny"
+    make_serving_checkpoint(tiny)
+    assert loadgen.unknown_token_share(str(tokenizer)) == 0.0
+    assert loadgen.unknown_token_share(str(tiny)) == 1.0              # w0..w509: every English word is <unk>
+    with pytest.raises(SystemExit, match="--tokenizer .* unknown token"):
+        loadgen.main(["--url", "http://127.0.0.1:9", "--tokenizer", str(tiny), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
