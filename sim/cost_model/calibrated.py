@@ -277,10 +277,6 @@ class CalibratedCostModel(FittedCostModel):
         c = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
         if "prefill_attention_span_alone" not in coefficients:   # a file fitted before the split: one per-key cost
             c["prefill_attention_span_alone"] = c["prefill_attention_span"]
-        if "mixed_decode_rest_keys" not in coefficients:
-            c["mixed_decode_rest_keys"] = c["decode_context_sum"]
-        if "mixed_decode_rest_over" not in coefficients:
-            c["mixed_decode_rest_over"] = c["mixed_decode_rest_keys"]
         bad = {f: v for f, v in c.items() if not (v >= 0 and np.isfinite(v))}
         if bad:
             raise ValueError(f"coefficients must be finite and >= 0 (seconds per unit), got {bad}")
@@ -328,8 +324,7 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
          self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
-         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold,
-         self._ride_rest, self._ride_over) = (c[f] for f in FEATURES)
+         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -390,17 +385,7 @@ class CalibratedCostModel(FittedCostModel):
         n_pre = len(prefill_new_tokens)
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
-        t = self._step + self._loop_step + self._decode_seq * num_decode_seqs
-        if n_pre and num_decode_seqs and self.prefill_graph_max_tokens \
-                and sum(prefill_new_tokens) + num_decode_seqs <= self.prefill_graph_max_tokens:
-            lng = max_decode_context_len if max_decode_context_len else decode_context_sum / num_decode_seqs
-            lng = min(lng, decode_context_sum)
-            from sim.cost_model.calibrated_fit import REST_KNEE
-            rest = decode_context_sum - lng
-            t += (self._dctx * lng + self._ride_rest * min(rest, REST_KNEE)
-                  + self._ride_over * max(rest - REST_KNEE, 0))
-        else:
-            t += self._dctx * decode_context_sum
+        t = self._step + self._loop_step + self._decode_seq * num_decode_seqs + self._dctx * decode_context_sum
         if not n_pre:
             t += self._graph_s(num_decode_seqs)
         if not n_pre and max_decode_context_len is not None and (self._dec_tail or self._dec_split):

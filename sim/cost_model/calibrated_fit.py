@@ -27,7 +27,6 @@ optional columns refine it:
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -44,8 +43,7 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
             *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
             "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks",
-            "lm_head_step", "cold_step", "mixed_decode_rest_keys", "mixed_decode_rest_over")
-REST_KNEE = float(os.environ.get("REST_KNEE", "8192"))   # trial only: the rest keys' knee
+            "lm_head_step", "cold_step")
 SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
 COLD_IDLE_S = 0.02           # cold_step: a run row scheduled after the loop sat idle at least this long
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
@@ -288,13 +286,8 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     loop = serving_loop_flags(steps)
     rows_sampled = _col(steps, "num_prefill_samples") + d_seqs       # [rows] LM-head rows
     cold = (np.nan_to_num(_col(steps, "idle_before_s", 0.0)) >= COLD_IDLE_S) & (seqs > 0)
-    dctx = _col(steps, "decode_context_sum")
-    riding = riding_decode_rows(steps, prefill_graph_max_tokens)
-    longest = np.nan_to_num(_col(steps, "max_decode_context_tokens"), nan=0.0) if "max_decode_context_tokens" in steps \
-        else dctx / np.maximum(d_seqs, 1.0)
-    longest = np.where(longest > 0, np.minimum(longest, dctx), dctx / np.maximum(d_seqs, 1.0))
     return np.column_stack([forward, eager, seqs, p_tok_run, _col(steps, "prefill_attention_pairs"),
-                            np.where(riding, longest, dctx), rows_sampled, over,
+                            _col(steps, "decode_context_sum"), rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
                             mixed_decode_tail_keys(steps, mixed_walk_ratio),
@@ -305,17 +298,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
                             eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
                             ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits,
-                            (rows_sampled > 0).astype(np.float64), loop * cold,
-                            np.where(riding, np.minimum(dctx - longest, REST_KNEE), 0.0),
-                            np.where(riding, np.maximum(dctx - longest - REST_KNEE, 0.0), 0.0)])
-
-
-def riding_decode_rows(steps, graph_max_tokens: int | None) -> np.ndarray:
-    """[rows] bool: steps with prefill entries and decodes run from a padded prefill CUDA graph."""
-    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
-    if not graph_max_tokens:
-        return np.zeros(len(p_seqs), bool)
-    return (p_seqs > 0) & (d_seqs > 0) & (_col(steps, "num_prefill_tokens") + d_seqs <= graph_max_tokens)
+                            (rows_sampled > 0).astype(np.float64), loop * cold])
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
