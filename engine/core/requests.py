@@ -69,6 +69,7 @@ class WorkloadStats:
     num_blank_lines: int = 0        # empty lines ignored
     num_truncated: int = 0          # rows past max_requests, not used
     num_skipped_head: int = 0       # first rows dropped by skip_requests, not used
+    arrival_scale: float = 1.0      # every inter-arrival gap multiplied by this (time_scale or target_rate_rps)
     num_clipped: int = 0            # requests whose lengths were clipped to max_model_len
     num_clipped_prompt: int = 0     # ... of which the prompt was shortened
     num_clipped_tokens: int = 0     # prompt + output tokens the clipping removed

@@ -51,7 +51,7 @@ def input_meta(wl: Workload) -> dict:
     lost_requests = s.num_clipped + s.num_dropped_too_long + s.num_rows_skipped
     return {
         "workload_source": s.source, "num_rows_read": s.num_rows_read, "num_workload_requests": len(wl),
-        "num_skipped_head": s.num_skipped_head, "num_truncated": s.num_truncated,
+        "num_skipped_head": s.num_skipped_head, "num_truncated": s.num_truncated, "arrival_scale": s.arrival_scale,
         "too_long": s.too_long, "num_clipped": s.num_clipped, "num_clipped_prompt": s.num_clipped_prompt,
         "num_clipped_output": s.num_clipped - s.num_clipped_prompt, "num_clipped_tokens": s.num_clipped_tokens,
         "num_dropped_too_long": s.num_dropped_too_long, "num_dropped_tokens": s.num_dropped_tokens,
@@ -113,9 +113,11 @@ def describe_input(meta: dict) -> str:
     # Rows left out on request (skip_requests, max_requests) are not lost, but the reader should see them.
     used = (f"; {meta.get('num_workload_requests')} of {meta.get('num_rows_read')} rows used "
             "(skip_requests / max_requests)" if meta.get("num_truncated") or meta.get("num_skipped_head") else "")
+    scale = meta.get("arrival_scale", 1.0)
+    scaled = (f"arrival gaps scaled x{scale:.4g} as asked (time_scale / target_rate_rps)" if scale != 1.0 else "")
     if not losses and not changes:
-        return "run as recorded (nothing clipped, dropped, skipped or re-sorted)" + used
-    text = "; ".join(losses + changes) + used
+        return (scaled or "run as recorded") + " (nothing clipped, dropped, skipped or re-sorted)" + used
+    text = "; ".join(losses + changes + ([scaled] if scaled else [])) + used
     if not losses:
         return text + " -- nothing lost; per request: requests.parquet input_change"
     lost = meta.get("lost_request_fraction", 0.0)

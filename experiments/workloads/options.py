@@ -197,12 +197,13 @@ def finalize(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, opts
 
     arrival_s = rows["arrival"] - rows["arrival"][0]
     if opts.time_scale is not None:
-        arrival_s = arrival_s * opts.time_scale
+        stats.arrival_scale = float(opts.time_scale)
     elif opts.target_rate_rps is not None:
         if len(arrival_s) < 2 or arrival_s[-1] <= 0:
             raise ValueError("target_rate_rps needs at least two requests at different times")
         current_rate = (len(arrival_s) - 1) / arrival_s[-1]
-        arrival_s = arrival_s * (current_rate / opts.target_rate_rps)
+        stats.arrival_scale = float(current_rate / opts.target_rate_rps)
+    arrival_s = arrival_s * stats.arrival_scale
     rows["arrival"] = arrival_s + opts.start_offset_s
 
     rows["trace_prompt"], rows["trace_output"] = rows["prompt"].copy(), rows["output"].copy()

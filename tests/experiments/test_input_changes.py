@@ -116,6 +116,17 @@ def test_an_unchanged_workload_says_so():
     assert describe_input({"num_clipped": 0}).startswith("run as recorded")
 
 
+def test_rescaled_arrivals_are_named_not_called_as_recorded(tmp_path):
+    rows = "".join(f"{t},10,11\n" for t in (0, 1, 2, 3, 4))            # 1 req/s
+    wl = read_vidur_trace(write(tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n" + rows),
+                          target_rate_rps=4.0)
+    assert wl.stats.arrival_scale == pytest.approx(0.25)
+    text = describe_input(input_meta(wl))
+    assert text.startswith("arrival gaps scaled x0.25 as asked") and "as recorded" not in text
+    as_read = read_vidur_trace(write(tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n" + rows))
+    assert describe_input(input_meta(as_read)).startswith("run as recorded")
+
+
 def test_raising_max_model_len_alone_runs(tmp_path):
     s = execute(cfg_of("max_model_len=16384", "workload=all_at_once", "workload.num_requests=4", *FAST, *QUIET),
                 tmp_path / "a")
