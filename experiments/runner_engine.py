@@ -432,8 +432,15 @@ def run_engine(cfg, desc: str = "engine"):
 
     Returns experiments.runner_sim.RunResult, like run_sim. One replica, no tensor parallelism.
     """
+    from experiments.runner_sim import (
+        ProgressRecorder,
+        build_workload,
+        check_input,
+        limits_meta,
+        make_scheduler,
+        offered_rate_rps,
+    )
     from experiments.runner_sim import RunResult as TableResult
-    from experiments.runner_sim import build_workload, check_input, limits_meta, make_scheduler, offered_rate_rps
     from experiments.workloads.changes import add_input_columns
 
     b = cfg.backend
@@ -458,13 +465,18 @@ def run_engine(cfg, desc: str = "engine"):
     sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len, rep.cpu_cache_num_blocks)
     seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,
                           record_token_times=bool(cfg.record_token_times))
-    rec = Recorder()
+    from tqdm.auto import tqdm
+    bar = tqdm(total=len(seqs), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
+
+    rec = ProgressRecorder(0, bar)     # the bar moves as requests finish: one cheap update each, none per step
     interrupted = False
     info: dict = {}
     try:
         info = run_loop(sched, rep.runner.execute, rep._sync, seqs, rec, release=rep.runner.release)
     except KeyboardInterrupt:          # keep what finished
         interrupted = True
+    finally:
+        bar.close()
     meta = {"backend": "engine", "model": Path(rcfg.model_path).name, "hardware": _device_label(rep.runner),
             "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
             "cpu_cache_num_blocks": rep.cpu_cache_num_blocks, "cpu_cache_gib": rcfg.cpu_cache_gib,

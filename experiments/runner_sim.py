@@ -277,7 +277,7 @@ def make_cpu_cache_eviction(name: str):
     return make_eviction_policy(name)
 
 
-class _ProgressRecorder(Recorder):
+class ProgressRecorder(Recorder):
     """A Recorder that also advances a progress bar when a request leaves the system."""
 
     def __init__(self, replica: int, bar):
@@ -314,7 +314,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     def simulate(cost_model, requests, desc: str):
         """(recorders, SimResult or None when interrupted, the simulator) of one simulation of the workload."""
         bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
-        recorders = [_ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
+        recorders = [ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
         replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
                             rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))
                     for i, rec in enumerate(recorders)]
