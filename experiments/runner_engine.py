@@ -472,7 +472,11 @@ def run_engine(cfg, desc: str = "engine"):
     interrupted = False
     info: dict = {}
     try:
-        info = run_loop(sched, rep.runner.execute, rep._sync, seqs, rec, release=rep.runner.release)
+        if rcfg.overlap_scheduling:    # as EngineReplayer.replay: the engine was built for it
+            info = run_loop_overlapped(sched, rep.runner.launch, rep.runner.collect, seqs, rec,
+                                       release=rep.runner.release)
+        else:
+            info = run_loop(sched, rep.runner.execute, rep._sync, seqs, rec, release=rep.runner.release)
     except KeyboardInterrupt:          # keep what finished
         interrupted = True
     finally:
@@ -481,6 +485,7 @@ def run_engine(cfg, desc: str = "engine"):
             "num_replicas": 1, "num_kvcache_blocks": rep.num_kvcache_blocks, "num_cpu_blocks": rep.num_cpu_blocks,
             "cpu_cache_num_blocks": rep.cpu_cache_num_blocks, "cpu_cache_gib": rcfg.cpu_cache_gib,
             "request_rate_rps": offered_rate_rps(cfg, wl), "warmup_s": warm_s,
+            "overlap_scheduling": bool(rcfg.overlap_scheduling),
             "interrupted": interrupted, **info, **in_meta, **limits_meta(sched, max_len_source)}
     req = add_input_columns(rec.requests_frame(), wl)
     meta["num_unfinished"] = len(wl) - len(req)

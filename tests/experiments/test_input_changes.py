@@ -212,6 +212,18 @@ def test_engine_backend_writes_the_same_input_columns(tiny64, tmp_path):
     assert (req["num_prompt_tokens"] == 63).all() and (req["status"] == "finished").all()
 
 
+def test_engine_backend_runs_the_overlapped_loop_when_asked(tiny64, tmp_path):
+    # servelab backend=engine ran the synchronous loop whatever overlap_scheduling said
+    on = execute(engine_cfg(tiny64, "overlap_scheduling=true"), tmp_path / "on")
+    off = execute(engine_cfg(tiny64), tmp_path / "off")
+    assert on["meta"]["overlap_scheduling"] is True and off["meta"]["overlap_scheduling"] is False
+    steps_on = pd.read_parquet(tmp_path / "on" / "steps.parquet")
+    steps_off = pd.read_parquet(tmp_path / "off" / "steps.parquet")
+    assert steps_on["launch_host_s"].notna().all()          # recorded by the overlapped loop only
+    assert "launch_host_s" not in steps_off or steps_off["launch_host_s"].isna().all()
+    assert len(pd.read_parquet(tmp_path / "on" / "requests.parquet")) == 2
+
+
 def test_engine_backend_checks_a_given_max_model_len(tiny64, tmp_path):
     with pytest.raises(ValueError, match=r"max_model_len \(100\) exceeds the model's max_position_embeddings \(64\)"):
         execute(engine_cfg(tiny64, "max_model_len=100"), tmp_path / "run")
