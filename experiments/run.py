@@ -113,7 +113,8 @@ def format_summary(summary: dict) -> str:
         ("setup", f"{meta.get('model')} on {meta.get('hardware')} x{meta.get('num_replicas', 1)}, "
                   + (_server_policies(meta.get("server") or {}) if http else
                      f"scheduler={summary.get('choices', {}).get('scheduler')}, "
-                     f"eviction={summary.get('choices', {}).get('eviction')}")),
+                     f"eviction={summary.get('choices', {}).get('eviction')}")
+                  + (", overlap scheduling on" if meta.get("overlap_scheduling") else "")),
         ("workload", f"{meta.get('num_workload_requests')} requests at {_fmt(meta.get('request_rate_rps'), ' req/s')}"
                      f" ({meta.get('workload_source')})"),
         ("input", describe_input(meta)),

@@ -355,7 +355,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
         "backend": "sim", "model": model.name, "hardware": hardware.name, "cost_model": repr(cost_model),
         "router": repr(router), "num_replicas": len(replicas), "num_kvcache_blocks": num_kvcache_blocks,
         "num_cpu_blocks": num_cpu_blocks, "cpu_cache_num_blocks": tier_blocks,
-        "cpu_cache_gib": cfg.get("cpu_cache_gib"),
+        "cpu_cache_gib": cfg.get("cpu_cache_gib"), "overlap_scheduling": bool(cfg.overlap_scheduling),
         "request_rate_rps": offered_rate_rps(cfg, wl),
         "measured_rate_rps": float(wl.mean_rate_rps) if np.isfinite(wl.mean_rate_rps) else None,
         "sim_end_time_s": float(end_s),

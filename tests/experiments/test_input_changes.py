@@ -137,6 +137,14 @@ def test_raising_max_model_len_alone_runs(tmp_path):
     assert chunked["meta"]["max_num_batched_tokens"] == 8192
 
 
+def test_the_setup_line_says_when_overlap_scheduling_is_on(tmp_path):
+    runs = {flag: execute(cfg_of(f"overlap_scheduling={flag}", "workload=all_at_once", "workload.num_requests=4",
+                                 *FAST, *QUIET), tmp_path / flag) for flag in ("true", "false")}
+    setup = {flag: next(x for x in format_summary(s).splitlines() if x.startswith("setup")) for flag, s in runs.items()}
+    assert setup["true"].endswith(", overlap scheduling on") and "overlap" not in setup["false"]
+    assert runs["true"]["meta"]["overlap_scheduling"] is True and runs["false"]["meta"]["overlap_scheduling"] is False
+
+
 def test_printed_summary_names_the_chosen_budget_and_limit(tmp_path, capsys):
     execute(cfg_of("workload=all_at_once", "workload.num_requests=4", *FAST, "progress=false", "plots=false"),
             tmp_path)
