@@ -72,6 +72,12 @@ class StepStats:
     num_free_blocks: int
 
 
+
+def _rates(pbar, tokens: dict, seconds: dict, refresh: bool) -> None:
+    """The progress bar's prefill and decode tokens per second so far."""
+    pbar.set_postfix(prefill=f"{tokens['prefill'] / max(seconds['prefill'], 1e-9):.0f}tok/s",
+                     decode=f"{tokens['decode'] / max(seconds['decode'], 1e-9):.0f}tok/s", refresh=refresh)
+
 class LLM:
     def __init__(self, model_path: str | Path | EngineConfig, *, clock: Callable[[], float] | None = None,
                  policy=None, eviction=None, cpu_cache_eviction=None, **engine_options):
@@ -324,10 +330,9 @@ class LLM:
                 seconds[kind] += s.duration_s
                 if s.start_s - shown_at > 0.5:      # formatting every step would cost ~1 ms per step
                     shown_at = s.start_s
-                    pbar.set_postfix(prefill=f"{tokens['prefill'] / max(seconds['prefill'], 1e-9):.0f}tok/s",
-                                     decode=f"{tokens['decode'] / max(seconds['decode'], 1e-9):.0f}tok/s",
-                                     refresh=False)
+                    _rates(pbar, tokens, seconds, refresh=False)
         if pbar is not None:
+            _rates(pbar, tokens, seconds, refresh=True)     # the whole run's: a short one showed its first step's
             pbar.close()
         if not self.scheduler.has_unfinished():
             self.drain()        # overlap scheduling: the step left in flight only computes discarded tokens

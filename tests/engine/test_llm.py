@@ -276,3 +276,23 @@ def test_generate_returns_the_requests_the_policy_rejects(ckpt):
     assert ok1.finish_reason == ok2.finish_reason == "length" and ok1.reject_reason is None
     assert ok1.token_ids == reference([1, 2, 3], 3) and ok2.token_ids == reference([4, 5], 3)
     assert not llm.has_unfinished() and not llm._live
+
+
+def test_a_short_generate_ends_with_the_whole_runs_rates_on_its_bar(ckpt, monkeypatch):
+    import tqdm.auto
+
+    shown = []
+
+    class Bar:                              # tqdm's surface that LLM.generate uses, recording the postfixes
+        def __init__(self, *a, **k): ...
+        def update(self, n=1): ...
+        def close(self): ...
+        def set_postfix(self, refresh=True, **kw):
+            shown.append(kw)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    path, _ = ckpt
+    LLM(path, device="cpu", num_kvcache_blocks=64, max_model_len=128).generate(
+        [[1, 2, 3], [4, 5]], SamplingParams(max_tokens=8, **GREEDY))
+    # a run shorter than the bar's 0.5 s refresh used to keep its first (prefill) step's decode=0tok/s
+    assert float(shown[-1]["decode"].removesuffix("tok/s")) > 0
