@@ -72,11 +72,11 @@ class StepStats:
     num_free_blocks: int
 
 
-
 def _rates(pbar, tokens: dict, seconds: dict, refresh: bool) -> None:
     """The progress bar's prefill and decode tokens per second so far."""
     pbar.set_postfix(prefill=f"{tokens['prefill'] / max(seconds['prefill'], 1e-9):.0f}tok/s",
                      decode=f"{tokens['decode'] / max(seconds['decode'], 1e-9):.0f}tok/s", refresh=refresh)
+
 
 class LLM:
     def __init__(self, model_path: str | Path | EngineConfig, *, clock: Callable[[], float] | None = None,

@@ -432,6 +432,8 @@ def run_engine(cfg, desc: str = "engine"):
 
     Returns experiments.runner_sim.RunResult, like run_sim. One replica, no tensor parallelism.
     """
+    from tqdm.auto import tqdm
+
     from experiments.runner_sim import (
         ProgressRecorder,
         build_workload,
@@ -465,9 +467,7 @@ def run_engine(cfg, desc: str = "engine"):
     sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len, rep.cpu_cache_num_blocks)
     seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,
                           record_token_times=bool(cfg.record_token_times))
-    from tqdm.auto import tqdm
     bar = tqdm(total=len(seqs), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
-
     rec = ProgressRecorder(0, bar)     # the bar moves as requests finish: one cheap update each, none per step
     interrupted = False
     info: dict = {}
