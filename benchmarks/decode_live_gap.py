@@ -85,6 +85,7 @@ def time_runner(runner, label: str, args, rows: list, sync) -> None:
         if overlap:
             modes.update(back_to_back=(base, 1.0), scattered=(scat, 0.5),
                          placeholder=(with_placeholders(copy.deepcopy(base)), 0.5))
+
         def add(mode: str, dev: np.ndarray, host_s: float = np.nan) -> None:
             rows.append(dict(runner=label, shape=shape.label, batch_size=b, context=str(ctx), mode=mode,
                              device_time_s=float(np.median(dev)), device_time_p10_s=float(np.percentile(dev, 10)),

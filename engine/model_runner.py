@@ -187,6 +187,11 @@ class ModelRunner:
         # two pinned host buffers for the tokens of the two steps that may be in flight, and an event after
         # the decode graphs' input copies (their pinned mirrors are refilled only once it has passed).
         self.last_sampled: torch.Tensor | None = None
+        if self.is_cuda:        # one Triton kernel on CUDA, bound once (this runs in every overlapped step)
+            from engine.kernels.resolve_placeholders import resolve_placeholders
+            self._resolve_impl = resolve_placeholders
+        else:
+            self._resolve_impl = resolve_placeholders_torch
         self._num_launched = 0
         overlap_cuda = config.overlap_scheduling and self.is_cuda
         self._token_host = [torch.zeros(config.max_num_seqs, dtype=torch.int64, pin_memory=True)
@@ -348,11 +353,7 @@ class ModelRunner:
         """input_ids [T] int64 on the device: each placeholder PLACEHOLDER_BASE + k becomes row k of the
         previous step's sampled tokens (real ids are >= 0; engine/core/in_flight.py). One Triton kernel on
         CUDA (engine/kernels/resolve_placeholders.py), PyTorch operations elsewhere."""
-        if self.is_cuda:
-            from engine.kernels.resolve_placeholders import resolve_placeholders
-            resolve_placeholders(input_ids, self.last_sampled)
-        else:
-            resolve_placeholders_torch(input_ids, self.last_sampled)
+        self._resolve_impl(input_ids, self.last_sampled)
 
     @torch.inference_mode()
     def serve(self, swap_out, swap_in, step: StepInputs | None, offload=(), load=()) -> None:

@@ -193,20 +193,7 @@ class EngineReplayer:
         sched = Scheduler(sched_cfg, policy=pol, eviction=evict,
                           cpu_cache_eviction=tier_evict if sched_cfg.cpu_cache_num_blocks else None)
         rec = recorder or Recorder()
-        # CUDA with overlap scheduling: each step's device time too (two timing events a step). Only there: run
-        # synchronously, a step's events would also span the host's input copies and launches, which the device
-        # waits for, so they would not be the device's time.
-        self.runner.time_device = getattr(self.runner, "is_cuda", False) and bool(self.config.overlap_scheduling)
-        device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
-        copy_time = lambda: getattr(self.runner, "last_copy_host_s", None)    # noqa: E731
-        if self.config.overlap_scheduling:
-            info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
-                                       release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time,
-                                       drained=lambda: getattr(self.runner, "drained_at_s", None),
-                                       copy_time=copy_time)
-        else:
-            info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
-                            max_wall_s=max_wall_s, device_time=device_time, copy_time=copy_time)
+        info = self.run(sched, seqs, rec, max_wall_s=max_wall_s)
         tier = sched.block_manager.cpu_cache
         info.update(policy=policy if isinstance(policy, str) else pol.name, victim=pol.victim.name,
                     eviction=sched.block_manager.eviction.name, scheduler=asdict(sched_cfg),
@@ -217,6 +204,24 @@ class EngineReplayer:
                     num_cuda_graphs=len(getattr(self.runner, "graphs", {}) or {}))
         return RunResult(rec.requests_frame(), rec.steps_frame(), info,
                          rec.decisions_frame() if rec.record_decisions else None)
+
+
+    def run(self, sched: Scheduler, seqs: list[Sequence], rec: Recorder, *, max_wall_s: float | None = None) -> dict:
+        """The real-time loop over seqs on this engine (run_loop, or run_loop_overlapped when the engine was built
+        with overlap scheduling), recording each step's measured seconds; returns the loop's facts."""
+        # CUDA with overlap scheduling: each step's device time too (two timing events a step). Only there: run
+        # synchronously, a step's events would also span the host's input copies and launches, which the device
+        # waits for, so they would not be the device's time.
+        self.runner.time_device = getattr(self.runner, "is_cuda", False) and bool(self.config.overlap_scheduling)
+        device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
+        copy_time = lambda: getattr(self.runner, "last_copy_host_s", None)    # noqa: E731
+        if self.config.overlap_scheduling:
+            return run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
+                                       release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time,
+                                       drained=lambda: getattr(self.runner, "drained_at_s", None),
+                                       copy_time=copy_time)
+        return run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
+                        max_wall_s=max_wall_s, device_time=device_time, copy_time=copy_time)
 
 
 # An idle replay spins the last millisecond before an arrival: time.sleep wakes 50-200 us late (a sleep's median
@@ -472,11 +477,7 @@ def run_engine(cfg, desc: str = "engine"):
     interrupted = False
     info: dict = {}
     try:
-        if rcfg.overlap_scheduling:    # as EngineReplayer.replay: the engine was built for it
-            info = run_loop_overlapped(sched, rep.runner.launch, rep.runner.collect, seqs, rec,
-                                       release=rep.runner.release)
-        else:
-            info = run_loop(sched, rep.runner.execute, rep._sync, seqs, rec, release=rep.runner.release)
+        info = rep.run(sched, seqs, rec)
     except KeyboardInterrupt:          # keep what finished
         interrupted = True
     finally:
