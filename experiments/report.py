@@ -237,7 +237,9 @@ def main(argv=None) -> None:
         ap.exit(2, f"servelab-report: error: {one_line(e)}\n")
     cols = [c for c in (args.by, args.x, "num_finished", "request_throughput_rps", "ttft_s_p50", "ttft_s_p99",
                         "tpot_s_p99", "normalized_latency_s_p99", "num_preemptions",
-                        "cost_model_share_steps_outside", "cost_model_share_time_outside") if c in df]
+                        "slo_attainment_targets", "goodput_targets_rps", "jain_index", "service_diff_rate_mean",
+                        "cost_model_share_steps_outside", "cost_model_share_time_outside")
+            if c in df and df[c].notna().any()]     # SLO and fairness columns only for runs that have them
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     skipped = df.attrs.get("skipped", [])

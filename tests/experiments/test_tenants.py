@@ -206,10 +206,10 @@ def test_bad_tenant_and_slo_input_is_one_line(in_tmp, monkeypatch, capsys, args,
     assert error_line(monkeypatch, capsys, *QUIET, "model=qwen3_0p6b", *args).startswith(expected)
 
 
-def test_sweep_report_draws_attainment_and_service_difference(tmp_path):
+def test_sweep_report_draws_attainment_and_service_difference(tmp_path, capsys):
     from hydra import compose, initialize_config_dir
 
-    from experiments.report import make_report
+    from experiments.report import main, make_report
     from experiments.run import CONF_DIR, execute
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for policy in ("vllm", "edf_reject"):
@@ -224,6 +224,10 @@ def test_sweep_report_draws_attainment_and_service_difference(tmp_path):
     assert set(df["policy"]) == {"vllm", "edf_reject"} and df["slo_attainment_targets"].notna().all()
     top = df[df["workload.rate_scale"] == 1.5].set_index("policy")
     assert top.loc["edf_reject", "slo_attainment_targets"] > top.loc["vllm", "slo_attainment_targets"]
+    main([str(tmp_path / "sw")])                     # the printed table carries attainment and goodput
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert {"slo_attainment_targets", "goodput_targets_rps"} <= set(header)
+    assert "cost_model_share_time_outside" not in header     # a column no run has is left out
 
 
 def test_both_loops_record_requests_the_policy_rejects_even_when_nothing_is_left():
