@@ -52,6 +52,7 @@ PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
 RIDING_BINS = (1, 3, 9, 1 << 30)       # mixed steps by the decodes riding their chunk: the mixed terms' reach
 STALL_MARGIN_S = 1e-3  # a launch stall: host seconds before a launch this much beyond the fit's (near_launch_stalls)
 PRICE_BIAS = PRICE_BAND   # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
+RANK_PTS = 1.0         # a quantile miss whose simulated value sits within this many percentile points of the real one
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
 GOALS = dict(e2e_median_err=0.03, quantile_err=0.03, step_sum_err=0.015, size_tolerance=policy_diff.SIZE_TOLERANCE)
 
@@ -147,8 +148,8 @@ def floors(wl_dir: Path, name: str) -> tuple[dict, dict]:
     return result, summaries
 
 
-def _q(s: dict, m: str, q: str) -> float:
-    v = (s.get(m) or {}).get("quantile_rel_err", {}).get(q)
+def _q(s: dict, m: str, q: str, key: str = "quantile_rel_err") -> float:
+    v = (s.get(m) or {}).get(key, {}).get(q)
     return float("nan") if v is None else float(v)
 
 
@@ -159,6 +160,9 @@ def table_row(workload: str, policy: str, s: dict, floor: dict) -> dict:
                tpot_median_err=g("tpot_s", "median_rel_err"), tpot_p90_err=g("tpot_s", "p90_rel_err"),
                e2e_median_err=g("e2e_s", "median_rel_err"), e2e_p90_err=g("e2e_s", "p90_rel_err"),
                **{f"{m}_q{q[1:]}_err": _q(s, f"{m}_s", q) for m in ("ttft", "e2e") for q in ("p50", "p90", "p99")},
+               # where the simulated quantile sits in the real distribution: percentile points off
+               **{f"{m}_q{q[1:]}_rank_pts": _q(s, f"{m}_s", q, "quantile_rank_pts")
+                  for m in ("ttft", "e2e") for q in ("p50", "p90", "p99")},
                throughput_err=g("throughput", "rel_err"), step_sum_ratio=g("step_time", "sum_pred_over_real"),
                step_median_err=g("step_time", "median_rel_err"),
                preemptions_real=g("preemptions", "real"), preemptions_sim=g("preemptions", "sim"),
@@ -430,6 +434,7 @@ def suite_summary(table: pd.DataFrame) -> dict:
         "cells_real_ttft_quantiles_repeat": int((table[[f"floor_ttft_q{q}" for q in ("50", "90", "99")]].max(axis=1)
                                                  <= GOALS["quantile_err"]).sum())
         if "floor_ttft_q50" in table else None,
+        "quantile_misses_rank_pts": _misses_rank(table),
         "fragile_cells": [f"{r.workload}:{r.policy}" for r in table.itertuples(index=False)
                           if getattr(r, "e2e_gain", 0.0) > FRAGILE_GAIN],
     }
@@ -444,6 +449,18 @@ def _misses_inside_band(table: pd.DataFrame, m: str) -> list[int] | None:
     band = table[[f"sim_band_{m}_q{q}" for q in ("50", "90", "99")]].to_numpy()
     miss = err > GOALS["quantile_err"]
     return [int(miss.sum()), int((miss & (err <= np.nan_to_num(band))).sum())]
+
+
+def _misses_rank(table: pd.DataFrame) -> list[float] | None:
+    """[TTFT and E2E quantile errors beyond the goal, how many sit within RANK_PTS percentile points of the real
+    quantile, the largest shift in points]; None for a table without rank columns (saved before them)."""
+    cols = [f"{m}_q{q}" for m in ("ttft", "e2e") for q in ("50", "90", "99")]
+    if f"{cols[0]}_rank_pts" not in table or table[[f"{c}_rank_pts" for c in cols]].isna().all(axis=None):
+        return None
+    err = table[[f"{c}_err" for c in cols]].abs().to_numpy()
+    pts = np.nan_to_num(table[[f"{c}_rank_pts" for c in cols]].abs().to_numpy(), nan=np.inf)
+    miss = err > GOALS["quantile_err"]
+    return [int(miss.sum()), int((miss & (pts <= RANK_PTS)).sum()), float(pts[miss].max()) if miss.any() else 0.0]
 
 
 def summary_line(s: dict) -> str:
@@ -461,6 +478,9 @@ def summary_line(s: dict) -> str:
                f"of {s['e2e_quantile_misses_inside_sim_band'][0]} (all six within goal, floor or band "
                f"{s['cells_quantiles_goal_floor_or_band']}/{n})"
                if s.get("ttft_quantile_misses_inside_sim_band") is not None else "")
+            + (f"; of the {s['quantile_misses_rank_pts'][0]} quantiles beyond 3%, {s['quantile_misses_rank_pts'][1]} "
+               f"sit within {RANK_PTS:g} percentile point(s) of the real one (largest shift "
+               f"{s['quantile_misses_rank_pts'][2]:.1f} points)" if s.get("quantile_misses_rank_pts") else "")
             + f"; at or below "
             f"the floor {s['cells_at_or_below_floor']}/{n}"
             + (f"; fragile (E2E moves > {FRAGILE_GAIN:g}% per 1% of step price: a ranking there rests on the fit's "

@@ -288,6 +288,27 @@ def test_a_quantile_miss_inside_the_simulators_own_band_is_counted_apart():
     assert s["ttft_quantile_misses_inside_sim_band"] == [2, 1] and s["e2e_quantile_misses_inside_sim_band"] == [0, 0]
     assert s["cells_quantiles_goal_floor_or_band"] == 1
     assert "inside the simulator's own band: TTFT 1 of 2" in summary_line(s)
+    assert s["quantile_misses_rank_pts"] is None        # reports saved before the rank columns
+
+
+def test_quantile_misses_are_placed_in_the_real_distribution():
+    """table_row copies each quantile's rank shift (percentile points); the summary counts the misses beyond 3%
+    whose simulated value sits within RANK_PTS of the real quantile, and gives the largest shift among misses."""
+    from experiments.generalize import RANK_PTS, suite_summary, summary_line, table_row
+
+    def rep(ttft_p90, pts):
+        q = lambda err, p: {"median_rel_err": 0.0, "p90_rel_err": 0.0,                      # noqa: E731
+                            "quantile_rel_err": {"p50": 0.0, "p90": err, "p99": 0.0},
+                            "quantile_rank_pts": {"p50": 0.0, "p90": p, "p99": 0.0}}
+        return {"ttft_s": q(ttft_p90, pts), "e2e_s": q(0.0, 0.0), "throughput": {"rel_err": 0.0},
+                "step_time": {"sum_pred_over_real": 1.0}}
+    rows = [table_row("w", "near", rep(0.20, -0.5), {}), table_row("w", "far", rep(-0.10, -3.0), {}),
+            table_row("w", "ok", rep(0.02, 2.5), {})]
+    assert rows[1]["ttft_q90_rank_pts"] == -3.0 and rows[0]["e2e_q99_rank_pts"] == 0.0
+    s = suite_summary(pd.DataFrame(rows).assign(e2e_gain=1.0))
+    assert RANK_PTS == 1.0 and s["quantile_misses_rank_pts"] == [2, 1, 3.0]   # the 2.5-point cell is no miss
+    assert "of the 2 quantiles beyond 3%, 1 sit within 1 percentile point(s) of the real one (largest shift 3.0" \
+        in summary_line(s)
 
 
 def test_step_kinds_split_mixed_steps_by_the_decodes_riding_their_chunk(monkeypatch):

@@ -183,7 +183,7 @@ def test_cpu_validation_loop(tiny, tmp_path):
                              "one_to_one": True}
         for key in ("ttft_s", "tpot_s", "e2e_s"):
             assert set(e[key]) == {"median_rel_err", "p90_rel_err", "mean_signed_rel_err", "num_requests",
-                                   "quantile_rel_err"}
+                                   "quantile_rel_err", "quantile_rank_pts"}
             assert set(e[key]["quantile_rel_err"]) == {"p50", "p90", "p99"}
         assert set(e["preemptions"]) >= {"real", "sim", "real_swaps", "sim_swaps"}
         assert e["throughput"]["rel_err"] is not None
@@ -257,9 +257,26 @@ def test_per_request_and_distribution_errors_by_hand():
     swapped = _rel_stats(np.array([2.0, 1.0]), np.array([1.0, 2.0]))
     assert swapped["median_rel_err"] == pytest.approx(0.75)
     assert all(v == 0.0 for v in swapped["quantile_rel_err"].values())
+    assert all(v == 0.0 for v in swapped["quantile_rank_pts"].values())
     with pytest.raises(FileNotFoundError, match="validate writes"):
         from experiments.validation_table import validation_table
         validation_table(["no/such/validation_x.json"])
+
+
+def test_a_quantile_on_a_steep_stretch_is_far_in_value_and_near_in_rank():
+    """quantile_rank_pts: how far the simulated percentile sits from the real one in the real distribution. Real
+    TTFTs: 89 of 100 at 10 ms, then 100, 101, ..., 110 ms (p90 100.1 ms: 90% of them below). A simulation with 91
+    at 10 ms has p90 10 ms, 90% off in value, but 10 ms spans the real ranks 0-89%: 1 point below. One with 88 at
+    10 ms and 101, 102, ... has p90 102.1 ms: 92 real ones below, 2 points above. Equal runs: 0."""
+    from experiments.validate import _rel_stats
+    real = np.array([0.01] * 89 + [0.100 + 0.001 * i for i in range(11)])
+    early = _rel_stats(np.array([0.01] * 91 + [0.101 + 0.001 * i for i in range(9)]), real)
+    assert early["quantile_rel_err"]["p90"] == pytest.approx(0.01 / 0.1001 - 1)
+    assert early["quantile_rank_pts"]["p90"] == pytest.approx(-1.0)
+    late = _rel_stats(np.array([0.01] * 88 + [0.101 + 0.001 * i for i in range(12)]), real)
+    assert late["quantile_rel_err"]["p90"] == pytest.approx(0.1021 / 0.1001 - 1)
+    assert late["quantile_rank_pts"]["p90"] == pytest.approx(2.0)
+    assert _rel_stats(real.copy(), real)["quantile_rank_pts"] == {"p50": 0.0, "p90": 0.0, "p99": 0.0}
 
 
 def test_roofline_floors_only_where_the_card_has_measured_floors(tiny):
