@@ -6,6 +6,7 @@
         loop.add_writer(ch.fileno(), lambda: ch.flush() and loop.remove_writer(ch.fileno()))
     ch.poll(timeout_ms)              # whether a message waits (0: look, no wait)
     data = ch.recv()                 # the next message's bytes, or None
+    ch.fill(); data = ch.take()      # one read of the socket, then the messages it brought (no second read)
     ch.closed                        # the other end closed it (or it failed); what came before is still read
 
 A frame is a 4-byte big-endian length and that many bytes (a pickle). ZeroMQ, which the two processes used
@@ -94,6 +95,12 @@ class Channel:
         """The next whole message, or None when none has come in full."""
         if not self._frames:
             self.fill()
+        return self._frames.popleft() if self._frames else None
+
+    def take(self) -> bytes | None:
+        """The next whole message already read (by fill, poll or recv), or None; never reads the socket. A
+        reader woken by the socket reads it once (fill) and then takes: looping on recv() costs one more read,
+        a system call that finds the socket empty, before the messages' work (a first token's) goes on."""
         return self._frames.popleft() if self._frames else None
 
     # -- writing ------------------------------------------------------------------------------------

@@ -272,7 +272,8 @@ class ProcessEngine:
         ch = self._ch
         if ch is None:
             return
-        while (data := ch.recv()) is not None:
+        ch.fill()           # one read: what the socket holds now (more later makes it readable again)
+        while (data := ch.take()) is not None:
             msg = pickle.loads(data)
             self._keep_awake()
             try:

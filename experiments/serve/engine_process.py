@@ -216,10 +216,8 @@ class EngineCore:
         inp = self.inp
         if not self._wait(timeout_ms):
             return
-        while True:
-            data = inp.recv()
-            if data is None:
-                return
+        # what the wait read (no second read to find the socket empty: what comes meanwhile, the next poll reads)
+        while (data := inp.take()) is not None:
             msg = pickle.loads(data)
             self.spin.touch()
             kind = msg[0]

@@ -90,3 +90,67 @@ def test_polls_send_what_a_nonblocking_send_left():
         a.poll(50)
     reader.join(30)
     assert not a._out and got == [big]
+
+
+class _CountingSocket:
+    """A socket whose recv calls are counted (socket.socket's own methods cannot be patched)."""
+
+    def __init__(self, sock):
+        self.sock, self.reads = sock, 0
+
+    def setblocking(self, flag):
+        self.sock.setblocking(flag)
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def recv(self, n):
+        self.reads += 1
+        return self.sock.recv(n)
+
+
+def test_a_woken_reader_reads_the_socket_once_per_wake_up():
+    # the server's loop and the engine process read what woke them with one system call: a second read that
+    # finds the socket empty sat on every first token's path, before the message's work went on
+    a_sock, b_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a, counted = Channel(a_sock), _CountingSocket(b_sock)
+    b = Channel(counted)
+    a.send(b"one")
+    a.send(b"two")
+    b.fill()
+    got = []
+    while (m := b.take()) is not None:
+        got.append(m)
+    assert got == [b"one", b"two"] and counted.reads == 1
+    assert b.take() is None and counted.reads == 1          # take never reads
+    a.send(b"three")
+    assert b.poll(1000) and counted.reads == 2 and b.take() == b"three" and counted.reads == 2
+
+
+def test_the_engine_loop_and_the_server_read_once_per_message():
+    import asyncio
+    import pickle
+
+    from experiments.serve.engine_client import ProcessEngine
+    from experiments.serve.engine_process import EngineCore
+
+    a_sock, b_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a, counted = Channel(a_sock), _CountingSocket(b_sock)
+    core = EngineCore(None, Channel(counted), None, 0)
+    a.send(pickle.dumps(("stop",)))
+    core._drain(1000)
+    assert core._stopping and counted.reads == 1
+
+    a_sock, b_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a, counted = Channel(a_sock), _CountingSocket(b_sock)
+    engine = ProcessEngine()
+    engine._ch = Channel(counted)
+
+    async def main():
+        engine._loop = asyncio.get_running_loop()
+        fut = engine._probes[3] = engine._loop.create_future()
+        a.send(pickle.dumps(("probe", 3, {"live": 0})))
+        engine._on_readable()           # the socket is readable: the loop calls this
+        return fut.result()
+
+    assert asyncio.run(main()) == {"live": 0} and counted.reads == 1

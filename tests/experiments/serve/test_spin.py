@@ -36,8 +36,8 @@ class FakeInbox:
         self.polls.append(timeout_ms)
         return self.lands_at_poll is not None and len(self.polls) >= self.lands_at_poll
 
-    def recv(self):
-        if self.msg is None or not self.poll(0):
+    def take(self):         # what the polls read: the message once it has landed
+        if self.msg is None or self.lands_at_poll is None or len(self.polls) < self.lands_at_poll:
             return None
         msg, self.msg = self.msg, None
         return msg
@@ -106,12 +106,15 @@ class FakeChannel:
 
     def __init__(self, lands_at_read: int | None, msg):
         self.reads, self.lands_at_read, self.msg = 0, lands_at_read, pickle.dumps(msg, protocol=5)
+        self.landed = None
 
-    def recv(self):
+    def fill(self):
         self.reads += 1
-        if self.msg is None or self.lands_at_read is None or self.reads < self.lands_at_read:
-            return None
-        msg, self.msg = self.msg, None
+        if self.msg is not None and self.lands_at_read is not None and self.reads >= self.lands_at_read:
+            self.landed, self.msg = self.msg, None
+
+    def take(self):
+        msg, self.landed = self.landed, None
         return msg
 
 
