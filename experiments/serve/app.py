@@ -36,7 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from engine.core.sequence import SamplingParams
-from experiments.serve.asgi import EventStream, ServeApp, error_response
+from experiments.serve.asgi import EventStream, LastEvent, ServeApp, error_response
 from experiments.serve.config import ServeOptions
 from experiments.serve.delivery import PromptUsage
 from experiments.serve.engine_client import ProcessEngine
@@ -436,7 +436,11 @@ def _sse(obj) -> str:
 async def _stream(events, make_chunk, head, streams, usage, include_usage, token_ids, always, first=None):
     """Server-sent events: one chunk per choice and step (empty text skipped unless `always`), then the
     usage chunk when asked, then [DONE]; an engine failure becomes an error event. make_chunk(index,
-    text, finish_reason, token_ids or None) -> the event's text; usage(completion_tokens) -> the usage object."""
+    text, finish_reason, token_ids or None) -> the event's text; usage(completion_tokens) -> the usage object.
+    The last choice's last chunk, the usage chunk and [DONE] are ready at the same moment: they go out as one
+    LastEvent, written with the response's end (one write and one read of the client, not four)."""
+    left = len(streams)         # choices whose last chunk has not come
+    tail = ""
     try:
         if first is not None:
             for chunk in first:
@@ -444,13 +448,19 @@ async def _stream(events, make_chunk, head, streams, usage, include_usage, token
         async for index, text, ids, fin in events:
             if not (text or fin or always or token_ids):
                 continue
-            yield make_chunk(index, text, fin, ids if token_ids else None)
+            chunk = make_chunk(index, text, fin, ids if token_ids else None)
+            if fin is not None:
+                left -= 1
+                if not left:    # the events end here (no choice open): nothing is waited for after it
+                    tail = chunk
+                    continue
+            yield chunk
         if include_usage:
             done = sum(len(ts.token_ids) for ts in streams.values())
-            yield _sse({**head, "choices": [], "usage": usage(done)})
+            tail += _sse({**head, "choices": [], "usage": usage(done)})
     except APIError as e:
-        yield _sse(e.body())
-    yield "data: [DONE]\n\n"
+        tail += _sse(e.body())
+    yield LastEvent(tail + "data: [DONE]\n\n")
 
 
 # A chunk is written by hand around json.dumps of the text: a streamed token costs one small dumps,

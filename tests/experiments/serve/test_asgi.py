@@ -125,6 +125,39 @@ def test_event_stream_writes_chunks_and_ends_cleanly_when_the_client_leaves():
     assert closed == [3, 1000] and iterator_closed == [3, 1000]
 
 
+def test_event_stream_writes_its_last_event_with_the_end_of_the_response():
+    from experiments.serve.asgi import LastEvent
+    iterator_closed = []
+
+    async def chunks():
+        try:
+            yield "data: 0\n\n"
+            yield LastEvent("data: 1\n\ndata: [DONE]\n\n")
+        finally:
+            iterator_closed.append(True)
+
+    async def run():
+        sent = []
+        left = asyncio.Event()
+
+        async def receive():
+            await left.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if not message.get("more_body", True):
+                left.set()
+
+        await EventStream(chunks(), lambda: None)({"type": "http"}, receive, send)
+        return sent
+
+    sent = asyncio.run(run())
+    assert [(m["body"], m["more_body"]) for m in sent[1:]] == [(b"data: 0\n\n", True),
+                                                               (b"data: 1\n\ndata: [DONE]\n\n", False)]
+    assert iterator_closed == [True]
+
+
 def test_a_request_is_queued_on_the_engine_before_its_text_streams_are_built(monkeypatch):
     from types import SimpleNamespace
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("fastapi")
 
 from experiments.serve.app import _chat_chunks, _completion_chunks  # noqa: E402
+from experiments.serve.asgi import LastEvent  # noqa: E402
 
 HEAD = {"id": "cmpl-1", "created": 7, "model": 'odd "name"\\ü'}
 TEXTS = [' say "hi"\n', "ü\u2028\t", ""]
@@ -20,9 +22,12 @@ async def _events():
 
 
 def _run(make, token_ids):
+    """The events written, one string each (a write may hold several: the last chunk goes with [DONE])."""
     async def go():
         return [c async for c in make(_events(), HEAD, {1: None}, 3, False, token_ids, False)]
-    return asyncio.run(go())
+    writes = asyncio.run(go())
+    assert type(writes[-1]) is LastEvent and all(type(w) is str for w in writes[:-1])
+    return [e + "\n\n" for w in writes for e in w.split("\n\n") if e]
 
 
 @pytest.mark.parametrize("token_ids", [False, True])
@@ -44,3 +49,20 @@ def test_chat_chunks():
     assert [g["choices"][0]["delta"] for g in got[1:]] == [{"content": TEXTS[0]}, {"content": TEXTS[1]}, {}]
     assert got[-1]["choices"][0]["finish_reason"] == "length"
     assert {g["object"] for g in got} == {"chat.completion.chunk"} and got[1]["model"] == HEAD["model"]
+
+
+def test_the_last_chunk_usage_and_done_go_out_in_one_write():
+    async def go(n):
+        async def events():
+            for k in range(3):          # choice k % n; each choice's last event at k >= 3 - n
+                yield k % n, f"t{k}", [k], "length" if k >= 3 - n else None
+        streams = {i: SimpleNamespace(token_ids=[0]) for i in range(n)}
+        return [c async for c in _completion_chunks(events(), HEAD, streams, lambda k: {"k": k}, True, False, False)]
+
+    writes = asyncio.run(go(1))
+    assert len(writes) == 3 and type(writes[-1]) is LastEvent
+    last = writes[-1].split("\n\n")
+    assert json.loads(last[0][len("data: "):])["choices"][0]["text"] == "t2"
+    assert json.loads(last[1][len("data: "):])["usage"] == {"k": 1} and last[2] == "data: [DONE]"
+    writes = asyncio.run(go(2))         # two choices: the first to finish is written at once, the last with [DONE]
+    assert len(writes) == 3 and '"finish_reason":"length"' in writes[1] and '"index":0' in writes[-1]
