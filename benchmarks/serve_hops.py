@@ -89,9 +89,9 @@ EDITS = [
     ("experiments/serve/app.py", "                yield index, text, ts.token_ids[kept:], fin\n",
      f"                {H}_hop.put(choice.seq.request_id, 'text'); _hop.RID = choice.seq.request_id\n"
      "                yield index, text, ts.token_ids[kept:], fin\n"),
-    ("experiments/serve/app.py", "            yield make_chunk(index, text, fin, ids if token_ids else None)\n",
+    ("experiments/serve/app.py", "            chunk = make_chunk(index, text, fin, ids if token_ids else None)\n",
      f"            chunk = make_chunk(index, text, fin, ids if token_ids else None)\n            {H}_hop.put(_hop.RID, "
-     "'framed')\n            yield chunk\n"),
+     "'framed')\n"),
     ("experiments/serve/asgi.py",
      '                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})\n',
      '                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})\n'
