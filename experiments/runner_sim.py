@@ -170,6 +170,18 @@ def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> 
     return meta
 
 
+def check_tenant_weights(cfg: DictConfig, wl: Workload) -> None:
+    """A weight for a tenant no request has changes nothing (most often a misspelt name): refused, naming it."""
+    weights = cfg.scheduler.get("tenant_weights") if cfg.get("scheduler") is not None else None
+    if not weights:
+        return
+    tenants = sorted({str(spec.tenant) for spec in wl})
+    unknown = sorted(str(t) for t in weights if str(t) not in tenants)
+    if unknown:
+        raise ValueError(f"scheduler.tenant_weights names {unknown}, a tenant no request of the workload has (its "
+                         f"tenants: {tenants}); fix the name or leave it out")
+
+
 def offered_rate_rps(cfg: DictConfig, wl: Workload) -> float | None:
     """The request rate a sweep varies: the arrival process's rate_rps, the trace's target_rate_rps,
     or else the workload's measured mean rate (None for all-at-once)."""
@@ -304,6 +316,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     max_len, max_len_source = model_max_model_len(cfg, model)
     wl = build_workload(cfg, max_len)
     in_meta = check_input(wl, max_len, model.max_model_len)
+    check_tenant_weights(cfg, wl)
     num_kvcache_blocks, num_cpu_blocks = kv_capacity(cfg, model, hardware)
     cost_model = make_cost_model(cfg, model, hardware)
     # Specs become Sequences on arrival (prompt ids from the root seed); token times need prebuilt ones.

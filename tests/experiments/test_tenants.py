@@ -196,11 +196,14 @@ def test_a_multi_tenant_run_writes_tables_rows_and_plots(in_tmp, monkeypatch, ca
      "error: workload.streams[0].tpot_slo_s must be a finite number > 0 (or null for none), got nan"),
     (["workload=tenants", "workload.streams=[{tenant: a, rate: 1}]"],
      "error: workload.streams[0] has unknown key(s) ['rate']"),
-    (["scheduler=vtc", "scheduler.tenant_weights={a: 0}"],
-     "error: scheduler: vtc.tenant_weights['a'] must be a finite number > 0, got 0"),
-    (["scheduler=vtc", "scheduler.tenant_weights={a: -1.5}"],
-     "error: scheduler: vtc.tenant_weights['a'] must be a finite number > 0, got -1.5"),
+    (["workload=tenants", "scheduler=vtc", "scheduler.tenant_weights={heavy: 0}"],
+     "error: scheduler: vtc.tenant_weights['heavy'] must be a finite number > 0, got 0"),
+    (["workload=tenants", "scheduler=vtc", "scheduler.tenant_weights={heavy: -1.5}"],
+     "error: scheduler: vtc.tenant_weights['heavy'] must be a finite number > 0, got -1.5"),
     (["scheduler=edf", "scheduler.on_late=drop"], "error: scheduler: edf.on_late must be one of"),
+    (["workload=tenants", "scheduler=vtc", "scheduler.tenant_weights={lite: 2}"],
+     "error: scheduler.tenant_weights names ['lite'], a tenant no request of the workload has (its tenants: "
+     "['bursty', 'heavy', 'light'])"),
 ])
 def test_bad_tenant_and_slo_input_is_one_line(in_tmp, monkeypatch, capsys, args, expected):
     assert error_line(monkeypatch, capsys, *QUIET, "model=qwen3_0p6b", *args).startswith(expected)
