@@ -158,6 +158,8 @@ def format_summary(summary: dict) -> str:
         rows.append(("prefix-cache hits", f"{_fmt(_pct(m.get('prefix_cache_hit_rate')), '%')} of prompt tokens: "
                                           f"GPU {_fmt(_pct(m.get('prefix_cache_hit_rate_gpu')), '%')}, CPU tier "
                                           f"{_fmt(_pct(m.get('prefix_cache_hit_rate_cpu')), '%')}"))
+    elif m.get("prefix_cache_hit_rate"):      # any hit at all (several replicas: all of them together)
+        rows.append(("prefix-cache hits", f"{_fmt(_pct(m.get('prefix_cache_hit_rate')), '%')} of prompt tokens"))
     rows += replica_rows(summary)
     rows += tenant_rows(summary)
     if "cost_model_coverage" in meta:

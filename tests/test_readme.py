@@ -132,6 +132,8 @@ TINY_ENGINE_RUN = ("backend.device=cpu", "max_model_len=1024", "num_kvcache_bloc
 NEEDS_CUDA = "needs a CUDA GPU (and builds or reads a full-size checkpoint)"
 
 COMMANDS: dict[str, Run | Excluded] = {
+    "python3 -m venv .venv": Excluded("creates a virtual environment; .ci/run makes its own"),
+    ". .venv/bin/activate": Excluded("enters that environment (the test runs in one already)"),
     "pip install -e .": Excluded("installs the package; .ci/run installs it in a fresh virtual environment"),
     "servelab": Run("run", SHORT),
     "pip install torch==2.13.0 -e '.[engine,test]'": Excluded("the install .ci/run performs"),

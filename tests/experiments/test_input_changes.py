@@ -284,6 +284,11 @@ def test_sampled_rows_and_synthetic_times_are_counted_printed_and_marked(tmp_pat
     assert sorted(pd.read_parquet(tmp_path / "b" / "requests.parquet")["input_change"]) == ["synthetic_arrival"] * 3
     assert "rows drawn" not in describe_input(in_order["meta"])
     assert "3 of 5 rows used" in describe_input(in_order["meta"])
+    whole = {"num_rows_read": 5, "num_workload_requests": 5}
+    assert describe_input(whole) == "run as recorded (nothing clipped, dropped, skipped or re-sorted)"
+    head = {**whole, "num_workload_requests": 3, "num_truncated": 2}
+    assert describe_input(head) == ("run as recorded; of the rows used none clipped, dropped or re-sorted; 3 of 5 "
+                                    "rows used (skip_requests / max_requests)")
 
 
 def test_lengths_drawn_from_a_file_are_reported(tmp_path, capsys):

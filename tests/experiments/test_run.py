@@ -139,6 +139,11 @@ def test_several_replicas_get_a_load_table_lines_and_a_plot(tmp_path, capsys):
     assert read_summary(tmp_path / "even")["replicas"][1]["busy_fraction"] == pytest.approx(1.0)
     assert "replica 0" in out and "replica 1" in out and "4 req (50%), busy 100%" in out
     assert "WARNING" not in out and (tmp_path / "even" / "replica_load.png").is_file()
+    # the prefix-cache hits of all replicas together get their own line, when there are any
+    from experiments.run import format_summary
+    assert "prefix-cache hits" not in out and s["metrics"]["prefix_cache_hit_rate"] == 0
+    s["metrics"]["prefix_cache_hit_rate"] = 0.222
+    assert "22.2% of prompt tokens" in format_summary(s)
     # one request on four replicas: three idle, the busy one carries 4x the mean
     s = execute(cfg_of(*overrides, "num_replicas=4", "workload.num_requests=1"), tmp_path / "skewed")
     out = capsys.readouterr().out
