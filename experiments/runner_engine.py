@@ -443,7 +443,7 @@ def run_engine(cfg, desc: str = "engine"):
         ProgressRecorder,
         build_workload,
         check_input,
-        check_tenant_weights,
+        check_weighted_tenants_exist,
         limits_meta,
         make_scheduler,
         offered_rate_rps,
@@ -469,7 +469,7 @@ def run_engine(cfg, desc: str = "engine"):
         f"the engine's default for this checkpoint: min(4096, max_position_embeddings={positions})")
     wl = build_workload(cfg, max_len)
     in_meta = check_input(wl, max_len, positions)
-    check_tenant_weights(cfg, wl)
+    check_weighted_tenants_exist(cfg, wl)
     warm_s = rep.warmup()
     sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len, rep.cpu_cache_num_blocks)
     seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,

@@ -170,7 +170,7 @@ def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> 
     return meta
 
 
-def check_tenant_weights(cfg: DictConfig, wl: Workload) -> None:
+def check_weighted_tenants_exist(cfg: DictConfig, wl: Workload) -> None:
     """A weight for a tenant no request has changes nothing (most often a misspelt name): refused, naming it."""
     weights = cfg.scheduler.get("tenant_weights") if cfg.get("scheduler") is not None else None
     if not weights:
@@ -316,7 +316,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
     max_len, max_len_source = model_max_model_len(cfg, model)
     wl = build_workload(cfg, max_len)
     in_meta = check_input(wl, max_len, model.max_model_len)
-    check_tenant_weights(cfg, wl)
+    check_weighted_tenants_exist(cfg, wl)
     num_kvcache_blocks, num_cpu_blocks = kv_capacity(cfg, model, hardware)
     cost_model = make_cost_model(cfg, model, hardware)
     # Specs become Sequences on arrival (prompt ids from the root seed); token times need prebuilt ones.
