@@ -1,10 +1,10 @@
-"""The WARNING lines a sweep job prints, named by the job: `[job scheduler=srpt,...] WARNING: 8.0% of the steps ...`.
+"""The WARNING and NOTE lines a sweep job prints, named by the job: `[job scheduler=srpt,...] WARNING: 8.0% of ...`.
 
 A sweep's jobs print into one terminal (the joblib workers, the basic launcher) or into the logs of a cluster
 scheduler; a warning line that does not say its job cannot be told apart from its neighbours'. While a job runs,
-`named_warnings(job)` puts a writer in front of sys.stderr that prefixes every line beginning with `WARNING`
-(the lines experiments.runner_sim, runner_http and workloads.changes print) and passes everything else
-(progress bars, errors) through unchanged.
+`named_warnings(job)` puts a writer in front of sys.stderr that prefixes every line beginning with `WARNING` or
+`NOTE` (the lines experiments.runner_sim, runner_http and workloads.changes print: a loss, or a change to the
+input such as spread arrivals) and passes everything else (progress bars, errors) through unchanged.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 
 class _PrefixWarnings:
-    """A text stream that writes through to `stream`, prefixing the lines that begin with WARNING."""
+    """A text stream that writes through to `stream`, prefixing the lines that begin with WARNING or NOTE."""
 
     def __init__(self, stream, prefix: str):
         self._stream, self._prefix, self._line_start = stream, prefix, True
@@ -22,7 +22,7 @@ class _PrefixWarnings:
     def write(self, text: str) -> int:
         out = []
         for piece in text.splitlines(keepends=True):
-            if self._line_start and piece.startswith("WARNING"):
+            if self._line_start and piece.startswith(("WARNING", "NOTE")):
                 out.append(self._prefix)
             out.append(piece)
             self._line_start = piece.endswith(("\n", "\r"))
@@ -42,7 +42,7 @@ def job_label(output_dir, sweep_dir, overrides) -> str:
 
 @contextmanager
 def named_warnings(job: str):
-    """sys.stderr's WARNING lines prefixed with `[job JOB] ` inside the block."""
+    """sys.stderr's WARNING and NOTE lines prefixed with `[job JOB] ` inside the block."""
     stream = sys.stderr
     sys.stderr = _PrefixWarnings(stream, f"[job {job}] ")
     try:

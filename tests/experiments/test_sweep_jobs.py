@@ -52,6 +52,24 @@ def test_a_jobs_warning_names_the_job(in_tmp, monkeypatch, capsys):
     assert {w.split("]")[0] for w in warnings} == {f"[job {j}" for j in jobs}
 
 
+def test_warning_and_note_lines_carry_the_job_and_nothing_else_does():
+    import io
+    import sys
+
+    from experiments.job_warnings import named_warnings
+    buf = io.StringIO()
+    real, sys.stderr = sys.stderr, buf
+    try:
+        with named_warnings("scheduler=srpt"):
+            sys.stderr.write("WARNING: 6.3% clipped\nNOTE: 1,776 arrivals spread\n")
+            sys.stderr.write("simulating:  40%|####  | 800/2000\r")            # a progress bar's line
+            sys.stderr.write("error: bad value\n")
+    finally:
+        sys.stderr = real
+    assert buf.getvalue() == ("[job scheduler=srpt] WARNING: 6.3% clipped\n[job scheduler=srpt] NOTE: 1,776 arrivals "
+                              "spread\nsimulating:  40%|####  | 800/2000\rerror: bad value\n")
+
+
 def test_job_name_is_hydras_override_dirname_for_plain_overrides():
     plain = ["workload.arrival.rate_rps=5", "scheduler=fcfs", "+extra=1", "seed=7"]
     assert job_name(plain) == "+extra=1,scheduler=fcfs,seed=7,workload.arrival.rate_rps=5"
