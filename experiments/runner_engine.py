@@ -205,7 +205,6 @@ class EngineReplayer:
         return RunResult(rec.requests_frame(), rec.steps_frame(), info,
                          rec.decisions_frame() if rec.record_decisions else None)
 
-
     def run(self, sched: Scheduler, seqs: list[Sequence], rec: Recorder, *, max_wall_s: float | None = None) -> dict:
         """The real-time loop over seqs on this engine (run_loop, or run_loop_overlapped when the engine was built
         with overlap scheduling), recording each step's measured seconds; returns the loop's facts."""

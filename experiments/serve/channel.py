@@ -95,7 +95,7 @@ class Channel:
         """The next whole message, or None when none has come in full."""
         if not self._frames:
             self.fill()
-        return self._frames.popleft() if self._frames else None
+        return self.take()
 
     def take(self) -> bytes | None:
         """The next whole message already read (by fill, poll or recv), or None; never reads the socket. A

@@ -116,9 +116,10 @@ def describe_input(meta: dict) -> str:
     scale = meta.get("arrival_scale", 1.0)
     scaled = (f"arrival gaps scaled x{scale:.4g} as asked (time_scale / target_rate_rps)" if scale != 1.0 else "")
     if not losses and not changes:
+        head = scaled or "run as recorded"
         if used:        # rows left out as asked: "nothing skipped" would read as a contradiction
-            return (scaled or "run as recorded") + "; of the rows used none clipped, dropped or re-sorted" + used
-        return (scaled or "run as recorded") + " (nothing clipped, dropped, skipped or re-sorted)"
+            return head + "; of the rows used none clipped, dropped or re-sorted" + used
+        return head + " (nothing clipped, dropped, skipped or re-sorted)"
     text = "; ".join(losses + changes + ([scaled] if scaled else [])) + used
     if not losses:
         return text + " -- nothing lost; per request: requests.parquet input_change"
