@@ -436,8 +436,6 @@ def run_engine(cfg, desc: str = "engine"):
 
     Returns experiments.runner_sim.RunResult, like run_sim. One replica, no tensor parallelism.
     """
-    from tqdm.auto import tqdm
-
     from experiments.runner_sim import (
         ProgressRecorder,
         build_workload,
@@ -446,6 +444,7 @@ def run_engine(cfg, desc: str = "engine"):
         limits_meta,
         make_scheduler,
         offered_rate_rps,
+        progress_bar,
     )
     from experiments.runner_sim import RunResult as TableResult
     from experiments.workloads.changes import add_input_columns
@@ -473,7 +472,7 @@ def run_engine(cfg, desc: str = "engine"):
     sched = make_scheduler(cfg, rep.num_kvcache_blocks, rep.num_cpu_blocks, max_len, rep.cpu_cache_num_blocks)
     seqs = make_sequences(wl, rep.vocab_size, temperature=rcfg.temperature, rng_seed=rcfg.seed,
                           record_token_times=bool(cfg.record_token_times))
-    bar = tqdm(total=len(seqs), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
+    bar = progress_bar(len(seqs), desc, bool(cfg.progress))
     rec = ProgressRecorder(0, bar)     # the bar moves as requests finish: one cheap update each, none per step
     interrupted = False
     info: dict = {}

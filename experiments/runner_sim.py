@@ -289,6 +289,19 @@ def make_cpu_cache_eviction(name: str):
     return make_eviction_policy(name)
 
 
+def progress_bar(total: int, desc: str, enabled: bool):
+    """A tqdm bar over requests on stderr. On a terminal it is erased when done; written to a file (a log, or stdout
+    and stderr in one file) it updates at most every 30 s and ends with its own newline, so the lines printed after
+    it start on a line of their own."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    tty = sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, unit="req", disable=not enabled, leave=not tty,
+                mininterval=0.5 if tty else 30.0)
+
+
 class ProgressRecorder(Recorder):
     """A Recorder that also advances a progress bar when a request leaves the system."""
 
@@ -303,8 +316,6 @@ class ProgressRecorder(Recorder):
 
 # -- the run ------------------------------------------------------------------------------
 def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
-    from tqdm.auto import tqdm
-
     from experiments.config import HardwareConfig, ModelConfig
     from sim.replica import Replica
     from sim.simulator import Simulator
@@ -326,7 +337,7 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
 
     def simulate(cost_model, requests, desc: str):
         """(recorders, SimResult or None when interrupted, the simulator) of one simulation of the workload."""
-        bar = tqdm(total=len(wl), desc=desc, unit="req", disable=not cfg.progress, leave=False, mininterval=0.5)
+        bar = progress_bar(len(wl), desc, bool(cfg.progress))
         recorders = [ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
         replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
                             rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))

@@ -51,6 +51,22 @@ def test_entry_point_writes_all_files(tmp_path):
     assert not list(out.glob(".*.tmp"))               # no temporary files left behind
 
 
+def test_progress_bar_in_a_log_ends_its_own_line(tmp_path):
+    # stdout and stderr into one file (a log): the bar's last state stays, on a line of its own, and the summary's
+    # lines do not run on after it
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = tmp_path / "run.log"
+    with open(log, "w") as f:
+        proc = subprocess.run([sys.executable, "-m", "experiments.run", "experiment=smoke", "workload.num_requests=30",
+                               f"hydra.run.dir={tmp_path / 'run'}", "plots=false"],
+                              cwd=tmp_path, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=120)
+    assert proc.returncode == 0, log.read_text()
+    lines = log.read_bytes().decode().split("\n")          # "\r" kept: a bar redraws its line with it
+    bars = [ln for ln in lines if "req/s]" in ln]          # the bar: "workload.num_requests=30: 100%|...| 30/30 [...]"
+    assert len(bars) == 1 and bars[0].endswith("req/s]") and "30/30" in bars[0], bars
+    assert any(ln.lstrip().startswith("TTFT p50 / p99") for ln in lines), lines
+
+
 def test_hand_checked_run(tmp_path):
     # All 8 prompts (128 tokens) prefill in one 10 ms step and sample token 1; three decode steps follow.
     s = execute(cfg_of(*HAND, *QUIET), tmp_path)
