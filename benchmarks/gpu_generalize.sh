@@ -79,7 +79,7 @@ if [ "$SMOKE" = 1 ]; then
 else
   TAG="$(gpu_card)_qwen3_0p6b";  # the card the files come from (gpu_lib.sh gpu_card)
   DEVICE=cuda; GRID=full; MAX_MODEL_LEN=8192; MAX_WALL_S="${MAX_WALL_S:-40}"
-  # the extended grid to 16,384 tokens (283 shapes, ~105 s timed with the duty cycle, priced by the h100_1205c fit, plus ~20 s start-up): covers every context here
+  # the extended grid to 16,384 tokens (290 shapes, ~110 s timed with the duty cycle, priced by the h100_1205c fit, plus ~20 s start-up): covers every context here
   PROFILE_MAX_MODEL_LEN="${PROFILE_MAX_MODEL_LEN:-16384}"
   CAL=(--target-rate-rps 6 --max-requests "${CAL_REQUESTS:-200}" --num-kvcache-blocks "${CAL_BLOCKS:-512}" --num-cpu-blocks 2048)
   T_CKPT=90; T_PROFILE=200; T_CAL=240; T_REPLAY=120; T_WL=330

@@ -207,13 +207,18 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     # (decodes clipped to the window rather than dropped: with one decode alone its keys and their sum coincide)
     shapes += [Shape("mixed", ((n, c),), (min(d, L),) * b) for n, c in ((128, 0), (512, 0), (512, 1024))
                for b, d in ((1, 4096), (2, 8192), (4, 6144), (1, L)) if n + c <= L and n + b <= T]
-    # a 512-token chunk beside one decode whose context L runs from below to above the chunk's context c, and the
-    # same with two short decodes riding too: a decode entry's one program per KV head walks its keys alone, and
-    # becomes the step's critical path before L reaches c (measured on an H100's replays, 0.9 c; the mixed rows
-    # of the replays alone could not tell that ratio from the per-key cost of short decodes in such steps)
-    shapes += [Shape("mixed", ((512, c - 512),), (int(f * c),) + (256,) * k) for c in (2048, 4096, 6144)
+    # a chunk beside one decode whose context L runs from below to above the chunk's context c, and the same with
+    # two short decodes riding too: a decode entry's one program per KV head walks its keys alone, and becomes the
+    # step's critical path before L reaches c (measured on an H100's replays, 0.9 c; the mixed rows of the replays
+    # alone could not tell that ratio from the per-key cost of short decodes in such steps). The step holds 512
+    # tokens, decodes included, as the sarathi scheduler fills it: 512 + 1 tokens would run the 576-token graph,
+    # whose GEMMs take one more 128-row tile (+0.3-0.5 ms on an H100), and the walk would be fitted to absorb that
+    shapes += [Shape("mixed", ((511 - k, c - 511 + k),), (int(f * c),) + (256,) * k) for c in (2048, 4096, 6144)
                for f in (0.7, 0.85, 0.95, 1.0, 1.1, 1.5) for k in (0, 2)
-               if c <= L and int(f * c) <= L and 512 + 1 + k <= T and 1 + k <= max_num_seqs]
+               if c <= L and int(f * c) <= L and 512 <= T and 1 + k <= max_num_seqs]
+    # fresh prompts at the 64-token graph sizes between 256 and 2,048 tokens: the GEMMs step by one 128-row tile,
+    # so an odd multiple of 64 costs about what the next even one does (the grid's other sizes are even multiples)
+    shapes += [Shape("prefill", ((n, 0),)) for n in (320, 384, 448, 576, 640, 1088, 1152) if n <= min(L, T)]
     shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
                if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]
     # either side of the batch size where the decode kernel stops splitting keys (num_seqs * kv_heads vs the

@@ -35,22 +35,25 @@ def test_full_grid_reaches_max_model_len_within_the_limits(max_model_len):
     assert any(s.kind == "mixed" and len(s.decode_ctx) <= 4 and min(s.decode_ctx) >= 4096
                and s.prefills[0][1] <= 1024 for s in shapes)
     assert {12, 24, 40} <= {len(s.decode_ctx) for s in shapes if s.kind == "decode"}
-    # a 512-token chunk beside a decode from 0.7 to 1.5 times the chunk's context, alone and with two short ones
+    # a chunk beside a decode from 0.7 to 1.5 times the chunk's context, alone and with two short ones, in a step of
+    # 512 tokens (a graph size: 513 would run the 576-token graph, one more GEMM tile)
     walk = {(s.prefills[0][0] + s.prefills[0][1], s.decode_ctx[0], len(s.decode_ctx)) for s in shapes
-            if s.kind == "mixed" and s.prefills[0][0] == 512 and len(s.decode_ctx) in (1, 3)}
+            if s.kind == "mixed" and s.prefills[0][0] + len(s.decode_ctx) == 512 and len(s.decode_ctx) in (1, 3)}
     for c in (2048, 4096, 6144):
         if c <= max_model_len:
             assert {(c, int(0.85 * c), 1), (c, c, 1), (c, int(0.95 * c), 3)} <= walk, c
+    # fresh prompts at odd multiples of 64 tokens (half a GEMM tile past the even ones)
+    assert {320, 576, 1088} <= {s.prefills[0][0] for s in prefills if len(s.prefills) == 1 and s.prefills[0][1] == 0}
     assert any(s.kind == "prefill" and s.prefills == ((8192, 0),) for s in shapes) == (max_model_len >= 8192)
 
 
 def test_short_limits_and_the_small_grid():
     """At max_model_len 4,096 the long end adds the long-tail decodes and chunked mixed steps that fit (163
-    shapes, 132 before, then 12 CPU-tier copy shapes, 7 intermediate chunks whose prompts fit and 20 chunks beside
-    a decode around the chunk's context: 202); the small grid (CPU tests) has no long end (46 shapes, plus 6
-    CPU-tier ones and 3 intermediate chunks)."""
+    shapes, 132 before, then 12 CPU-tier copy shapes, 7 intermediate chunks whose prompts fit, 20 chunks beside
+    a decode around the chunk's context and 7 fresh prompts at odd multiples of 64 tokens: 209); the small grid
+    (CPU tests) has no long end (46 shapes, plus 6 CPU-tier ones and 3 intermediate chunks)."""
     full = grid_shapes("full", 4096, 16384, 256)
-    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 202
+    assert max(_extent(s)[0] for s in full) == 4096 and len(full) == 209
     assert sum(s.kind in ("tier_out", "tier_in") for s in full) == 12
     assert sum(s.kind == "chunk" for s in full) == 7
     small = grid_shapes("small", 512, 512, 32)
