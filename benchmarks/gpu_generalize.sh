@@ -18,7 +18,8 @@
 #   calib_busy     the Azure conversation family again, later requests (CAL_BUSY_SKIP..) at CAL_BUSY_RATE req/s
 #                  (default 40), overlapped, vllm: decode batches of 9-64 sequences, which the 6 req/s replays never
 #                  reach (at most 8), for the device model on CPU   -> calib_overlap steps (_busy) in the archive;
-#                  CAL_BUSY_POLICIES=vllm,sarathi adds chunks carrying 9-50 decodes (one table a policy, _busy_<policy>)
+#                  and sarathi: chunks carrying 44-59 decodes, which price the riding decodes' keys past 8,192 a step
+#                  (mixed_decode_rest_over; one table a policy, _busy_<policy>; CAL_BUSY_POLICIES=vllm: the decodes only)
 #   calib_mixed    (only when named) the shared-prefix calibration workload with more groups (fresh prefixes) and
 #                  outputs of 32-320 tokens, overlapped, sarathi: chunks at 1-8k context carrying 3-16 decodes of
 #                  2-8k context, which the other replays hardly reach (their chunks carry 1-2 long decodes or several
@@ -45,7 +46,7 @@
 # calibration replays preempt and swap, which a cache of 1,024 blocks never did at 6 req/s), CAL_POLICIES
 # (vllm_swap,sarathi: the fit sees chunked steps too; a comma list replays each), CAL_OVERLAP_POLICIES
 # (vllm_swap,sarathi: swaps' device seconds too; empty: none), CAL_PREFIX_POLICIES (vllm,sarathi; empty: none),
-# CAL_BUSY_RATE, CAL_BUSY_SKIP, CAL_BUSY_REQUESTS, CAL_BUSY_BLOCKS, CAL_BUSY_POLICIES (vllm; a comma list),
+# CAL_BUSY_RATE, CAL_BUSY_SKIP, CAL_BUSY_REQUESTS, CAL_BUSY_BLOCKS, CAL_BUSY_POLICIES (vllm,sarathi; a comma list),
 # HOST_BREAKDOWN_RUNS, CLOCK_LOG (0: no GPU clock samples), PROFILE_MAX_MODEL_LEN, CKPT (reuse a checkpoint
 # directory), POLICIES (a comma list replacing every workload's policies), OVERLAP=1 (the workload
 # replays with overlap scheduling, docs/overlap.md; the saved runs record it and experiments.generalize simulates
@@ -198,7 +199,7 @@ if has_stage calib_busy; then
       --skip-requests "${CAL_BUSY_SKIP:-600}" "${CAL[@]}" --target-rate-rps "${CAL_BUSY_RATE:-40}" \
       --max-requests "${CAL_BUSY_REQUESTS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 400)}" \
       --num-kvcache-blocks "${CAL_BUSY_BLOCKS:-$([ "$SMOKE" = 1 ] && echo 64 || echo 4096)}" \
-      --max-model-len "$MAX_MODEL_LEN" --policies "${CAL_BUSY_POLICIES:-vllm}" --overlap-scheduling --max-wall-s "$MAX_WALL_S" \
+      --max-model-len "$MAX_MODEL_LEN" --policies "${CAL_BUSY_POLICIES:-vllm,sarathi}" --overlap-scheduling --max-wall-s "$MAX_WALL_S" \
       --no-roofline --no-plot --out-dir "$WORK" --name calib_busy --steps-out "$WORK/real/calib_overlap_steps_${TAG}_busy.parquet"
   else
     FAILED+=(calib_busy); log "!!! [calib_busy] skipped: no trace file (give --trace PATH)"

@@ -38,7 +38,12 @@ import pandas as pd
 
 from experiments.step_tables import read_step_table
 from sim.cost_model.calibrated import KNEE_CANDIDATES, OBJECTIVES, CalibratedCostModel, relative_errors
-from sim.cost_model.calibrated_fit import MIXED_WALK_RATIOS, decode_single_split_min_seqs, prefill_host_after_share
+from sim.cost_model.calibrated_fit import (
+    MIXED_WALK_RATIOS,
+    WALK_RATIO_MAX_RIDING,
+    decode_single_split_min_seqs,
+    prefill_host_after_share,
+)
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import table_restarts
@@ -364,7 +369,9 @@ def main(argv=None) -> int:
                   f"{1e6 * gap:.1f} us")
     errors = (model.device_model or model).metadata.get("mixed_walk_ratio_errors")
     if errors:
-        print(f"mixed_walk_ratio {model.mixed_walk_ratio:g}, by weighted training error per candidate: "
+        print(f"mixed_walk_ratio {model.mixed_walk_ratio:g}, by weighted training error per candidate (fits "
+              f"without the chunks carrying more than {WALK_RATIO_MAX_RIDING} decodes, riding keys at one price, the "
+              f"profile's mixed shapes at a level of their own): "
               + ", ".join(f"{r} {e:.4g}" for r, e in errors.items()))
     for name, s in report["eval"].items():
         print(f"not fitted on, {name}: {_fmt(s)}")

@@ -113,6 +113,13 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              simulator adds cold_start_s to that step): CPU and GPU leave their idle power states.
                              On the H200 the calibration replays' steps after 20 ms or more of idle ran 0.3-0.44 ms
                              longer than the model without it priced them, after a shorter gap 0-0.2 ms
+    mixed_decode_rest_keys,  the keys of a chunk's riding decodes other than the longest (which decode_context_sum
+    mixed_decode_rest_over   prices), in a step run from a padded prefill graph: per key up to
+                             calibrated_fit.RIDING_REST_KNEE_KEYS (8,192) a step, and per key beyond. The first
+                             ones read under the chunk's own work: on an H100 ~1e-8 s a key, the rest 3.2e-8,
+                             near a pure decode's 3.6e-8; priced at decode_context_sum's (files fitted before
+                             them), chunks carrying 9-55 decodes came out 6-8% high. Without a table row that
+                             has such keys (past the knee), the fit sets them to decode_context_sum's price
 
 With overlap scheduling (docs/overlap.md) the simulator times a step in three parts (`overlap_parts_s`):
 the host's work before its launch, which runs while the device computes the step before; the device's
@@ -184,6 +191,7 @@ from sim.cost_model.calibrated_fit import (
     KNEE_CANDIDATES,
     LOOP_TERMS,
     OBJECTIVES,
+    RIDING_REST_KNEE_KEYS,
     SMALL_PREFILL_TOKENS,
     copy_blocks,
     design_matrix,
@@ -277,6 +285,9 @@ class CalibratedCostModel(FittedCostModel):
         c = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
         if "prefill_attention_span_alone" not in coefficients:   # a file fitted before the split: one per-key cost
             c["prefill_attention_span_alone"] = c["prefill_attention_span"]
+        for f in ("mixed_decode_rest_keys", "mixed_decode_rest_over"):  # a file fitted before them: a decode's price
+            if f not in coefficients:
+                c[f] = c["decode_context_sum"]
         bad = {f: v for f, v in c.items() if not (v >= 0 and np.isfinite(v))}
         if bad:
             raise ValueError(f"coefficients must be finite and >= 0 (seconds per unit), got {bad}")
@@ -324,7 +335,8 @@ class CalibratedCostModel(FittedCostModel):
          self._swap_step, self._swap_out, self._swap_in, self._loop_step, self._loop_seq,
          self._loop_ptok, self._pctx, self._loop_pstep, self._dtail, self._tier_step, self._tier_out,
          self._tier_in, self._dec_tail, self._dec_split, *self._graph, self._span, self._span_alone, self._psmall,
-         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold) = (c[f] for f in FEATURES)
+         self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold,
+         self._ride_rest, self._ride_over) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
@@ -385,7 +397,16 @@ class CalibratedCostModel(FittedCostModel):
         n_pre = len(prefill_new_tokens)
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
-        t = self._step + self._loop_step + self._decode_seq * num_decode_seqs + self._dctx * decode_context_sum
+        t = self._step + self._loop_step + self._decode_seq * num_decode_seqs
+        if n_pre and num_decode_seqs and self.prefill_graph_max_tokens \
+                and sum(prefill_new_tokens) + num_decode_seqs <= self.prefill_graph_max_tokens:
+            # riding decodes (calibrated_fit.riding_decode_keys): the longest at a decode's price, the rest in 2 pieces
+            longest = min(max_decode_context_len or decode_context_sum / num_decode_seqs, decode_context_sum)
+            rest = decode_context_sum - longest
+            t += (self._dctx * longest + self._ride_rest * min(rest, RIDING_REST_KNEE_KEYS)
+                  + self._ride_over * max(rest - RIDING_REST_KNEE_KEYS, 0))
+        else:
+            t += self._dctx * decode_context_sum
         if not n_pre:
             t += self._graph_s(num_decode_seqs)
         if not n_pre and max_decode_context_len is not None and (self._dec_tail or self._dec_split):
@@ -522,7 +543,9 @@ class CalibratedCostModel(FittedCostModel):
         """CostModel.step_time_s (the CPU tier's copies included) plus the longest decode context, which only
         this model prices."""
         p = batch.num_prefill_seqs
-        if len(batch.context_lens) == p or not (self._dtail if p else self.prices_longest_decode):
+        riding = self._dtail or bool(self.prefill_graph_max_tokens and (self._dctx != self._ride_rest or
+                                                                       self._dctx != self._ride_over))
+        if len(batch.context_lens) == p or not (riding if p else self.prices_longest_decode):
             return super().step_time_s(batch)
         shape = StepShape.from_batch(batch)
         if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:

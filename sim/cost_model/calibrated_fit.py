@@ -43,10 +43,16 @@ FEATURES = ("step", "eager_step", "num_seqs", "prefill_tokens", "prefill_attenti
             "tier_step", "tier_out_blocks", "tier_in_blocks", "decode_tail_keys", "decode_split_keys",
             *(f"decode_graph_{b}" for b in DECODE_GRAPH_BUCKETS), "prefill_attention_span",
             "prefill_attention_span_alone", "prefill_small_tokens", "decode_step", "loop_hit_step", "loop_hit_blocks",
-            "lm_head_step", "cold_step")
+            "lm_head_step", "cold_step", "mixed_decode_rest_keys", "mixed_decode_rest_over")
 SMALL_PREFILL_TOKENS = 256   # prefill_small_tokens: min(run prefill tokens, this) of a step with prefill entries
 COLD_IDLE_S = 0.02           # cold_step: a run row scheduled after the loop sat idle at least this long
 KNEE_CANDIDATES = (None, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+# The keys of a chunk's riding decodes other than the longest: the first RIDING_REST_KNEE_KEYS of them a step read
+# under the chunk's own work (fitted on an H100, with a replay whose chunks carry 44-59 decodes: ~1e-8 s a key), the
+# rest at about a pure decode's price (3.2e-8 against 3.6e-8). One linear price fitted 14-16% below a decode's and
+# left chunks carrying 9-55 decodes 6-8% high (benchmarks/results/generalize/h100_1206n/README.md)
+RIDING_REST_KNEE_KEYS = 8192
+WALK_RATIO_MAX_RIDING = 8   # the walk ratio is chosen on the rows it describes: chunks with at most this many decodes
 OBJECTIVES = ("relative", "sqrt", "absolute")    # row weight 1/y, 1/sqrt(y), 1 on the residual
 HUBER_REL = 0.25          # relative residual beyond which a row's weight is cut (host hiccups, compile stalls)
 
@@ -286,8 +292,9 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     loop = serving_loop_flags(steps)
     rows_sampled = _col(steps, "num_prefill_samples") + d_seqs       # [rows] LM-head rows
     cold = (np.nan_to_num(_col(steps, "idle_before_s", 0.0)) >= COLD_IDLE_S) & (seqs > 0)
+    longest, rest = riding_decode_keys(steps, prefill_graph_max_tokens)
     return np.column_stack([forward, eager, seqs, p_tok_run, _col(steps, "prefill_attention_pairs"),
-                            _col(steps, "decode_context_sum"), rows_sampled, over,
+                            longest, rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
                             mixed_decode_tail_keys(steps, mixed_walk_ratio),
@@ -298,7 +305,25 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             *prefill_attention_span(steps, prefill_span_pairs, prefill_span_grid),
                             eager * np.minimum(p_tok_run, SMALL_PREFILL_TOKENS),
                             ((p_seqs == 0) & (d_seqs > 0)).astype(np.float64), loop * (hits > 0), loop * hits,
-                            (rows_sampled > 0).astype(np.float64), loop * cold])
+                            (rows_sampled > 0).astype(np.float64), loop * cold,
+                            np.minimum(rest, RIDING_REST_KNEE_KEYS), np.maximum(rest - RIDING_REST_KNEE_KEYS, 0.0)])
+
+
+def riding_decode_keys(steps, graph_max_tokens: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """([rows] decode keys priced at decode_context_sum, [rows] riding keys priced in two pieces): in a step with
+    prefill entries and decodes run from a padded prefill CUDA graph, the longest decode's keys and the rest of the
+    decodes' (RIDING_REST_KNEE_KEYS); elsewhere all decode keys and 0. A table without max_decode_context_tokens:
+    the mean decode's keys stand for the longest."""
+    p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
+    dctx = _col(steps, "decode_context_sum")
+    if not graph_max_tokens:
+        return dctx, np.zeros_like(dctx)
+    riding = (p_seqs > 0) & (d_seqs > 0) & (_col(steps, "num_prefill_tokens") + d_seqs <= graph_max_tokens)
+    mean = dctx / np.maximum(d_seqs, 1.0)
+    longest = np.nan_to_num(_col(steps, "max_decode_context_tokens"), nan=0.0) \
+        if "max_decode_context_tokens" in steps else mean
+    longest = np.where(longest > 0, np.minimum(longest, dctx), mean)
+    return np.where(riding, longest, dctx), np.where(riding, dctx - longest, 0.0)
 
 
 def decode_graph_buckets(steps) -> list[np.ndarray]:
@@ -501,6 +526,24 @@ def profile_offset_columns(steps) -> np.ndarray | None:
     return np.column_stack([h, -h, keys, -keys])
 
 
+def profile_mixed_offset_columns(steps) -> np.ndarray | None:
+    """[rows, 2]: +1 and -1 on profile rows with prefill entries and decodes, or None unless the table mixes
+    profile and run rows: a level of their own for the profile's mixed shapes in the walk ratio's fits
+    (fit_coefficients), which the final fit does not have.
+
+    On an H100 (machine N) the profile's chunks beside 1-3 decodes sat 2-7% above the fit at every ratio of the
+    decode's context to the chunk's, 0.7 included, where the walk costs nothing. At the common level a lower ratio
+    took part of that offset: the ratio's fits chose 0.8 (weighted errors 0.9: 66.8, 0.85: 65.8, 0.8: 65.5); with
+    the level their own, 0.9 (62.8, 63.1, 64.1), the ratio the families' replays need (at 0.85 prefill-heavy
+    sarathi cells miss by 4-5%). In the final fit the level stays common: given to it there, prefill-heavy sarathi
+    steps came out 2.1% fast (benchmarks/results/generalize/h100_1206n/README.md)."""
+    loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
+    if loop.all() or not loop.any():
+        return None
+    m = (1.0 - loop) * ((_col(steps, "num_prefill_seqs") > 0) & (_col(steps, "num_decode_seqs") > 0))
+    return np.column_stack([m, -m])
+
+
 def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDATES, block_size: int = 16,
                      objective: str = "relative", robust: bool = True,
                      single_split_min_seqs: int | None = None, run_share: float = 0.5,
@@ -533,15 +576,40 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     # Without the measured step, loop_step is fitted jointly and already takes the run-minus-profile difference;
     # a device-time table has no loop share, so the offset is fitted there too.
     offset_cols = profile_offset_columns(steps) if (loop_coef is not None or "fit_group" in steps) else None
+    mixed_offset_cols = profile_mixed_offset_columns(steps) if offset_cols is not None else None
     nf = len(FEATURES)
 
-    def fit(knee, ratio=1.0):
+    # The riding keys' two pieces where no row has such keys (past the knee): a pure decode's price, set after the fit
+    _, rest = riding_decode_keys(steps, prefill_graph_max_tokens)
+    unsupported = [FEATURES.index(f) for f, has in (("mixed_decode_rest_keys", (rest > 0).any()),
+                                                    ("mixed_decode_rest_over", (rest > RIDING_REST_KNEE_KEYS).any()))
+                   if not has]
+    dropped = [*dropped, *unsupported]
+    # The walk ratio is chosen by fits without the chunks carrying more than WALK_RATIO_MAX_RIDING decodes (their
+    # longest decode walks far past a fresh chunk's context beside many others, a critical path the ratio does not
+    # describe) and without the riding keys' two pieces (a cheap first piece and a lower ratio explain the same
+    # 1-8-decode chunks: fitted jointly the ratio went 0.9 -> 0.8 on an H100 and every 1-2-decode chunk then paid
+    # 1.4-2.8% more, h100_1206n/README.md), with the profile's mixed shapes at a level of their own
+    # (profile_mixed_offset_columns); the coefficients then come from all rows at that ratio
+    i_dctx, i_rest, i_over = (FEATURES.index(f) for f in ("decode_context_sum", "mixed_decode_rest_keys",
+                                                          "mixed_decode_rest_over"))
+    ratio_rows = ~((step_kind_codes(steps) == STEP_KINDS.index("mixed"))
+                   & (_col(steps, "num_decode_seqs") > WALK_RATIO_MAX_RIDING))
+
+    def fit(knee, ratio=1.0, rows=None):
         x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs, prefill_graph_max_tokens,
                           prefill_span_grid, ratio)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])
-        coef, err = robust_nnls(x, target, objective, robust, row_weights=row_weights)
+        if rows is None:
+            coef, err = robust_nnls(x, target, objective, robust, row_weights=row_weights)
+        else:           # the ratio's fits: riding keys at a decode's price (the pieces would trade keys with the ratio)
+            x[:, i_dctx] += x[:, i_rest] + x[:, i_over]
+            x[:, [i_rest, i_over]] = 0.0
+            if mixed_offset_cols is not None:        # the profile's mixed shapes at a level of their own
+                x = np.column_stack([x, mixed_offset_cols])
+            coef, err = robust_nnls(x[rows], target[rows], objective, robust, row_weights=row_weights[rows])
         offset = (float(coef[nf] - coef[nf + 1]), float(coef[nf + 2] - coef[nf + 3])) if offset_cols is not None \
             else (None, None)
         coef = coef[:nf]
@@ -562,14 +630,17 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
         coef, err, offset = fit(None, ratios[0])
         best = (err, None, coef, offset, ratios[0])
     errors = [(float(ratios[0]), float(best[0]))]
-    for ratio in ratios[1:]:
-        coef, err, offset = fit(best[1], ratio)
-        errors.append((float(ratio), float(err)))
-        if err < best[0] * (1 - 1e-9):
-            best = (err, best[1], coef, offset, ratio)
+    if len(ratios) > 1:
+        errors = [(float(r), fit(best[1], r, ratio_rows)[1]) for r in ratios]
+        chosen = min(errors, key=lambda e: e[1] * (1 + 1e-9 * ratios.index(e[0])))[0]    # ties: the earlier
+        if chosen != ratios[0] or not ratio_rows.all():
+            coef, err, offset = fit(best[1], chosen)
+            best = (err, best[1], coef, offset, chosen)
     _, knee, coef, offset, ratio = best
     if knee is None:
         coef[FEATURES.index("tokens_over_knee")] = 0.0
+    for i in unsupported:
+        coef[i] = coef[FEATURES.index("decode_context_sum")]
     return Fit(canonical_step_base(coef), knee, *offset, float(ratio), tuple(errors) if len(ratios) > 1 else ())
 
 

@@ -24,7 +24,8 @@ COEF = dict(step=2e-3, eager_step=5e-3, num_seqs=1e-5, prefill_tokens=3e-6, pref
             prefill_attention_span=0.0, prefill_attention_span_alone=0.0,   # their own test: they need a grid
             prefill_small_tokens=7e-7, decode_step=0.0,   # decode_step 0: canonical_step_base's choice
             loop_hit_step=6e-4, loop_hit_blocks=3e-6, lm_head_step=8e-5,
-            cold_step=0.0)   # cold_step 0: the tables below have no idle gaps (its own test)
+            cold_step=0.0,   # cold_step 0: the tables below have no idle gaps (its own test)
+            mixed_decode_rest_keys=2e-8, mixed_decode_rest_over=2e-8)   # without prefill graphs: a decode's price
 SPLIT = 16     # single_split_min_seqs of the models below: decode batches from 16 sequences price their tail
 
 
@@ -307,7 +308,7 @@ def test_prefill_attention_span_prices_the_busiest_program_slot():
         1e-3 + 2e-6 * 128 + 1e-10 * (128 * 16512 - (128 * 128 - 128) // 2))      # no divisor: not priced
     shapes = [Shape("prefill", ((n, c),)) for n in (16, 128, 512, 2048, 4096, 8192)
               for c in (0, 1024, 4096, 8192, 16384)]
-    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4, 8)]
+    shapes += [Shape("multi_prefill", ((n, 0),) * k) for n in (64, 1024) for k in (2, 4, 8, 16)]
     table, batches = _table(shapes, cm, loop=False)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
     fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), prefill_span_pairs=1000.0)
@@ -355,6 +356,66 @@ def test_prefill_steps_pay_their_graphs_padded_tokens():
     table, batches = _table(shapes, cm)
     np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(b) for b in batches], rtol=1e-12)
     assert CalibratedCostModel.from_dict(cm.to_dict()).prefill_graph_max_tokens == 8192
+
+
+def test_riding_decodes_beside_the_longest_pay_two_pieces():
+    """In a step run from a padded prefill graph, the decodes riding a chunk: the longest at decode_context_sum's
+    price, the others' keys at mixed_decode_rest_keys up to RIDING_REST_KNEE_KEYS and mixed_decode_rest_over past it
+    (by hand); table and batch forms agree; a fit gives the three prices back; a file without the two pieces (and a
+    fit whose table has no key past the knee) prices them as decodes."""
+    from sim.cost_model.calibrated_fit import RIDING_REST_KNEE_KEYS
+    assert RIDING_REST_KNEE_KEYS == 8192
+    coef = dict(step=1e-3, prefill_tokens=2e-6, num_seqs=1e-5, decode_context_sum=3e-8, lm_head_rows=4e-6,
+                mixed_decode_rest_keys=5e-9, mixed_decode_rest_over=2.5e-8)
+    cm = CalibratedCostModel(coefficients=coef, prefill_graph_max_tokens=8192)
+    rng = np.random.default_rng(0)
+    decodes = (3000,) + (1000,) * 12                           # the longest and 12,000 more keys: 8,192 + 3,808
+    b = build_batch(Shape("mixed", ((500, 0),), decodes), 16, 1000, 0.0, rng)      # 513 tokens -> graph 576
+    base = 1e-3 + 1e-5 * 14 + 2e-6 * (576 - 13) + 4e-6 * 14      # the whole prompt samples too
+    assert cm.step_time_s(b) == pytest.approx(base + 3e-8 * 3000 + 5e-9 * 8192 + 2.5e-8 * 3808)
+    assert CalibratedCostModel(coefficients={**coef, "mixed_decode_rest_keys": 3e-8, "mixed_decode_rest_over": 3e-8},
+                               prefill_graph_max_tokens=8192).step_time_s(b) == pytest.approx(base + 3e-8 * 15000)
+    old = {k: v for k, v in coef.items() if not k.startswith("mixed_decode_rest")}
+    assert CalibratedCostModel(coefficients=old, prefill_graph_max_tokens=8192).step_time_s(b) \
+        == pytest.approx(base + 3e-8 * 15000)                  # a file fitted before the pieces
+    eager = CalibratedCostModel(coefficients=coef)                # no prefill graphs: every key a decode's
+    assert eager.step_time_s(b) == pytest.approx(base - 2e-6 * (576 - 513) + 3e-8 * 15000)
+    shapes = [Shape("mixed", ((n, 0),), (c,) + (m,) * k) for n in (200, 500, 900) for c in (2500, 3000, 4000)
+              for m, k in ((200, 2), (300, 4), (500, 8), (700, 10), (1000, 12), (1500, 30))]
+    shapes += [Shape("decode", (), (c,) * 8) for c in (100, 900)]
+    shapes += [Shape("prefill", ((n, 0),)) for n in (100, 700, 2000)]
+    table, batches = _table(shapes, cm, loop=False)
+    np.testing.assert_allclose(cm.predict_table(table), [cm.step_time_s(x) for x in batches], rtol=1e-12)
+    fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), prefill_graph_max_tokens=8192)
+    for f in ("decode_context_sum", "mixed_decode_rest_keys", "mixed_decode_rest_over"):
+        assert fitted.coefficients[f] == pytest.approx(coef[f], rel=1e-5), f
+    short = table[table["decode_context_sum"] - table["max_decode_context_tokens"] <= RIDING_REST_KNEE_KEYS]
+    part = CalibratedCostModel.fit(short, knee_candidates=(None,), prefill_graph_max_tokens=8192)
+    assert part.coefficients["mixed_decode_rest_keys"] == pytest.approx(5e-9, rel=1e-5)
+    assert part.coefficients["mixed_decode_rest_over"] == part.coefficients["decode_context_sum"]
+
+
+def test_the_walk_ratio_is_chosen_without_the_chunks_carrying_many_decodes(monkeypatch):
+    """Chunks with 1-4 riding decodes priced at walk ratio 0.9 beside three times as many chunks carrying 12 (one
+    long, eleven short) priced at 0.7: chosen on every row, the many-decode chunks win (0.7); chosen as the fit
+    does, on the rows with at most WALK_RATIO_MAX_RIDING decodes, they do not."""
+    import sim.cost_model.calibrated_fit as fit_module
+    coef = dict(step=1e-3, prefill_tokens=2e-6, num_seqs=1e-5, decode_context_sum=3e-8, lm_head_rows=4e-6,
+                mixed_decode_tail_keys=6e-7)
+    few = [Shape("mixed", ((n, c),), (d,) * k) for n in (64, 256, 512) for c in (1000, 3000)
+           for d in (900, 2500, 4000) for k in (1, 2, 4)]
+    few += [Shape("prefill", ((n, 0),)) for n in (100, 700, 2000)] + [Shape("decode", (), (c,) * 8) for c in (100, 900)]
+    many = [Shape("mixed", ((n, c),), (d,) + (500,) * 11) for n in (32, 64, 128, 256) for c in (2000, 4000, 6000)
+            for d in (3000, 5000, 7000)] * 3
+    t_few, _ = _table(few, CalibratedCostModel(coefficients=coef, mixed_walk_ratio=0.9), loop=False)
+    t_many, _ = _table(many, CalibratedCostModel(coefficients=coef, mixed_walk_ratio=0.7), loop=False)
+    table = pd.concat([t_few, t_many], ignore_index=True)
+    ratios = (1.0, 0.9, 0.8, 0.7)
+    assert fit_module.WALK_RATIO_MAX_RIDING == 8
+    chosen = CalibratedCostModel.fit(table, knee_candidates=(None,), mixed_walk_ratios=ratios).mixed_walk_ratio
+    monkeypatch.setattr(fit_module, "WALK_RATIO_MAX_RIDING", 10 ** 9)
+    every_row = CalibratedCostModel.fit(table, knee_candidates=(None,), mixed_walk_ratios=ratios).mixed_walk_ratio
+    assert every_row == 0.7 and chosen in (0.9, 0.8)
 
 
 def test_device_fit_takes_the_runs_level_and_share():
@@ -457,7 +518,8 @@ def test_features_of_hand_built_rows():
     # no single_split_min_seqs: no decode_split_keys; 5 decode sequences pad to the graph of 8
     no_graphs = dict(decode_split_keys=0, decode_graph_1=0, decode_graph_2=0, decode_graph_4=0, decode_graph_8=0,
                      decode_graph_16=0, decode_graph_32=0, prefill_attention_span=0,
-                     prefill_attention_span_alone=0, loop_hit_step=0, loop_hit_blocks=0, cold_step=0)
+                     prefill_attention_span_alone=0, loop_hit_step=0, loop_hit_blocks=0, cold_step=0,
+                     mixed_decode_rest_keys=0, mixed_decode_rest_over=0)      # no prefill graphs: no riding pieces
     # prefill_small_tokens: min(300, 256); decode_step: 1 on the pure-decode row only
     assert x.iloc[0].to_dict() == dict(step=1, eager_step=1, prefill_small_tokens=256, decode_step=0, num_seqs=2,
                                        prefill_tokens=300,
@@ -878,3 +940,35 @@ def test_a_split_decode_batch_is_priced_by_its_longest_programs_keys():
     rec.on_step(0.0, 0.0, batch, 0, 0, 0)
     assert decode_split_keys(rec.steps_frame(), 33).tolist() == [1792]
     assert decode_split_keys(rec.steps_frame(), None).tolist() == [0]
+
+
+
+def test_the_walk_ratio_is_chosen_with_the_profiles_mixed_shapes_at_their_own_level(monkeypatch):
+    """Replay rows and profile rows priced at walk ratio 0.9, the profile's chunks beside a decode 0.3 ms slower
+    than that at every ratio (a level the replays' same shapes do not share): the ratio's fits give those rows a
+    level of their own, so at 0.9 they fit exactly; at the common level they cannot."""
+    import sim.cost_model.calibrated_fit as fit_module
+    coef = dict(step=1e-3, prefill_tokens=2e-6, num_seqs=1e-5, decode_context_sum=3e-8, lm_head_rows=4e-6,
+                mixed_decode_tail_keys=6e-7)
+    cm = CalibratedCostModel(coefficients=coef, mixed_walk_ratio=0.9)
+    runs = [Shape("mixed", ((n, c),), (d,) * k) for n in (64, 256, 512) for c in (1000, 3000)
+            for d in (900, 2500, 4000) for k in (1, 2, 4)]
+    runs += [Shape("prefill", ((n, 0),)) for n in (100, 700, 2000)]
+    runs += [Shape("decode", (), (c,) * 8) for c in (100, 900)]
+    walk = [Shape("mixed", ((511, c - 511),), (int(f * c),)) for c in (2048, 4096, 6144)
+            for f in (0.7, 0.85, 0.95, 1.0, 1.1, 1.5)]
+    plain = [Shape("prefill", ((n, c - n),)) for n in (128, 512, 2048) for c in (2048, 4096, 6144)]
+    run, _ = _table(runs * 3, cm, loop=False)
+    prof, _ = _table(walk + plain, cm, loop=False)
+    mixed = (prof["num_prefill_seqs"] > 0) & (prof["num_decode_seqs"] > 0)
+    prof["duration_s"] += np.where(mixed, 3e-4, 0.0)
+    table = pd.concat([prof.assign(fit_group=0), run.assign(fit_group=1)], ignore_index=True)
+    ratios = (1.0, 0.9, 0.8)
+
+    def walk_errors():
+        fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), mixed_walk_ratios=ratios)
+        return fitted.mixed_walk_ratio, fitted.metadata["mixed_walk_ratio_errors"]
+    chosen, own = walk_errors()
+    monkeypatch.setattr(fit_module, "profile_mixed_offset_columns", lambda steps: None)
+    _, common = walk_errors()
+    assert chosen == 0.9 and own["0.9"] < 1e-12 < 1e-6 < common["0.9"], (own, common)
