@@ -117,12 +117,14 @@ def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workloa
     (None: model_max_model_len(cfg))."""
     missing = _null_paths(cfg.workload, "workload")
     if missing:
+        example = TRACE_EXAMPLES.get(str(cfg.workload.get("_target_", "")), "path/to/trace")
         raise ValueError(f"{missing[0]} is null: this workload reads a file; give it on the command line, e.g. "
-                         f"workload=azure {missing[0]}=path/to/AzureLLMInferenceTrace_conv.csv")
+                         f"{missing[0]}=../shared/traces/{example}")
     if max_model_len is None:
         max_model_len, _ = model_max_model_len(cfg)
     wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
     wcfg = OmegaConf.create(wcfg)
+    check_numbers(wcfg, "workload")
     _absolute_paths(wcfg)
     try:
         wl = instantiate(wcfg, seed=int(cfg.seed), max_model_len=int(max_model_len), _convert_="all")
@@ -132,6 +134,64 @@ def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workloa
         raise TypeError(f"workload._target_ {cfg.workload.get('_target_')!r} returned {type(wl).__name__}, "
                         "expected an experiments.workloads.Workload")
     return wl
+
+
+# the public trace each reader is written for (../shared/traces/README.md): the example a missing path's error gives
+TRACE_EXAMPLES = {"experiments.workloads.read_azure_trace": "AzureLLMInferenceTrace_conv.csv",
+                  "experiments.workloads.read_mooncake_trace": "conversation_trace.jsonl",
+                  "experiments.workloads.read_vidur_trace": "splitwise_conv.csv",
+                  "experiments.workloads.sharegpt_workload": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"}
+
+
+def check_numbers(node: DictConfig, prefix: str) -> None:
+    """A value given as text, or as a fraction, where the `_target_` it configures takes a number (a whole one)
+    is refused naming its key, before the constructor meets it in a comparison (`'>' not supported between
+    'str' and 'int'`). Keys a target takes through **kwargs are the readers' TraceOptions."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from hydra.utils import get_object
+
+    from experiments.workloads.options import TraceOptions
+    hints: dict = {}
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    if target:
+        try:
+            obj = get_object(str(target))
+            hints = typing.get_type_hints(obj)
+            takes_kwargs = callable(obj) and not dataclasses.is_dataclass(obj) and any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(obj).parameters.values())
+            if takes_kwargs:
+                hints = {**typing.get_type_hints(TraceOptions), **hints}
+        except Exception:             # an unresolvable target or annotation: the constructor says what it says
+            hints = {}
+    for key, value in node.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, DictConfig):
+            check_numbers(value, name)
+            continue
+        kind = _number_kind(hints.get(key))
+        if kind is None or value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str):
+            raise ValueError(f"{name}={value}: not a number; give {'a whole number' if kind is int else 'a number'}, "
+                             f"e.g. {name}={'100' if kind is int else '10.0'}")
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{name}={value}: give a whole number, e.g. {name}={int(value)}")
+
+
+def _number_kind(hint) -> type | None:
+    """int or float where a type hint is that number (or it or None), else None."""
+    import types
+    import typing
+    if hint in (int, float):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and args[0] in (int, float):
+            return args[0]
+    return None
 
 
 def _keyed_workload_error(exc: InstantiationException, wcfg: DictConfig) -> ValueError | None:
@@ -337,17 +397,21 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
 
     def simulate(cost_model, requests, desc: str):
         """(recorders, SimResult or None when interrupted, the simulator) of one simulation of the workload."""
+        # what can refuse a setting is built before the bar starts, so an error line never runs on after it
+        schedulers = [make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks)
+                      for _ in range(int(cfg.num_replicas))]
+        router = instantiate(cfg.router, _convert_="all")
         bar = progress_bar(len(wl), desc, bool(cfg.progress))
-        recorders = [ProgressRecorder(i, bar) for i in range(int(cfg.num_replicas))]
-        replicas = [Replica(make_scheduler(cfg, num_kvcache_blocks, num_cpu_blocks, max_len, tier_blocks), cost_model,
-                            rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))
-                    for i, rec in enumerate(recorders)]
-        sim = Simulator(replicas, router=instantiate(cfg.router, _convert_="all"), vocab_size=model.vocab_size,
-                        prompt_seed=int(cfg.seed), keep_finished=False)
         try:
-            return recorders, sim.run(requests), sim
-        except KeyboardInterrupt:          # keep what finished
-            return recorders, None, sim
+            recorders = [ProgressRecorder(i, bar) for i in range(len(schedulers))]
+            replicas = [Replica(sched, cost_model, rec, index=i, overlap_scheduling=bool(cfg.overlap_scheduling))
+                        for i, (sched, rec) in enumerate(zip(schedulers, recorders))]
+            sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
+                            keep_finished=False)
+            try:
+                return recorders, sim.run(requests), sim
+            except KeyboardInterrupt:          # keep what finished
+                return recorders, None, sim
         finally:
             bar.close()
 

@@ -189,7 +189,8 @@ COMMANDS: dict[str, Run | Excluded] = {
     "benchmarks/gpu_peer.sh": Excluded(NEEDS_CUDA),
     "bash benchmarks/gpu_peer.sh --trace PATH --out DIR": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_vllm_serve.sh": Excluded(NEEDS_CUDA),
-    "servelab cpu_cache_num_blocks=50000 cpu_cache_eviction=lru": Run("run", SHORT),
+    "servelab workload=shared_prefix num_kvcache_blocks=3000 cpu_cache_num_blocks=50000 cpu_cache_eviction=lru":
+        Run("run", SHORT),
     "servelab cpu_cache_gib=110": Run("run", SHORT),
     "servelab overlap_scheduling=true": Run("run", SHORT),
     "servelab -m experiment=cpu_tier workload.path=../shared/traces/conversation_trace.jsonl": Excluded(
@@ -206,6 +207,8 @@ COMMANDS: dict[str, Run | Excluded] = {
     "servelab-serve backend.model_path=~/models/tiny backend.device=cpu num_kvcache_blocks=256 max_model_len=256":
         Excluded("starts a server that runs until stopped; tests/experiments/serve/test_shutdown.py runs it on a "
                  "tiny checkpoint in its own process"),
+    "pip install -e '.[http]'": Excluded("an install; .ci/run installs the test extra, which holds the http one's "
+                                         "httpx and aiohttp"),
     "servelab backend=http backend.url=http://127.0.0.1:8000 model=qwen3_0p6b": Excluded(
         "needs a running OpenAI-compatible server; tests/experiments/test_http_vs_serve.py runs it against "
         "servelab-serve on a tiny checkpoint"),

@@ -90,8 +90,10 @@ def _change_parts(meta: dict) -> list[str]:
     if meta.get("num_reordered"):
         parts.append(f"{meta['num_reordered']} re-sorted by arrival time (listed after a later request)")
     if meta.get("num_spread"):
+        scale = meta.get("arrival_scale") or 1.0
+        clock = "" if scale == 1.0 else f" of trace time ({scale * meta.get('spread_max_shift_s', 0.0):.3g} s as run)"
         parts.append(f"{meta['num_spread']} arrivals moved later within their timestamp bucket, by up to "
-                     f"{meta.get('spread_max_shift_s', 0.0):.3g} s (spread_within_bucket=true; "
+                     f"{meta.get('spread_max_shift_s', 0.0):.3g} s{clock} (spread_within_bucket=true; "
                      "workload.spread_within_bucket=false runs the recorded times)")
     if meta.get("num_sampled") and meta.get("sampled_from"):
         parts.append(f"{meta['num_sampled']} requests' {meta['sampled_from']} drawn with replacement, each column on "
@@ -160,8 +162,9 @@ def loss_warning(meta: dict, model_max_len: int | None = None) -> str | None:
             fixes.append("or set workload.too_long=drop to leave the long requests out instead of clipping them")
     if meta.get("num_rows_skipped"):
         fixes.append("repair the rows at summary.json meta.skipped_lines")
-    return (f"WARNING: {meta.get('workload_source')}: the run loses {_pct(req)} of its requests and {_pct(tok)} of "
-            f"its tokens ({'; '.join(_loss_parts(meta))}); to keep them: {', '.join(fixes)}")
+    # a clipped request still runs, shorter: the requests are "not as recorded", the tokens lost
+    return (f"WARNING: {meta.get('workload_source')}: {_pct(req)} of the requests do not run as recorded and "
+            f"{_pct(tok)} of the tokens are lost ({'; '.join(_loss_parts(meta))}); to keep them: {', '.join(fixes)}")
 
 
 def warn_if_lossy(meta: dict, model_max_len: int | None = None, file=None) -> str | None:

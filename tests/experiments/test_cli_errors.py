@@ -30,6 +30,8 @@ def traces(tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (["num_replicas=0"], "error: num_replicas must be >= 1, got 0"),
     (["workload=azure"], "error: workload.path is null"),
+    (["workload=sharegpt"], "error: workload.path is null: this workload reads a file; give it on the command line, "
+                            "e.g. workload.path=../shared/traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"),
     (["model=qwen3_9b"], "error: model=qwen3_9b: no such option; choose one of llama3_70b"),
     (["model.name=qwen9"], "error: model.name='qwen9' is not a known model"),
     (["num_replicas=many"], "error: num_replicas=many: Value 'many' of type 'str' could not be converted"),
@@ -70,10 +72,23 @@ def test_unknown_keys_fail_with_the_nearest_name(in_tmp, monkeypatch, capsys, ar
     (["workload=azure", "workload.path=azure.csv", "workload.target_rate_rps=-4"],
      "error: workload.target_rate_rps must be > 0, got -4"),
     (["workload=azure", "workload.path=azure.csv", "workload.time_scale=0"], "error: workload.time_scale must be > 0"),
+    # text or a fraction where the constructor takes a number: named before a comparison fails on it
+    (["workload.arrival.rate_rps=fast"],
+     "error: workload.arrival.rate_rps=fast: not a number; give a number, e.g. workload.arrival.rate_rps=10.0"),
+    (["workload=azure", "workload.path=azure.csv", "workload.target_rate_rps=four"],
+     "error: workload.target_rate_rps=four: not a number"),              # a reader's option (**kwargs)
+    (["workload.num_requests=1.5"], "error: workload.num_requests=1.5: give a whole number"),
+    (["workload.prompt_len.mean_tokens=many"], "error: workload.prompt_len.mean_tokens=many: not a number"),
 ])
 def test_bad_workload_values_name_the_full_key(in_tmp, monkeypatch, capsys, args, expected):
     (in_tmp / "azure.csv").write_text(AZURE_ROWS)
     assert error_line(monkeypatch, capsys, *QUIET, *args).startswith(expected)
+
+
+def test_an_error_line_never_runs_on_after_the_progress_bar(in_tmp, monkeypatch, capsys):
+    # progress on (not QUIET): a setting the scheduler refuses is refused before the bar starts
+    code, _, err = servelab(monkeypatch, capsys, "print_summary=false", "plots=false", "num_kvcache_blocks=-1")
+    assert code == 2 and err.strip() == "error: num_kvcache_blocks must be >= 1, got -1", err
 
 
 def test_a_missing_trace_names_the_field_and_the_nearest_file(in_tmp, monkeypatch, capsys, traces):

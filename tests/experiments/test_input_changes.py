@@ -109,6 +109,7 @@ def test_warning_only_above_the_threshold(tmp_path):
     meta = {"max_model_len": 20, **input_meta(many)}
     text = loss_warning(meta, 40960)
     assert text.startswith("WARNING") and "5 clipped to max_model_len=20" in text
+    assert "2.44% of the requests do not run as recorded" in text              # clipped: they run, shorter
     assert "raise max_model_len (up to 40960" in text and "workload.too_long=drop" in text
 
 
@@ -260,6 +261,10 @@ def test_spread_arrivals_are_counted_printed_and_marked_per_request(tmp_path, ca
     assert describe_input(recorded["meta"]).startswith("run as recorded") and "NOTE" not in capsys.readouterr().err
     req = pd.read_parquet(tmp_path / "b" / "requests.parquet")
     assert (req["input_change"] == "").all() and (req["arrival_time_s"] == req["trace_arrival_time_s"]).all()
+    # with the gaps rescaled (6 requests over 6 s spread: 1 req/s; asked 0.5), the shift is given on both clocks
+    slow = execute(cfg_of("workload=mooncake", f"workload.path={p}", "workload.target_rate_rps=0.5", *FAST, *QUIET),
+                   tmp_path / "c")
+    assert "by up to 2 s of trace time (4 s as run)" in describe_input(slow["meta"])
 
 
 def test_sampled_rows_and_synthetic_times_are_counted_printed_and_marked(tmp_path, capsys):
