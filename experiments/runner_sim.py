@@ -11,15 +11,18 @@ runner shares. Ctrl-C during the simulation stops it and returns what finished
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate, to_absolute_path
+from hydra.utils import get_object, instantiate, to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from engine.core.recorder import Recorder, concat_frames
@@ -147,12 +150,6 @@ def check_numbers(node: DictConfig, prefix: str) -> None:
     """A value given as text, or as a fraction, where the `_target_` it configures takes a number (a whole one)
     is refused naming its key, before the constructor meets it in a comparison (`'>' not supported between
     'str' and 'int'`). Keys a target takes through **kwargs are the readers' TraceOptions."""
-    import dataclasses
-    import inspect
-    import typing
-
-    from hydra.utils import get_object
-
     from experiments.workloads.options import TraceOptions
     hints: dict = {}
     target = node.get("_target_") if isinstance(node, DictConfig) else None
@@ -183,8 +180,6 @@ def check_numbers(node: DictConfig, prefix: str) -> None:
 
 def _number_kind(hint) -> type | None:
     """int or float where a type hint is that number (or it or None), else None."""
-    import types
-    import typing
     if hint in (int, float):
         return hint
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
