@@ -216,8 +216,8 @@ def long_shapes(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: i
     shapes += [Shape("mixed", ((511 - k, c - 511 + k),), (int(f * c),) + (256,) * k) for c in (2048, 4096, 6144)
                for f in (0.7, 0.85, 0.95, 1.0, 1.1, 1.5) for k in (0, 2)
                if c <= L and int(f * c) <= L and 512 <= T and 1 + k <= max_num_seqs]
-    # fresh prompts at the 64-token graph sizes between 256 and 2,048 tokens: the GEMMs step by one 128-row tile,
-    # so an odd multiple of 64 costs about what the next even one does (the grid's other sizes are even multiples)
+    # fresh prompts at odd multiples of 64 tokens between 256 and 2,048 (graph sizes the grid's other prompts, even
+    # multiples, leave out): whether a half-filled 128-row GEMM tile costs what a full one does
     shapes += [Shape("prefill", ((n, 0),)) for n in (320, 384, 448, 576, 640, 1088, 1152) if n <= min(L, T)]
     shapes += [Shape("decode", (), (c,) * b) for c in ctxs for b in (1, 8, 32, 128)
                if b <= max_num_seqs and b * c <= DECODE_KV_TOKENS]

@@ -11,13 +11,12 @@ runner shares. Ctrl-C during the simulation stops it and returns what finished
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import re
 import sys
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 
 import numpy as np
 import pandas as pd
@@ -120,9 +119,9 @@ def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workloa
     (None: model_max_model_len(cfg))."""
     missing = _null_paths(cfg.workload, "workload")
     if missing:
-        example = TRACE_EXAMPLES.get(str(cfg.workload.get("_target_", "")), "path/to/trace")
+        example = TRACE_EXAMPLES.get(str(cfg.workload.get("_target_", "")), "trace")
         raise ValueError(f"{missing[0]} is null: this workload reads a file; give it on the command line, e.g. "
-                         f"{missing[0]}=../shared/traces/{example}")
+                         f"{missing[0]}=path/to/{example}")
     if max_model_len is None:
         max_model_len, _ = model_max_model_len(cfg)
     wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
@@ -139,7 +138,7 @@ def build_workload(cfg: DictConfig, max_model_len: int | None = None) -> Workloa
     return wl
 
 
-# the public trace each reader is written for (../shared/traces/README.md): the example a missing path's error gives
+# the public trace file each reader is written for: the example a missing path's error gives
 TRACE_EXAMPLES = {"experiments.workloads.read_azure_trace": "AzureLLMInferenceTrace_conv.csv",
                   "experiments.workloads.read_mooncake_trace": "conversation_trace.jsonl",
                   "experiments.workloads.read_vidur_trace": "splitwise_conv.csv",
@@ -157,7 +156,7 @@ def check_numbers(node: DictConfig, prefix: str) -> None:
         try:
             obj = get_object(str(target))
             hints = typing.get_type_hints(obj)
-            takes_kwargs = callable(obj) and not dataclasses.is_dataclass(obj) and any(
+            takes_kwargs = callable(obj) and not is_dataclass(obj) and any(
                 p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(obj).parameters.values())
             if takes_kwargs:
                 hints = {**typing.get_type_hints(TraceOptions), **hints}
@@ -348,8 +347,6 @@ def progress_bar(total: int, desc: str, enabled: bool):
     """A tqdm bar over requests on stderr. On a terminal it is erased when done; written to a file (a log, or stdout
     and stderr in one file) it updates at most every 30 s and ends with its own newline, so the lines printed after
     it start on a line of their own."""
-    import sys
-
     from tqdm.auto import tqdm
 
     tty = sys.stderr.isatty()

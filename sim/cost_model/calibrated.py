@@ -338,6 +338,10 @@ class CalibratedCostModel(FittedCostModel):
          self._dstep, self._hit_step, self._hit_block, self._lm_step, self._cold,
          self._ride_rest, self._ride_over) = (c[f] for f in FEATURES)
         self._knee = self.knee_tokens if self.knee_tokens is not None else 0
+        # a step with prefill entries needs its longest decode context where the walk is priced or riding keys are
+        # priced apart from a decode's (files fitted before the pieces price them alike)
+        self._mixed_uses_longest = bool(self._dtail or (self.prefill_graph_max_tokens and (
+            self._dctx != self._ride_rest or self._dctx != self._ride_over)))
         self.allow_mismatch = bool(allow_mismatch)
         self.mismatch = self._check_identity(model, hardware, profile)
         # A decode-only step's cost per sequence: the sequence, its LM-head row, its share of the loop.
@@ -398,8 +402,9 @@ class CalibratedCostModel(FittedCostModel):
         if n_pre == 0 and num_decode_seqs == 0:
             return swap_s + (self._loop_step if swap_s else 0.0)
         t = self._step + self._loop_step + self._decode_seq * num_decode_seqs
+        pre_tokens = sum(prefill_new_tokens)
         if n_pre and num_decode_seqs and self.prefill_graph_max_tokens \
-                and sum(prefill_new_tokens) + num_decode_seqs <= self.prefill_graph_max_tokens:
+                and pre_tokens + num_decode_seqs <= self.prefill_graph_max_tokens:
             # riding decodes (calibrated_fit.riding_decode_keys): the longest at a decode's price, the rest in 2 pieces
             longest = min(max_decode_context_len or decode_context_sum / num_decode_seqs, decode_context_sum)
             rest = decode_context_sum - longest
@@ -416,7 +421,6 @@ class CalibratedCostModel(FittedCostModel):
                 t += self._dec_split * split_walk_keys(max_decode_context_len, num_decode_seqs,
                                                        self.single_split_min_seqs)
         if n_pre:
-            pre_tokens = sum(prefill_new_tokens)
             pairs = sum(map(mul, prefill_new_tokens, prefill_context_lens)) \
                 - (sum(map(mul, prefill_new_tokens, prefill_new_tokens)) - pre_tokens) // 2
             samples = n_pre if num_prefill_samples is None else num_prefill_samples
@@ -543,9 +547,7 @@ class CalibratedCostModel(FittedCostModel):
         """CostModel.step_time_s (the CPU tier's copies included) plus the longest decode context, which only
         this model prices."""
         p = batch.num_prefill_seqs
-        riding = self._dtail or bool(self.prefill_graph_max_tokens and (self._dctx != self._ride_rest or
-                                                                       self._dctx != self._ride_over))
-        if len(batch.context_lens) == p or not (riding if p else self.prices_longest_decode):
+        if len(batch.context_lens) == p or not (self._mixed_uses_longest if p else self.prices_longest_decode):
             return super().step_time_s(batch)
         shape = StepShape.from_batch(batch)
         if self.max_model_len is not None and max(batch.context_lens) > self.max_model_len:

@@ -526,10 +526,10 @@ def profile_offset_columns(steps) -> np.ndarray | None:
     return np.column_stack([h, -h, keys, -keys])
 
 
-def profile_mixed_offset_columns(steps) -> np.ndarray | None:
-    """[rows, 2]: +1 and -1 on profile rows with prefill entries and decodes, or None unless the table mixes
-    profile and run rows: a level of their own for the profile's mixed shapes in the walk ratio's fits
-    (fit_coefficients), which the final fit does not have.
+def profile_mixed_offset_columns(steps, offset_cols: np.ndarray | None) -> np.ndarray | None:
+    """[rows, 2]: +1 and -1 on the profile rows (offset_cols', profile_offset_columns) with prefill entries and
+    decodes, or None without offset_cols: a level of their own for the profile's mixed shapes in the walk ratio's
+    fits (fit_coefficients), which the final fit does not have.
 
     On an H100 (machine N) the profile's chunks beside 1-3 decodes sat 2-7% above the fit at every ratio of the
     decode's context to the chunk's, 0.7 included, where the walk costs nothing. At the common level a lower ratio
@@ -537,10 +537,9 @@ def profile_mixed_offset_columns(steps) -> np.ndarray | None:
     the level their own, 0.9 (62.8, 63.1, 64.1), the ratio the families' replays need (at 0.85 prefill-heavy
     sarathi cells miss by 4-5%). In the final fit the level stays common: given to it there, prefill-heavy sarathi
     steps came out 2.1% fast (benchmarks/results/generalize/h100_1206n/README.md)."""
-    loop = _col(steps, "fit_group") if "fit_group" in steps else serving_loop_flags(steps)
-    if loop.all() or not loop.any():
+    if offset_cols is None:
         return None
-    m = (1.0 - loop) * ((_col(steps, "num_prefill_seqs") > 0) & (_col(steps, "num_decode_seqs") > 0))
+    m = offset_cols[:, 0] * ((_col(steps, "num_prefill_seqs") > 0) & (_col(steps, "num_decode_seqs") > 0))
     return np.column_stack([m, -m])
 
 
@@ -576,7 +575,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
     # Without the measured step, loop_step is fitted jointly and already takes the run-minus-profile difference;
     # a device-time table has no loop share, so the offset is fitted there too.
     offset_cols = profile_offset_columns(steps) if (loop_coef is not None or "fit_group" in steps) else None
-    mixed_offset_cols = profile_mixed_offset_columns(steps) if offset_cols is not None else None
+    mixed_offset_cols = profile_mixed_offset_columns(steps, offset_cols)
     nf = len(FEATURES)
 
     # The riding keys' two pieces where no row has such keys (past the knee): a pure decode's price, set after the fit

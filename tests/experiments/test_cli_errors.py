@@ -31,7 +31,7 @@ def traces(tmp_path):
     (["num_replicas=0"], "error: num_replicas must be >= 1, got 0"),
     (["workload=azure"], "error: workload.path is null"),
     (["workload=sharegpt"], "error: workload.path is null: this workload reads a file; give it on the command line, "
-                            "e.g. workload.path=../shared/traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"),
+                            "e.g. workload.path=path/to/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"),
     (["model=qwen3_9b"], "error: model=qwen3_9b: no such option; choose one of llama3_70b"),
     (["model.name=qwen9"], "error: model.name='qwen9' is not a known model"),
     (["num_replicas=many"], "error: num_replicas=many: Value 'many' of type 'str' could not be converted"),

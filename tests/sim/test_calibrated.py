@@ -969,6 +969,6 @@ def test_the_walk_ratio_is_chosen_with_the_profiles_mixed_shapes_at_their_own_le
         fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), mixed_walk_ratios=ratios)
         return fitted.mixed_walk_ratio, fitted.metadata["mixed_walk_ratio_errors"]
     chosen, own = walk_errors()
-    monkeypatch.setattr(fit_module, "profile_mixed_offset_columns", lambda steps: None)
+    monkeypatch.setattr(fit_module, "profile_mixed_offset_columns", lambda steps, offset_cols: None)
     _, common = walk_errors()
     assert chosen == 0.9 and own["0.9"] < 1e-12 < 1e-6 < common["0.9"], (own, common)
