@@ -214,12 +214,13 @@ def limits_meta(scheduler: Scheduler, max_model_len_source: str) -> dict:
             "max_num_batched_tokens_source": scheduler.max_num_batched_tokens_reason}
 
 
-def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> dict:
+def check_input(wl: Workload, max_model_len: int, model_max_len: int | None,
+                server_max_len: int | None = None) -> dict:
     """The input counts for summary.json meta (experiments.workloads.changes.input_meta); prints the
     WARNING line on stderr now, before the run, when the workload lost too much, and the NOTE line when its
-    reader spread, sampled or timed the requests."""
+    reader spread, sampled or timed the requests. server_max_len: the server's limit (backend=http)."""
     meta = {"max_model_len": int(max_model_len), **input_meta(wl)}
-    warn_if_lossy(meta, model_max_len)
+    warn_if_lossy(meta, model_max_len, server_max_len=server_max_len)
     note_changes(meta)
     return meta
 
