@@ -8,6 +8,7 @@ the full traceback instead. Anything else is a bug and keeps its traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -95,6 +96,41 @@ def _nearest_conf_key(key: str) -> str:
     return f"; did you mean {near[0]!r}?" if near else ""
 
 
+# How a typed field's type reads in an error, and a value of it to give where the field has none to show.
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+_EXAMPLES = {bool: True, int: 1024, float: 0.5, str: "name"}
+
+
+def _typed_value_fix(cause) -> str | None:
+    """'expected an integer (or null), e.g. num_kvcache_blocks=1024' for a value of the wrong type given to a field
+    of a typed schema (experiments/config.py: OmegaConf's ValidationError names the field, not its type or a value
+    it takes), or None. The example is the field's value before the override, else its default, else one of its
+    type."""
+    import typing
+
+    from omegaconf.errors import ValidationError
+    schema, key = getattr(cause, "object_type", None), getattr(cause, "key", None)
+    if not isinstance(cause, ValidationError) or key is None or not dataclasses.is_dataclass(schema):
+        return None
+    try:
+        hint = typing.get_type_hints(schema).get(str(key))
+    except Exception:           # an annotation that does not resolve: OmegaConf's own words then
+        return None
+    args = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+    kinds = [a for a in args if a is not type(None)]
+    if len(kinds) != 1 or kinds[0] not in _TYPE_WORDS:
+        return None
+    kind, optional = kinds[0], type(None) in args
+    field = {f.name: f for f in dataclasses.fields(schema)}.get(str(key))
+    child = getattr(cause, "child_node", None)
+    candidates = (getattr(child, "_value", lambda: None)(), None if field is None else field.default, _EXAMPLES[kind])
+    example = next(v for v in candidates if type(v) is kind)
+    example = str(example).lower() if kind is bool else example
+    full_key = getattr(cause, "full_key", None) or key
+    null = " (or null)" if optional else " (not null)" if getattr(cause, "value", "") is None else ""
+    return f"expected {_TYPE_WORDS[kind]}{null}, e.g. {full_key}={example}"
+
+
 def _hydra_message(exc) -> str | None:
     from hydra.errors import (
         ConfigCompositionException,
@@ -134,7 +170,7 @@ def _hydra_message(exc) -> str | None:
                     "new ones)")
         if cause is not None:
             head = re.sub(r"^Error merging override ", "", _flat(text))
-            return f"{head}: {str(cause).splitlines()[0]}"
+            return f"{head}: {_typed_value_fix(cause) or str(cause).splitlines()[0]}"
         return _flat(text)
     return None
 
