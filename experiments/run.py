@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.compose import CONF_DIR  # (registers the schema before Hydra composes)
-from experiments.config_check import check_config, trace_format_hint
+from experiments.config_check import check_config, null_group_choice, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.job_warnings import job_label, named_warnings
 from experiments.output_dirs import interrupted_message, remove_unused_sweep, sweep_folder
@@ -389,6 +389,9 @@ def main() -> None:
     wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[TRACEBACK_ENV] = "1" if wanted else "0"      # read by the jobs, sweep workers too
     os.environ["HYDRA_FULL_ERROR"] = "1"                    # Hydra raises its composition errors to here
+    null_group = None if wanted else null_group_choice(sys.argv[1:])
+    if null_group:
+        fail(null_group)
     try:
         hydra_main()
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ from engine.core.recorder import Recorder, concat_frames
 from engine.core.requests import WorkloadFormatError
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
-from experiments.user_errors import name_the_key
+from experiments.user_errors import name_the_key, nearest
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, note_changes, warn_if_lossy
 from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, cpu_tier_blocks, num_kv_blocks
@@ -350,7 +350,7 @@ def make_cpu_cache_eviction(name: str):
     if name not in EVICTION_POLICIES or name == "none":
         allowed = ", ".join(sorted(n for n in EVICTION_POLICIES if n != "none"))
         raise ValueError(f"cpu_cache_eviction={name!r} is not an eviction policy that keeps blocks; use one of "
-                         f"{allowed}")
+                         f"{allowed}{nearest(name, allowed.split(', '), 'cpu_cache_eviction=')}")
     return make_eviction_policy(name)
 
 

@@ -42,11 +42,13 @@ def fail(message: str, status: int = 2):
 def nearest(word: str, choices, prefix: str = "") -> str:
     """`; did you mean 'prefix+x'?` for the choice closest to word, or ''."""
     choices = [str(c) for c in choices]
-    # a dotted name whose last part is the word, or contains it (rate -> workload.arrival.rate_rps), then spelling
-    w = str(word)
-    best = ([c for c in choices if c.rsplit(".", 1)[-1] == w]
-            or [c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1]][:1]
-            or difflib.get_close_matches(w, choices, n=1, cutoff=0.6))
+    # a dotted name whose last part is the word, or contains it (rate -> workload.arrival.rate_rps), then spelling;
+    # letter case aside (eviction=LRU -> lru: difflib finds nothing alike in 'LRU' and 'lru')
+    w = str(word).lower()
+    lower = {c.lower(): c for c in reversed(choices)}          # the first choice of a spelling wins
+    best = ([c for c in choices if c.rsplit(".", 1)[-1].lower() == w]
+            or [c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1].lower()][:1]
+            or [lower[m] for m in difflib.get_close_matches(w, list(lower), n=1, cutoff=0.6)])
     return f"; did you mean {prefix + best[0]!r}?" if best else ""
 
 
@@ -64,9 +66,10 @@ def _schema_keys(head: str) -> list[str]:
     return [f.name for f in dataclasses.fields(schema)] if schema else []
 
 
-def _conf_keys(group: str) -> list[str]:
+def _conf_keys(group: str) -> dict[str, list[str]]:
     """Dotted keys ("workload.arrival.rate_rps") of every option of conf/<group>/, its sub-groups' options
-    placed under their folder's name (conf/workload/prompt_len/*.yaml: workload.prompt_len.*)."""
+    placed under their folder's name (conf/workload/prompt_len/*.yaml: workload.prompt_len.*), each with the
+    options that have it ("scheduler=srpt", "workload/prompt_len=fixed")."""
     from omegaconf import OmegaConf
 
     from experiments.compose import CONF_DIR
@@ -79,20 +82,26 @@ def _conf_keys(group: str) -> list[str]:
             if isinstance(v, dict):
                 yield from flat(v, f"{prefix}{k}.")
 
-    keys = set()
+    keys: dict[str, list[str]] = {}
     root = CONF_DIR / group
     for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
-        sub = ".".join(path.relative_to(root).parent.parts)
+        parts = path.relative_to(root).parent.parts
+        option = "/".join((group, *parts)) + "=" + path.stem
         node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         if isinstance(node, dict):
-            keys.update(flat(node, f"{group}.{sub + '.' if sub else ''}"))
-    return sorted(keys)
+            for key in flat(node, ".".join((group, *parts)) + "."):
+                keys.setdefault(key, []).append(option)
+    return keys
 
 
 def _nearest_conf_key(key: str) -> str:
     """`; did you mean 'x'?` for the key of the config files of key's group spelt most like it, or ''
-    (groups without a typed schema: workload, scheduler, ...)."""
-    near = difflib.get_close_matches(key, _conf_keys(key.split(".", 1)[0]), n=1, cutoff=0.8)
+    (groups without a typed schema: workload, scheduler, ...). A key of another option than the chosen one
+    (scheduler.predictor with scheduler=vllm) is itself the nearest: the options that take it are named instead."""
+    keys = _conf_keys(key.split(".", 1)[0])
+    if key in keys:
+        return f"; only other options take it: {', '.join(keys[key][:4])}{', ...' if len(keys[key]) > 4 else ''}"
+    near = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.8)
     return f"; did you mean {near[0]!r}?" if near else ""
 
 

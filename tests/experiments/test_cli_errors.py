@@ -68,6 +68,33 @@ def test_a_value_of_the_wrong_type_names_the_type_and_a_value(in_tmp, monkeypatc
 
 
 @pytest.mark.parametrize("args, expected", [
+    # every group's options, whatever the letter case of the typo
+    (["eviction=LRU"], "error: eviction=LRU: no such option; choose one of fifo, lfu, lru, none; did you mean 'lru'?"),
+    (["scheduler=VTC"], "did you mean 'vtc'?"),
+    (["backend=HTTP"], "error: backend=HTTP: no such option; choose one of engine, http, sim; did you mean 'http'?"),
+    (["victim=Newest"], "did you mean 'newest'?"),
+    (["backend/cost_model=Roofline"], "did you mean 'roofline'?"),
+    (["workload/prompt_len=Fixed"], "did you mean 'fixed'?"),
+    (["-m", "eviction=LRU,fifo"], "error: eviction=LRU: no such option; choose one of fifo, lfu, lru, none; did you "
+                                  "mean 'lru'?"),
+    # an option's name at the key its group fills: the group choice to give instead
+    (["scheduler.victim=newest"], "error: scheduler.victim=newest: scheduler.victim holds the settings of a victim "
+                                  "option, not its name; choose the option with victim=newest"),
+    (["scheduler.victim=Newst"], "did you mean 'victim=newest'?"),
+    (["workload.prompt_len=fixed"], "choose the option with workload/prompt_len=fixed"),
+    (["backend.cost_model=constant"], "choose the option with backend/cost_model=constant"),
+    # Hydra refuses a group set to null without naming it
+    (["eviction=null"], "error: eviction=null: a config group takes one of its options, not null; choose one of fifo, "
+                        "lfu, lru, none, or leave eviction= out for its default"),
+    # a key of another option than the chosen one: those options, not the key itself as its own nearest
+    (["scheduler.predictor=noisy"], "error: unknown key scheduler.predictor; only other options take it: "
+                                    "scheduler=sjf, scheduler=srpt, scheduler=srpt_noisy ("),
+])
+def test_group_choices_name_the_nearest_option(in_tmp, monkeypatch, capsys, args, expected):
+    assert expected in error_line(monkeypatch, capsys, *args, *SMALL)
+
+
+@pytest.mark.parametrize("args, expected", [
     # Hydra's own hint for an unknown key is "+key=value", which used to be accepted and ignored
     (["+misspelled_key=1"], "unknown key misspelled_key ("),
     (["+max_num_seq=8"], "unknown key max_num_seq; did you mean 'max_num_seqs'?"),
