@@ -42,12 +42,14 @@ def fail(message: str, status: int = 2):
 def nearest(word: str, choices, prefix: str = "") -> str:
     """`; did you mean 'prefix+x'?` for the choice closest to word, or ''."""
     choices = [str(c) for c in choices]
-    # a dotted name whose last part is the word, or contains it (rate -> workload.arrival.rate_rps), then spelling;
-    # letter case aside (eviction=LRU -> lru: difflib finds nothing alike in 'LRU' and 'lru')
+    # a dotted name whose last part is the word, or contains it, the shortest such (rate ->
+    # workload.arrival.rate_rps, jain -> jain_index rather than jain_index_overall), then spelling; letter case
+    # aside (eviction=LRU -> lru: difflib finds nothing alike in 'LRU' and 'lru')
     w = str(word).lower()
     lower = {c.lower(): c for c in reversed(choices)}          # the first choice of a spelling wins
     best = ([c for c in choices if c.rsplit(".", 1)[-1].lower() == w]
-            or [c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1].lower()][:1]
+            or sorted((c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1].lower()),
+                      key=lambda c: len(c.rsplit(".", 1)[-1]))[:1]
             or [lower[m] for m in difflib.get_close_matches(w, list(lower), n=1, cutoff=0.6)])
     return f"; did you mean {prefix + best[0]!r}?" if best else ""
 
