@@ -8,6 +8,8 @@
   its schema (experiments/config.py), a parameter of its node's `_target_`, or, for `backend`,
   a key of the chosen conf/backend/<name>.yaml; the error names the nearest valid key.
 - Mandatory values (`???`, e.g. backend.cost_model.profile of the calibrated model) must be given.
+- A group option's name given to the key the group fills (`scheduler.victim=newest`, `workload.prompt_len=fixed`)
+  is refused naming the group choice (`victim=newest`); `null_group_choice(argv)`: a group set to null.
 - Paths. `~` is expanded in every path field (`path`, `*_path`, `*_dir`, `*_file`, `profile`); a
   workload file given as a folder is refused.
 - `trace_format_hint(cfg)`: when a trace reader fails, which workload reads the file instead.
@@ -179,9 +181,63 @@ def check_given(node, prefix: str = "") -> None:
             check_given(child, f"{prefix}{key}.")
 
 
+def group_options(group: str) -> list[str]:
+    """The options of the config group `group` ("eviction", "workload/prompt_len"): its conf/ files' names."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _package(group: str) -> str:
+    """Where the options of conf/<group>/ land in the config: their `# @package` line, else the folder's path."""
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        first = path.read_text().splitlines()[:1]
+        if first and first[0].startswith("# @package "):
+            return first[0].removeprefix("# @package ").strip()
+    return group.replace("/", ".")
+
+
+def nested_groups() -> dict[str, str]:
+    """key -> group for the groups whose options land inside another group's node (scheduler.victim: victim,
+    workload.prompt_len: workload/prompt_len, backend.cost_model: backend/cost_model)."""
+    folders = sorted(p.parent.relative_to(CONF_DIR).as_posix() for p in CONF_DIR.rglob("*.yaml"))
+    out = {}
+    for group in dict.fromkeys(f for f in folders if f != "." and not f.startswith("hydra")):
+        key = _package(group)
+        if "." in key and not key.startswith("_"):
+            out[key] = group
+    return out
+
+
+def check_group_values(cfg: DictConfig) -> None:
+    """An option's name given to the key its group fills (scheduler.victim=newest, workload.prompt_len=fixed)
+    would reach a constructor as text and fail deep inside the run: refused, naming the group choice to give
+    instead (victim=newest) or the nearest option."""
+    for key, group in nested_groups().items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if not isinstance(value, str):
+            continue
+        options = group_options(group)
+        same = [o for o in options if o.lower() == value.lower()]
+        fix = (f"choose the option with {group}={same[0]}" if same else
+               f"choose one of the {group} options: {', '.join(options)}{nearest(value, options, f'{group}=')}")
+        raise ValueError(f"{key}={value}: {key} holds the settings of a {group} option, not its name; {fix}")
+
+
+def null_group_choice(overrides) -> str | None:
+    """The error line of a config group set to null on the command line (eviction=null), which Hydra refuses
+    without naming the group, or None."""
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        key = key.lstrip("+")
+        if sep and value.strip() == "null" and (CONF_DIR / key).is_dir():
+            return (f"{key}=null: a config group takes one of its options, not null; choose one of "
+                    f"{', '.join(group_options(key))}, or leave {key}= out for its default")
+    return None
+
+
 def check_config(cfg: DictConfig) -> None:
     """All of the above, in place on cfg (path expansion) or raising ValueError."""
     check_given(cfg)
+    check_group_values(cfg)
     check_keys(cfg)
     expand_user_paths(cfg)
     check_workload_files(cfg)

@@ -242,6 +242,24 @@ async def check_server(target: HttpTarget, probe_prompt, prompt_vocabulary: str 
         return model, facts_of(cards.get(model))
 
 
+def server_max_model_len(target: HttpTarget) -> int | None:
+    """The served model's max_model_len as its /v1/models entry gives it (servelab-serve's and vLLM's
+    `max_model_len`), or None: a server that does not say, or cannot be asked now (check_server then says why)."""
+    import httpx
+
+    async def ask():
+        async with _client(target, target.connect_timeout_s + 30) as client:
+            return await client.get(target.api_base + "/models")
+    try:
+        resp = _run(ask())
+        cards = resp.json().get("data", []) if resp.status_code == 200 else []
+        card = next((c for c in cards if target.model is None or c.get("id") == target.model), None)
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+        return None
+    value = card.get("max_model_len", facts_of(card).get("max_model_len")) if isinstance(card, dict) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def facts_of(card) -> dict:
     """servelab-serve's `servelab` object of a /v1/models entry (its scheduler and KV cache); {} if none."""
     facts = card.get("servelab") if isinstance(card, dict) else None

@@ -26,11 +26,12 @@ owns that folder: plots an earlier report left there that this one did not
 draw are removed. The command lists the job folders it read (and those it left
 out: complete=false), and every job that wrote no results at all (failed, killed, or never started: which
 job, its log, the line that says why; experiments/job_record.py), also into report/failed_jobs.csv; an
-unknown --x/--by column fails naming the nearest one.
+unknown --x/--by column, a misspelt option or a sweep folder that does not exist fails naming the nearest one.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 from dataclasses import asdict
 from pathlib import Path
 
@@ -66,11 +67,30 @@ def _stray(summary_dirs: set[Path]) -> list[Path]:
     return sorted(d for d in summary_dirs if d in above or (d / "multirun.yaml").is_file())
 
 
+def _nearest_folder(path: Path) -> str:
+    """'; did you mean ...?' for the existing folder spelt most like path (each missing part of it matched among the
+    folders beside it: sweep/fcfs_vs_vtcc -> sweeps/fcfs_vs_vtc), or ''."""
+    parts, found = path.parts, Path()
+    for i, part in enumerate(parts):
+        if (found / part).is_dir():
+            found = found / part
+            continue
+        if i == 0 and path.is_absolute():
+            return ""
+        beside = sorted(p.name for p in found.iterdir() if p.is_dir())
+        near = difflib.get_close_matches(part.lower(), [b.lower() for b in beside], n=1, cutoff=0.6)
+        if not near:
+            return ""
+        found = found / next(b for b in beside if b.lower() == near[0])
+    return f"; did you mean {str(found)!r}?"
+
+
 def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     """One row per job folder under sweep_dir that holds a summary.json."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"sweep folder not found: {sweep_dir}" if not sweep_dir.exists() else
+        raise FileNotFoundError(f"sweep folder not found: {sweep_dir}{_nearest_folder(sweep_dir)}"
+                                if not sweep_dir.exists() else
                                 f"{sweep_dir} is a file; give the sweep folder (sweeps/<name>)")
     rows, override_keys, skipped, bands = [], set(), [], {}
     summary_dirs = {p.parent for p in sweep_dir.rglob(SUMMARY)}
@@ -230,7 +250,12 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="where to write the report (default: SWEEP_DIR/report)")
     ap.add_argument("--x", default=RATE, help=f"x-axis column (default {RATE})")
     ap.add_argument("--by", default="policy", help="one line per value of this column (default policy)")
-    args = ap.parse_args(argv)
+    args, unknown = ap.parse_known_args(argv)
+    if unknown:     # argparse names a misspelt option without the one meant
+        options = [o for a in ap._actions for o in a.option_strings if o.startswith("--")]
+        flag = next((u for u in unknown if u.startswith("-")), unknown[0])
+        ap.exit(2, f"servelab-report: error: unrecognized argument {flag.split('=', 1)[0]!r}"
+                   f"{nearest(flag.split('=', 1)[0], options)} (options: {', '.join(options)})\n")
     try:
         df, files = make_report(args.sweep_dir, args.out, args.x, args.by)
     except (FileNotFoundError, ValueError) as e:

@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.http_replay import HttpBackendError, HttpRequest, HttpTarget, ReplayOutcome, replay
+from experiments.http_replay import (
+    HttpBackendError,
+    HttpRequest,
+    HttpTarget,
+    ReplayOutcome,
+    replay,
+    server_max_model_len,
+)
 
 # Columns of the request table beyond the recorder's (docs/experiments.md, "Replaying against a server").
 HTTP_COLUMNS = ("send_time_s", "finish_reason", "num_token_chunks", "usage_reported", "http_status", "error")
@@ -190,9 +197,10 @@ def run_http(cfg, desc: str = "http"):
     if int(cfg.num_replicas) != 1:
         raise ValueError(f"backend=http replays against one server; got num_replicas={cfg.num_replicas}")
     model = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)).to_spec()
-    max_len, max_len_source = model_max_model_len(cfg, model)
+    server_len = server_max_model_len(target)
+    max_len, max_len_source = replay_max_model_len(cfg, model_max_model_len(cfg, model), server_len)
     wl = build_workload(cfg, max_len)
-    in_meta = check_input(wl, max_len, model.max_model_len)
+    in_meta = check_input(wl, max_len, model.max_model_len, server_len)
     specs = wl.specs()
     reqs = http_requests(specs, model.vocab_size, int(cfg.seed), tokenizer)
     outcome = replay(reqs, target, max_wall_s=None if b.get("max_wall_s") is None else float(b.max_wall_s),
@@ -213,6 +221,19 @@ def run_http(cfg, desc: str = "http"):
     report_failures(meta)
     token_times = token_times_frame(outcome) if cfg.record_token_times else None
     return RunResult(req, empty_steps_frame(), token_times, meta, complete=not outcome.interrupted)
+
+
+def replay_max_model_len(cfg, model_len: tuple[int, str], server_len: int | None) -> tuple[int, str]:
+    """(max_model_len, where it comes from) of a replay: the model's (model_len, runner_sim.model_max_model_len)
+    bounded by the server's own where its /v1/models gives one, as the engine backend takes the engine's: a
+    longer request would only come back as an HTTP 400."""
+    max_len, source = model_len
+    if server_len is None or server_len >= max_len:
+        return max_len, source
+    if cfg.get("max_model_len") is not None:
+        raise ValueError(f"max_model_len={max_len} exceeds the server's {server_len} (its /v1/models); set "
+                         f"max_model_len <= {server_len}, or leave it null (the server's)")
+    return server_len, "the server's"
 
 
 def _model_choice(name: str) -> str:

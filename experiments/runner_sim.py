@@ -28,7 +28,7 @@ from engine.core.recorder import Recorder, concat_frames
 from engine.core.requests import WorkloadFormatError
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
-from experiments.user_errors import name_the_key
+from experiments.user_errors import name_the_key, nearest
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, note_changes, warn_if_lossy
 from sim.specs.capacity import block_bytes_per_gpu, check_host_blocks, cpu_tier_blocks, num_kv_blocks
@@ -151,15 +151,21 @@ def check_numbers(node: DictConfig, prefix: str) -> None:
     'str' and 'int'`). Keys a target takes through **kwargs are the readers' TraceOptions."""
     from experiments.workloads.options import TraceOptions
     hints: dict = {}
+    defaults: dict = {}
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     if target:
         try:
             obj = get_object(str(target))
-            hints = typing.get_type_hints(obj)
+            # a plain class (a cost model) is typed by its __init__, a dataclass or a function by itself
+            hints = typing.get_type_hints(obj.__init__ if isinstance(obj, type) and not is_dataclass(obj) else obj)
+            params = inspect.signature(obj).parameters.values()
             takes_kwargs = callable(obj) and not is_dataclass(obj) and any(
-                p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(obj).parameters.values())
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
             if takes_kwargs:
                 hints = {**typing.get_type_hints(TraceOptions), **hints}
+            # the example a refusal gives: the constructor's own default, a value it surely takes (an efficiency
+            # in (0, 1] would refuse a round 10.0)
+            defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
         except Exception:             # an unresolvable target or annotation: the constructor says what it says
             hints = {}
     for key, value in node.items():
@@ -171,8 +177,10 @@ def check_numbers(node: DictConfig, prefix: str) -> None:
         if kind is None or value is None or isinstance(value, bool):
             continue
         if isinstance(value, str):
+            default = defaults.get(key)
+            example = default if type(default) in (int, float) else 100 if kind is int else 10.0
             raise ValueError(f"{name}={value}: not a number; give {'a whole number' if kind is int else 'a number'}, "
-                             f"e.g. {name}={'100' if kind is int else '10.0'}")
+                             f"e.g. {name}={example}")
         if kind is int and isinstance(value, float) and not value.is_integer():
             raise ValueError(f"{name}={value}: give a whole number, e.g. {name}={int(value)}")
 
@@ -214,12 +222,13 @@ def limits_meta(scheduler: Scheduler, max_model_len_source: str) -> dict:
             "max_num_batched_tokens_source": scheduler.max_num_batched_tokens_reason}
 
 
-def check_input(wl: Workload, max_model_len: int, model_max_len: int | None) -> dict:
+def check_input(wl: Workload, max_model_len: int, model_max_len: int | None,
+                server_max_len: int | None = None) -> dict:
     """The input counts for summary.json meta (experiments.workloads.changes.input_meta); prints the
     WARNING line on stderr now, before the run, when the workload lost too much, and the NOTE line when its
-    reader spread, sampled or timed the requests."""
+    reader spread, sampled or timed the requests. server_max_len: the server's limit (backend=http)."""
     meta = {"max_model_len": int(max_model_len), **input_meta(wl)}
-    warn_if_lossy(meta, model_max_len)
+    warn_if_lossy(meta, model_max_len, server_max_len=server_max_len)
     note_changes(meta)
     return meta
 
@@ -298,6 +307,8 @@ def make_cost_model(cfg: DictConfig, model, hardware):
 def build_cost_model(node, model, hardware, tensor_parallel_size: int, max_model_len: int):
     """A conf/backend/cost_model node instantiated; a `_partial_` one gets those of model, hardware,
     tensor_parallel_size and max_model_len its constructor takes (and its YAML does not set)."""
+    if isinstance(node, DictConfig):
+        check_numbers(node, "backend.cost_model")
     factory = instantiate(node, _convert_="all")
     supplied = {"model": model, "hardware": hardware, "tensor_parallel_size": tensor_parallel_size,
                 "max_model_len": max_model_len}
@@ -339,7 +350,7 @@ def make_cpu_cache_eviction(name: str):
     if name not in EVICTION_POLICIES or name == "none":
         allowed = ", ".join(sorted(n for n in EVICTION_POLICIES if n != "none"))
         raise ValueError(f"cpu_cache_eviction={name!r} is not an eviction policy that keeps blocks; use one of "
-                         f"{allowed}")
+                         f"{allowed}{nearest(name, allowed.split(', '), 'cpu_cache_eviction=')}")
     return make_eviction_policy(name)
 
 

@@ -8,6 +8,7 @@ the full traceback instead. Anything else is a bug and keeps its traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -41,11 +42,15 @@ def fail(message: str, status: int = 2):
 def nearest(word: str, choices, prefix: str = "") -> str:
     """`; did you mean 'prefix+x'?` for the choice closest to word, or ''."""
     choices = [str(c) for c in choices]
-    # a dotted name whose last part is the word, or contains it (rate -> workload.arrival.rate_rps), then spelling
-    w = str(word)
-    best = ([c for c in choices if c.rsplit(".", 1)[-1] == w]
-            or [c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1]][:1]
-            or difflib.get_close_matches(w, choices, n=1, cutoff=0.6))
+    # a dotted name whose last part is the word, or contains it, the shortest such (rate ->
+    # workload.arrival.rate_rps, jain -> jain_index rather than jain_index_overall), then spelling; letter case
+    # aside (eviction=LRU -> lru: difflib finds nothing alike in 'LRU' and 'lru')
+    w = str(word).lower()
+    lower = {c.lower(): c for c in reversed(choices)}          # the first choice of a spelling wins
+    best = ([c for c in choices if c.rsplit(".", 1)[-1].lower() == w]
+            or sorted((c for c in choices if len(w) >= 3 and w in c.rsplit(".", 1)[-1].lower()),
+                      key=lambda c: len(c.rsplit(".", 1)[-1]))[:1]
+            or [lower[m] for m in difflib.get_close_matches(w, list(lower), n=1, cutoff=0.6)])
     return f"; did you mean {prefix + best[0]!r}?" if best else ""
 
 
@@ -63,9 +68,10 @@ def _schema_keys(head: str) -> list[str]:
     return [f.name for f in dataclasses.fields(schema)] if schema else []
 
 
-def _conf_keys(group: str) -> list[str]:
+def _conf_keys(group: str) -> dict[str, list[str]]:
     """Dotted keys ("workload.arrival.rate_rps") of every option of conf/<group>/, its sub-groups' options
-    placed under their folder's name (conf/workload/prompt_len/*.yaml: workload.prompt_len.*)."""
+    placed under their folder's name (conf/workload/prompt_len/*.yaml: workload.prompt_len.*), each with the
+    options that have it ("scheduler=srpt", "workload/prompt_len=fixed")."""
     from omegaconf import OmegaConf
 
     from experiments.compose import CONF_DIR
@@ -78,21 +84,62 @@ def _conf_keys(group: str) -> list[str]:
             if isinstance(v, dict):
                 yield from flat(v, f"{prefix}{k}.")
 
-    keys = set()
+    keys: dict[str, list[str]] = {}
     root = CONF_DIR / group
     for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
-        sub = ".".join(path.relative_to(root).parent.parts)
+        parts = path.relative_to(root).parent.parts
+        option = "/".join((group, *parts)) + "=" + path.stem
         node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         if isinstance(node, dict):
-            keys.update(flat(node, f"{group}.{sub + '.' if sub else ''}"))
-    return sorted(keys)
+            for key in flat(node, ".".join((group, *parts)) + "."):
+                keys.setdefault(key, []).append(option)
+    return keys
 
 
 def _nearest_conf_key(key: str) -> str:
     """`; did you mean 'x'?` for the key of the config files of key's group spelt most like it, or ''
-    (groups without a typed schema: workload, scheduler, ...)."""
-    near = difflib.get_close_matches(key, _conf_keys(key.split(".", 1)[0]), n=1, cutoff=0.8)
+    (groups without a typed schema: workload, scheduler, ...). A key of another option than the chosen one
+    (scheduler.predictor with scheduler=vllm) is itself the nearest: the options that take it are named instead."""
+    keys = _conf_keys(key.split(".", 1)[0])
+    if key in keys:
+        return f"; only other options take it: {', '.join(keys[key][:4])}{', ...' if len(keys[key]) > 4 else ''}"
+    near = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.8)
     return f"; did you mean {near[0]!r}?" if near else ""
+
+
+# How a typed field's type reads in an error, and a value of it to give where the field has none to show.
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+_EXAMPLES = {bool: True, int: 1024, float: 0.5, str: "name"}
+
+
+def _typed_value_fix(cause) -> str | None:
+    """'expected an integer (or null), e.g. num_kvcache_blocks=1024' for a value of the wrong type given to a field
+    of a typed schema (experiments/config.py: OmegaConf's ValidationError names the field, not its type or a value
+    it takes), or None. The example is the field's value before the override, else its default, else one of its
+    type."""
+    import typing
+
+    from omegaconf.errors import ValidationError
+    schema, key = getattr(cause, "object_type", None), getattr(cause, "key", None)
+    if not isinstance(cause, ValidationError) or key is None or not dataclasses.is_dataclass(schema):
+        return None
+    try:
+        hint = typing.get_type_hints(schema).get(str(key))
+    except Exception:           # an annotation that does not resolve: OmegaConf's own words then
+        return None
+    args = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+    kinds = [a for a in args if a is not type(None)]
+    if len(kinds) != 1 or kinds[0] not in _TYPE_WORDS:
+        return None
+    kind, optional = kinds[0], type(None) in args
+    field = {f.name: f for f in dataclasses.fields(schema)}.get(str(key))
+    child = getattr(cause, "child_node", None)
+    candidates = (getattr(child, "_value", lambda: None)(), None if field is None else field.default, _EXAMPLES[kind])
+    example = next(v for v in candidates if type(v) is kind)
+    example = str(example).lower() if kind is bool else example
+    full_key = getattr(cause, "full_key", None) or key
+    null = " (or null)" if optional else " (not null)" if getattr(cause, "value", "") is None else ""
+    return f"expected {_TYPE_WORDS[kind]}{null}, e.g. {full_key}={example}"
 
 
 def _hydra_message(exc) -> str | None:
@@ -134,7 +181,7 @@ def _hydra_message(exc) -> str | None:
                     "new ones)")
         if cause is not None:
             head = re.sub(r"^Error merging override ", "", _flat(text))
-            return f"{head}: {str(cause).splitlines()[0]}"
+            return f"{head}: {_typed_value_fix(cause) or str(cause).splitlines()[0]}"
         return _flat(text)
     return None
 

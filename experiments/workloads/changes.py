@@ -148,18 +148,24 @@ def note_changes(meta: dict, file=None) -> str | None:
     return text
 
 
-def loss_warning(meta: dict, model_max_len: int | None = None) -> str | None:
-    """The WARNING line for a workload that lost more than LOSS_WARN_FRACTION, else None."""
+def loss_warning(meta: dict, model_max_len: int | None = None, server_max_len: int | None = None) -> str | None:
+    """The WARNING line for a workload that lost more than LOSS_WARN_FRACTION, else None. server_max_len: the
+    max_model_len the server reports (backend=http), the limit then rather than the model's."""
     req, tok = meta.get("lost_request_fraction", 0.0), meta.get("lost_token_fraction", 0.0)
     if max(req, tok) <= LOSS_WARN_FRACTION:
         return None
     fixes = []
-    if meta.get("num_clipped") or meta.get("num_dropped_too_long"):
+    too_long, run_len = meta.get("num_clipped") or meta.get("num_dropped_too_long"), meta.get("max_model_len") or 0
+    if too_long and server_max_len:
+        # the server refuses a longer request whatever the model's window: its own start option is the limit
+        fixes.append(f"raise max_model_len (up to {server_max_len}, the server's limit)" if server_max_len > run_len
+                     else f"start the server with a longer max_model_len (its /v1/models says {server_max_len})")
+    elif too_long:
         fixes.append(f"raise max_model_len (up to {model_max_len}, the model's limit)"
-                     if model_max_len and model_max_len > (meta.get("max_model_len") or 0)
+                     if model_max_len and model_max_len > run_len
                      else "choose a model with a longer context window (model=...)")
-        if meta.get("num_clipped"):
-            fixes.append("or set workload.too_long=drop to leave the long requests out instead of clipping them")
+    if meta.get("num_clipped"):
+        fixes.append("or set workload.too_long=drop to leave the long requests out instead of clipping them")
     if meta.get("num_rows_skipped"):
         fixes.append("repair the rows at summary.json meta.skipped_lines")
     # a clipped request still runs, shorter: the requests are "not as recorded", the tokens lost
@@ -167,9 +173,10 @@ def loss_warning(meta: dict, model_max_len: int | None = None) -> str | None:
             f"{_pct(tok)} of the tokens are lost ({'; '.join(_loss_parts(meta))}); to keep them: {', '.join(fixes)}")
 
 
-def warn_if_lossy(meta: dict, model_max_len: int | None = None, file=None) -> str | None:
+def warn_if_lossy(meta: dict, model_max_len: int | None = None, file=None,
+                  server_max_len: int | None = None) -> str | None:
     """Prints loss_warning (if any) on stderr and returns it."""
-    text = loss_warning(meta, model_max_len)
+    text = loss_warning(meta, model_max_len, server_max_len)
     if text:
         print(text, file=file or sys.stderr, flush=True)
     return text

@@ -8,8 +8,8 @@
 the request arrived and then one every itl_s, the last with finish_reason "length", then a usage chunk when
 stream_options.include_usage is set, then [DONE]. Non-streaming requests get one JSON body. Faults by max_tokens, so a
 workload picks them per request: FAIL_TOKENS -> HTTP 500 with an OpenAI error body, DROP_TOKENS -> the connection
-closes after two chunks. token_ids=False refuses list prompts with HTTP 400; /v1/models lists `model`; /health answers
-200.
+closes after two chunks. token_ids=False refuses list prompts with HTTP 400; /v1/models lists `model` (with vLLM's
+`max_model_len` when one is given); /health answers 200.
 The clock is time.perf_counter (the same clock the client uses, in this process).
 """
 from __future__ import annotations
@@ -38,9 +38,10 @@ def _error(status: int, message: str, param: str | None = None):
 
 class StubServer:
     def __init__(self, ttft_s: float = 0.05, itl_s: float = 0.01, model: str = "stub-model", token_ids: bool = True,
-                 cached_tokens: int = 0, token_ids_field: bool = True):
+                 cached_tokens: int = 0, token_ids_field: bool = True, max_model_len: int | None = None):
         self.ttft_s, self.itl_s, self.model, self.token_ids = ttft_s, itl_s, model, token_ids
         self.cached_tokens = cached_tokens
+        self.max_model_len = max_model_len      # told on /v1/models only (requests are not checked against it)
         self.token_ids_field = token_ids_field      # answer return_token_ids with each chunk's token_ids
         self.received: list[dict] = []          # request bodies, in arrival order
         self.arrived: list[float] = []          # perf_counter when each body was read
@@ -59,7 +60,10 @@ class StubServer:
             return JSONResponse({})
 
         async def models(request):
-            return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+            card = {"id": self.model, "object": "model"}
+            if self.max_model_len is not None:
+                card["max_model_len"] = self.max_model_len
+            return JSONResponse({"object": "list", "data": [card]})
 
         async def completions(request):
             body = await request.json()

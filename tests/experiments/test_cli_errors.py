@@ -34,13 +34,64 @@ def traces(tmp_path):
                             "e.g. workload.path=path/to/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"),
     (["model=qwen3_9b"], "error: model=qwen3_9b: no such option; choose one of llama3_70b"),
     (["model.name=qwen9"], "error: model.name='qwen9' is not a known model"),
-    (["num_replicas=many"], "error: num_replicas=many: Value 'many' of type 'str' could not be converted"),
+    (["num_replicas=many"], "error: num_replicas=many: expected an integer, e.g. num_replicas=1"),
     (["workload.arrival.rate_rps=[1"], "error: cannot parse the override"),
     (["max_model_lenn=5"], "error: unknown key max_model_lenn; did you mean 'max_model_len'?"),
     (["backend/cost_model=calibrated"], "error: backend.cost_model.profile must be given"),
 ])
 def test_one_line_errors(in_tmp, monkeypatch, capsys, args, expected):
     assert error_line(monkeypatch, capsys, *QUIET, *args).startswith(expected)
+
+
+@pytest.mark.parametrize("args, expected", [
+    # a typed field given a value of another type: the field, the type it takes and a value of it (its own where
+    # it has one), not OmegaConf's "could not be converted to Integer"
+    (["num_kvcache_blocks=abc"], "error: num_kvcache_blocks=abc: expected an integer (or null), e.g. "
+                                 "num_kvcache_blocks=1024"),
+    (["max_model_len=1.5"], "error: max_model_len=1.5: expected an integer (or null), e.g. max_model_len=1024"),
+    (["gpu_memory_utilization=high"], "error: gpu_memory_utilization=high: expected a number, e.g. "
+                                      "gpu_memory_utilization=0.9"),
+    (["enable_chunked_prefill=yes_please"], "error: enable_chunked_prefill=yes_please: expected true or false, e.g. "
+                                            "enable_chunked_prefill=false"),
+    (["block_size=null"], "error: block_size=null: expected an integer (not null), e.g. block_size=16"),
+    (["hardware.memory_gib=lots"], "error: hardware.memory_gib=lots: expected a number (or null), e.g. "
+                                   "hardware.memory_gib=0.5"),
+    (["model.num_layers=x"], "error: model.num_layers=x: expected an integer (or null), e.g. model.num_layers=1024"),
+    # an untyped group's constructor (a cost model's __init__) gets the same check as a workload's, with its default
+    (["backend.cost_model.matmul_efficiency=high"], "error: backend.cost_model.matmul_efficiency=high: not a number; "
+                                                    "give a number, e.g. backend.cost_model.matmul_efficiency=1.0"),
+    (["backend/cost_model=constant", "backend.cost_model.step_s=slow"],
+     "error: backend.cost_model.step_s=slow: not a number; give a number, e.g. backend.cost_model.step_s=0.01"),
+])
+def test_a_value_of_the_wrong_type_names_the_type_and_a_value(in_tmp, monkeypatch, capsys, args, expected):
+    assert error_line(monkeypatch, capsys, *SMALL, *args) == expected
+
+
+@pytest.mark.parametrize("args, expected", [
+    # every group's options, whatever the letter case of the typo
+    (["eviction=LRU"], "error: eviction=LRU: no such option; choose one of fifo, lfu, lru, none; did you mean 'lru'?"),
+    (["scheduler=VTC"], "did you mean 'vtc'?"),
+    (["backend=HTTP"], "error: backend=HTTP: no such option; choose one of engine, http, sim; did you mean 'http'?"),
+    (["victim=Newest"], "did you mean 'newest'?"),
+    (["backend/cost_model=Roofline"], "did you mean 'roofline'?"),
+    (["workload/prompt_len=Fixed"], "did you mean 'fixed'?"),
+    (["-m", "eviction=LRU,fifo"], "error: eviction=LRU: no such option; choose one of fifo, lfu, lru, none; did you "
+                                  "mean 'lru'?"),
+    # an option's name at the key its group fills: the group choice to give instead
+    (["scheduler.victim=newest"], "error: scheduler.victim=newest: scheduler.victim holds the settings of a victim "
+                                  "option, not its name; choose the option with victim=newest"),
+    (["scheduler.victim=Newst"], "did you mean 'victim=newest'?"),
+    (["workload.prompt_len=fixed"], "choose the option with workload/prompt_len=fixed"),
+    (["backend.cost_model=constant"], "choose the option with backend/cost_model=constant"),
+    # Hydra refuses a group set to null without naming it
+    (["eviction=null"], "error: eviction=null: a config group takes one of its options, not null; choose one of fifo, "
+                        "lfu, lru, none, or leave eviction= out for its default"),
+    # a key of another option than the chosen one: those options, not the key itself as its own nearest
+    (["scheduler.predictor=noisy"], "error: unknown key scheduler.predictor; only other options take it: "
+                                    "scheduler=sjf, scheduler=srpt, scheduler=srpt_noisy ("),
+])
+def test_group_choices_name_the_nearest_option(in_tmp, monkeypatch, capsys, args, expected):
+    assert expected in error_line(monkeypatch, capsys, *args, *SMALL)
 
 
 @pytest.mark.parametrize("args, expected", [

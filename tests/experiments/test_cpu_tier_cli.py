@@ -21,6 +21,10 @@ from tests.experiments.cli import QUIET, SMALL, error_line, in_tmp, servelab  # 
     (["cpu_cache_num_blocks=10", "cpu_cache_eviction=none"], "error: cpu_cache_eviction='none' is not an eviction "
                                                              "policy that keeps blocks; use one of fifo, lfu, lru"),
     (["cpu_cache_num_blocks=10", "cpu_cache_eviction=lruu"], "error: cpu_cache_eviction='lruu'"),
+    # the names are eviction=' options: a misspelt or upper-case one gets the nearest, as eviction=LRU does
+    (["cpu_cache_num_blocks=10", "cpu_cache_eviction=LRU"], "error: cpu_cache_eviction='LRU' is not an eviction "
+                                                            "policy that keeps blocks; use one of fifo, lfu, lru; did "
+                                                            "you mean 'cpu_cache_eviction=lru'?"),
     (["cpu_cache_num_blocks=10", "enable_prefix_caching=false"], "error: cpu_cache_num_blocks=10 needs the GPU "
                                                                  "prefix cache"),
 ])

@@ -275,3 +275,22 @@ def test_a_vllm_style_vocabulary_error_gets_the_model_fix():
     fix = _vocabulary_fix(text, {}, "model=qwen3_8b, vocab_size 151936")
     assert "model=qwen3_8b, vocab_size 151936" in fix and "model.vocab_size=<the server's vocabulary size>" in fix
     assert "model.vocab_size=32000" in _vocabulary_fix(text, {"vocab_size": 32000}, None)
+
+
+def test_max_model_len_is_the_servers_and_the_warning_names_it(in_tmp, monkeypatch, capsys):
+    """A server that reports its max_model_len (servelab-serve, vLLM) bounds the run's: the workload is clipped to it,
+    and the loss WARNING names the server's limit, not the model entry's 40960-token window (raising max_model_len
+    past the server's would only get HTTP 400s)."""
+    long = [*SMALL_HTTP, "workload.prompt_len.tokens=12", "workload.output_len.tokens=8", "print_summary=true"]
+    with StubServer(ttft_s=0.01, itl_s=0.001, max_model_len=16) as s:
+        code, out, err = servelab(monkeypatch, capsys, *long, f"backend.url={s.url}", "hydra.run.dir=a")
+        assert code == 0, err
+        assert "max_model_len 16 (the server's)" in out and "5 clipped to max_model_len=16" in err
+        assert "start the server with a longer max_model_len (its /v1/models says 16)" in err
+        assert "the model's limit" not in err
+        code, out, err = servelab(monkeypatch, capsys, *long, f"backend.url={s.url}", "hydra.run.dir=b",
+                                  "max_model_len=14")
+        assert code == 0, err
+        assert "raise max_model_len (up to 16, the server's limit)" in err and "the model's limit" not in err
+        line = error_line(monkeypatch, capsys, *long, f"backend.url={s.url}", "max_model_len=100")
+        assert "max_model_len=100 exceeds the server's 16" in line and "max_model_len <= 16" in line

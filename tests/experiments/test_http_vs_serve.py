@@ -118,6 +118,9 @@ def test_backend_http_records_prefix_hits_and_the_servers_setup(srv, in_tmp, mon
 def test_backend_http_prompts_outside_the_servers_vocabulary_name_the_model_fix(srv, in_tmp, monkeypatch, capsys):
     from tests.experiments.cli import error_line
     line = error_line(monkeypatch, capsys, "backend=http", f"backend.url={srv.url}", "experiment=smoke",
-                      "model=qwen3_8b", "workload.num_requests=2", *QUIET)
+                      "model=qwen3_8b", "workload.num_requests=2", *QUIET,
+                      # requests within the server's max_model_len: no clipping WARNING before the error
+                      "workload/prompt_len=fixed", "workload.prompt_len.tokens=12", "workload/output_len=fixed",
+                      "workload.output_len.tokens=3")
     assert "outside [0, 512)" in line and "backend.prompt=text" not in line
     assert "model=qwen3_8b, vocab_size 151936" in line and f"model.vocab_size={VOCAB}" in line, line

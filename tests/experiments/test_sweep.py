@@ -127,6 +127,36 @@ def test_report_unknown_column(swept, flag, value, expected):
     assert proc.stderr.count("\n") == 1 and not (swept / "rep_bad").exists()
 
 
+@pytest.fixture(scope="module")
+def swept_fair(swept):
+    """The sweep with fairness numbers in its summaries (as a sweep with tenants has): its table has those columns."""
+    import shutil
+    shutil.copytree(swept / "sw", swept / "sw_fair")
+    for summary in (swept / "sw_fair").rglob("summary.json"):
+        s = json.loads(summary.read_text())
+        s["metrics"].update(jain_index_overall=0.8, jain_index=0.9)     # in the order a summary has them
+        summary.write_text(json.dumps(s))
+    return swept
+
+
+@pytest.mark.parametrize("args, expected", [
+    # a misspelt option (argparse alone says "unrecognized arguments" and prints its usage)
+    (["sw_fair", "--bye", "policy"], "error: unrecognized argument '--bye'; did you mean '--by'? (options: --help, "
+                                     "--out, --x, --by)"),
+    (["sw_fair", "--X=scheduler"], "error: unrecognized argument '--X'; did you mean '--x'?"),
+    # a misspelt sweep folder: each missing part matched among the folders beside it
+    (["sw_fairr"], "error: sweep folder not found: sw_fairr; did you mean 'sw_fair'?"),
+    (["Sw/../sw_fai"], "error: sweep folder not found: Sw/../sw_fai; did you mean 'sw/../sw_fair'?"),
+    # a column named by a part of it: the shortest column that holds it
+    (["sw_fair", "--by", "jain"], "error: --by 'jain' is not a column of the sweep table; did you mean 'jain_index'?"),
+])
+def test_report_typos_get_the_nearest_name(swept_fair, monkeypatch, args, expected):
+    monkeypatch.chdir(swept_fair)
+    proc = report_cli(*args, "--out", swept_fair / "rep_typo")
+    assert proc.returncode == 2 and proc.stderr.startswith(f"servelab-report: {expected}"), proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (swept_fair / "rep_typo").exists()
+
+
 def test_report_of_a_folder_without_results_is_one_line(tmp_path):
     proc = report_cli(tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
