@@ -290,16 +290,23 @@ class DecodeChain:
         set; the run's longest context is first_context_max in its first step, + 1 a step."""
         horizon = self.num_steps
         ends = sorted(zip(self.lefts, self.lens))      # (finishing step, context in step 1)
-        longest = list(accumulate(reversed([c for _, c in ends]), max))[::-1]   # [i]: max context of ends[i:]
+        longest = max(self.lens)     # the longest context in step 1 of the sequences ends[i:]
         n, context = len(ends), self.fast.horizon_context_sum
         a, i = 1, 0                  # first step of the run (1-based); next sequence to finish
         while a <= horizon:
             b = ends[i][0] if i < len(ends) and ends[i][0] < horizon else horizon
-            yield n, context + (a - 1) * n, b - a + 1, longest[i] + a - 1
+            yield n, context + (a - 1) * n, b - a + 1, longest + a - 1
+            stale = False
             while i < len(ends) and ends[i][0] == b:
                 n -= 1               # finishes in step b
-                context -= ends[i][1]
+                c = ends[i][1]
+                context -= c
+                stale = stale or c == longest
                 i += 1
+            if stale and i < len(ends):
+                # a longest one finished (rare: most chains yield a few runs, so this beats a suffix max
+                # over every sequence up front)
+                longest = max([c for _, c in ends[i:]])
             a = b + 1
 
     def apply(self, k: int, step_end_times_s: list, token_of, finished: list) -> list[int]:

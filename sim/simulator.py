@@ -259,7 +259,8 @@ class Simulator(FastPathMixin):
         t = env.now
         idle_from = None        # when the loop began to wait for an arrival (cost_model.cold_start_s); None: busy
         while True:
-            self._pull_arrivals(r, t)
+            if not inbox or inbox[0].arrival_time_s <= t:       # (else nothing has arrived: skip the call)
+                self._pull_arrivals(r, t)
             if not (sched.running or sched.waiting or sched.swapped):
                 idle_from = t if idle_from is None else idle_from
                 t = yield from self._next_arrival(r)
