@@ -49,6 +49,11 @@ def token_of(seq: Sequence) -> int:
     return dummy_token_id(seq.request_id)
 
 
+def negative_id_token(seq: Sequence) -> int:
+    """token_of for a sequence whose id is a non-negative int (dummy_token_id's first case, unchecked)."""
+    return -1 - seq.request_id
+
+
 def check_sequence(seq: Sequence) -> None:
     if seq.arrival_time_s < 0:
         raise ValueError(f"request {seq.request_id!r}: arrival_time_s must be >= 0, got {seq.arrival_time_s}")

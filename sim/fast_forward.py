@@ -38,6 +38,7 @@ from itertools import accumulate
 
 from engine.core.sequence import SequenceStatus
 from policies.scheduling.base import SchedulingPolicy
+from sim.arrivals import negative_id_token
 
 RUNNING = SequenceStatus.RUNNING
 
@@ -324,6 +325,7 @@ class DecodeChain:
         done = []
         slack2, lefts2, lens2 = [], [], []      # the survivors' facts after k steps
         total = 0
+        negative_id = token_of is negative_id_token      # the token computed here, without a call per sequence
         for seq, s, left, n in zip(running, self.slack, self.lefts, self.lens):
             j = left if left < k else k         # tokens it emits
             if s < j:                # it takes blocks in steps s + 1, s + 1 + bs, ...
@@ -337,7 +339,7 @@ class DecodeChain:
             else:
                 need = 0
             needs.append(need)
-            seq.token_ids += [token_of(seq)] * j
+            seq.token_ids += [-1 - seq.request_id if negative_id else token_of(seq)] * j
             seq.num_computed_tokens += j
             seq.last_token_time_s = step_end_times_s[j - 1]
             if seq.token_times_s is not None:
