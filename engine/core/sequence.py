@@ -50,6 +50,9 @@ _TRANSITIONS = {
     SequenceStatus.REJECTED: set(),
     SequenceStatus.ABORTED: set(),
 }
+# The same by name, for set_status (once per admission and per finish): an Enum member hashes by a Python call,
+# its name's hash is cached.
+_ALLOWED = {old.name: frozenset(new.name for new in to) for old, to in _TRANSITIONS.items()}
 
 
 def _real(name: str, value) -> float:
@@ -226,7 +229,7 @@ class Sequence:
         return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED, SequenceStatus.ABORTED)
 
     def set_status(self, new: SequenceStatus) -> None:
-        if new not in _TRANSITIONS[self.status]:
+        if new._name_ not in _ALLOWED[self.status._name_]:
             raise RuntimeError(f"request {self.request_id!r}: illegal status change {self.status.name} -> {new.name}")
         self.status = new
 
