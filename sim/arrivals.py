@@ -26,9 +26,16 @@ the outputs of unrelated requests never look like a shared prefix to the cache.
 from __future__ import annotations
 
 import zlib
+from collections import namedtuple
+from dataclasses import fields
+from functools import partial
 from typing import Iterable, Iterator
 
+from engine.core.requests import RequestSpec, Workload, prompt_token_ids
 from engine.core.sequence import SamplingParams, Sequence
+
+# A RequestSpec's fields as a named tuple: what materialize reads of a workload's request (its attributes).
+_SpecRow = namedtuple("_SpecRow", [f.name for f in fields(RequestSpec)])
 
 
 def dummy_token_id(request_id) -> int:
@@ -40,6 +47,11 @@ def dummy_token_id(request_id) -> int:
 
 def token_of(seq: Sequence) -> int:
     return dummy_token_id(seq.request_id)
+
+
+def negative_id_token(seq: Sequence) -> int:
+    """token_of for a sequence whose id is a non-negative int (dummy_token_id's first case, unchecked)."""
+    return -1 - seq.request_id
 
 
 def check_sequence(seq: Sequence) -> None:
@@ -68,8 +80,8 @@ class Arrivals:
         self.prompts = prompts
         self._chains: dict = {}             # (parent chain id, hash id) -> chain id; roots (-B, hash id)
         self.all_sequences = False          # True when every request came prebuilt
-        from engine.core.requests import Workload
-        if isinstance(requests, Workload):
+        self._rows = isinstance(requests, Workload)        # iterate it as _SpecRows
+        if self._rows:
             self._items: Iterable = requests
             self.num_requests = len(requests)
         else:
@@ -85,6 +97,10 @@ class Arrivals:
                 self.prompts = "hashed"     # equal ids would give equal private streams: hash them
 
     def __iter__(self) -> Iterator:
+        if self._rows:
+            # A workload's rows as _SpecRows, built by tuple.__new__ directly (no Python call per request:
+            # a frozen dataclass sets its fields one object.__setattr__ at a time).
+            return map(partial(tuple.__new__, _SpecRow), self._items.spec_rows())
         return iter(self._items)
 
     def materialize(self, item) -> Sequence:
@@ -101,7 +117,6 @@ class Arrivals:
             raise ValueError(f"request {item.request_id!r}: num_prompt_tokens must be >= 1, got {n}")
         prompts = self.prompts
         if prompts == "hashed":
-            from engine.core.requests import prompt_token_ids
             prompt = prompt_token_ids(item, self.vocab_size, self.prompt_seed)
         else:
             prompt = [0] * n

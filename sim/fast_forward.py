@@ -38,6 +38,7 @@ from itertools import accumulate
 
 from engine.core.sequence import SequenceStatus
 from policies.scheduling.base import SchedulingPolicy
+from sim.arrivals import negative_id_token
 
 RUNNING = SequenceStatus.RUNNING
 
@@ -290,16 +291,23 @@ class DecodeChain:
         set; the run's longest context is first_context_max in its first step, + 1 a step."""
         horizon = self.num_steps
         ends = sorted(zip(self.lefts, self.lens))      # (finishing step, context in step 1)
-        longest = list(accumulate(reversed([c for _, c in ends]), max))[::-1]   # [i]: max context of ends[i:]
+        longest = max(self.lens)     # the longest context in step 1 of the sequences ends[i:]
         n, context = len(ends), self.fast.horizon_context_sum
         a, i = 1, 0                  # first step of the run (1-based); next sequence to finish
         while a <= horizon:
             b = ends[i][0] if i < len(ends) and ends[i][0] < horizon else horizon
-            yield n, context + (a - 1) * n, b - a + 1, longest[i] + a - 1
+            yield n, context + (a - 1) * n, b - a + 1, longest + a - 1
+            stale = False
             while i < len(ends) and ends[i][0] == b:
                 n -= 1               # finishes in step b
-                context -= ends[i][1]
+                c = ends[i][1]
+                context -= c
+                stale = stale or c == longest
                 i += 1
+            if stale and i < len(ends):
+                # a longest one finished (rare: most chains yield a few runs, so this beats a suffix max
+                # over every sequence up front)
+                longest = max([c for _, c in ends[i:]])
             a = b + 1
 
     def apply(self, k: int, step_end_times_s: list, token_of, finished: list) -> list[int]:
@@ -317,6 +325,7 @@ class DecodeChain:
         done = []
         slack2, lefts2, lens2 = [], [], []      # the survivors' facts after k steps
         total = 0
+        negative_id = token_of is negative_id_token      # the token computed here, without a call per sequence
         for seq, s, left, n in zip(running, self.slack, self.lefts, self.lens):
             j = left if left < k else k         # tokens it emits
             if s < j:                # it takes blocks in steps s + 1, s + 1 + bs, ...
@@ -330,7 +339,7 @@ class DecodeChain:
             else:
                 need = 0
             needs.append(need)
-            seq.token_ids += [token_of(seq)] * j
+            seq.token_ids += [-1 - seq.request_id if negative_id else token_of(seq)] * j
             seq.num_computed_tokens += j
             seq.last_token_time_s = step_end_times_s[j - 1]
             if seq.token_times_s is not None:

@@ -38,7 +38,7 @@ from simpy.events import NORMAL, URGENT, Event
 
 from engine.core.in_flight import is_placeholder
 from engine.core.recorder import RECORD_STEPS, Recorder
-from sim.arrivals import Arrivals, dummy_token_id, private_blocks_exact, token_of
+from sim.arrivals import Arrivals, dummy_token_id, negative_id_token, private_blocks_exact, token_of
 from sim.fast_path import APPLIED, FastPathMixin
 from sim.replica import Replica
 from sim.result import SimResult
@@ -46,10 +46,6 @@ from sim.router import ReplicaView, RoundRobinRouter, Router, get_router
 
 INF = math.inf
 PROMPT_IDS = ("auto", "hashed", "private", "zeros")
-
-
-def _negative_id(seq) -> int:
-    return -1 - seq.request_id       # sim.arrivals.dummy_token_id of a non-negative int id
 
 
 class _At(Event):
@@ -259,7 +255,8 @@ class Simulator(FastPathMixin):
         t = env.now
         idle_from = None        # when the loop began to wait for an arrival (cost_model.cold_start_s); None: busy
         while True:
-            self._pull_arrivals(r, t)
+            if not inbox or inbox[0].arrival_time_s <= t:       # (else nothing has arrived: skip the call)
+                self._pull_arrivals(r, t)
             if not (sched.running or sched.waiting or sched.swapped):
                 idle_from = t if idle_from is None else idle_from
                 t = yield from self._next_arrival(r)
@@ -428,7 +425,7 @@ class Simulator(FastPathMixin):
 
     def _token_fn(self):
         """seq -> its dummy token (sim.arrivals.token_of), inlined while every id is a non-negative int."""
-        return _negative_id if self._int_ids else token_of
+        return negative_id_token if self._int_ids else token_of
 
     @staticmethod
     def _emitted_load(batch, in_flight: bool = False) -> int:
@@ -448,6 +445,13 @@ class Simulator(FastPathMixin):
     def _run_direct(self) -> None:
         """Drive the replica processes, which yield the absolute time they wait for, in time order."""
         env = self.env
+        if len(self.replicas) == 1:      # one process: its own times in order, no heap
+            now = env._now
+            for at in self._replica_loop(self.replicas[0]):
+                if at < now:
+                    raise RuntimeError(f"event at t={at!r} is in the past (now {now!r})")
+                env._now = now = at
+            return
         queue = []
         eid = 0
         for r in self.replicas:

@@ -8,12 +8,16 @@ because this runs in the simulator's hot loop; the tables reshape them with nump
 `steps_frame()` build the pandas tables; docs/metrics.md defines every column.
 Torch-free.
 
-Step storage: start time, duration and kv_blocks_used are kept per step; the
+Storage: the values go into Python lists first (an append is cheap) and move in bulk into typed arrays
+(array.array, 8 bytes per value) every _STAGE steps or requests and before a table is built: a value
+appended to an array one at a time is converted by argument parsing, which cost more than all the rest
+of recording (about a tenth of a simulation's instructions).
+
+Step storage: start time, duration, kv_blocks_used and kv_blocks_cached are kept per step; the
 decode shape and the other block counts per run of consecutive steps that share
 them (one run per on_step, one per fast-path call: num_decode_seqs, the first
 step's decode_context_sum, growing by num_decode_seqs a step, its longest decode
-context, growing by 1 a step, and used + free);
-kv_blocks_cached only at the steps where it changes; the prefill / preemption /
+context, growing by 1 a step, and used + free); the prefill / preemption /
 swap columns only for the steps where one of them is non-zero. batch_size and num_batched_tokens
 are derived when the table is built. `record_steps="none"` keeps no step rows at all (a million-request
 simulation then holds only the request table); the step count is still kept.
@@ -37,6 +41,7 @@ flag test per such step.
 """
 from __future__ import annotations
 
+import struct
 from array import array
 
 import numpy as np
@@ -111,6 +116,19 @@ def _ids(seqs) -> str:
     return " ".join(str(s.request_id) for s in seqs)
 
 
+# the staged columns (Python lists while recording) and their arrays' type codes
+_STAGED = (("_step_start", "d"), ("_step_dur", "d"), ("_step_used", "q"), ("_step_cached", "q"), ("_run", "q"),
+           ("_sparse", "q"), ("_req_float", "d"), ("_req_int", "q"))
+_STAGE = 1 << 10     # steps (or requests) staged before their values move into the arrays (while still in cache)
+
+
+def _packed(values: list, code: str) -> bytes:
+    """values as the machine bytes of an array.array of type code 'd' or 'q', converted by struct in one
+    call (the fastest bulk conversion: per value about 2/3 of array(code, values)'s time, half of numpy's;
+    it refuses what the array refuses, such as a float for 'q')."""
+    return struct.pack(f"{len(values)}{code}", *values)
+
+
 def _columns(values: array, width: int, dtype) -> list:
     """The `width` columns of rows stored side by side in `values`, as numpy arrays (copies)."""
     table = np.frombuffer(values, dtype=dtype).reshape(-1, width) if len(values) else np.zeros((0, width), dtype)
@@ -129,21 +147,22 @@ class Recorder:
         self.record_steps = record_steps
         self._keep_steps = record_steps == "all"
         self._num_steps = 0
-        self._step_start = array("d")
-        self._step_dur = array("d")
-        self._step_used = array("q")
+        # Staged values (lists; _flush moves them into self._kept's arrays, see the module docstring):
+        self._step_start: list[float] = []
+        self._step_dur: list[float] = []
+        self._step_used: list[int] = []
+        self._step_cached: list[int] = []       # kv_blocks_cached
+        self._run: list[int] = []                # len(_RUN) values per run of steps
+        self._sparse: list[int] = []             # per sparse row: its step index, then the _STEP_SPARSE values
+        self._req_float: list[float] = []        # len(_REQ_FLOAT) values per request
+        self._req_int: list[int] = []            # len(_REQ_INT) values per request
+        self._kept = {name: array(code) for name, code in _STAGED}   # the values flushed so far, per column
         # the float columns set on some steps only (NaN elsewhere): column -> (rows, values)
         self._measured = {c: (array("q"), array("d")) for c in _MEASURED}
-        self._run = array("q")                   # len(_RUN) values per run of steps
-        self._cached = array("q")                # (step index, kv_blocks_cached) where the count changes
-        self._last_cached = None
-        self._sparse = array("q")                # per sparse row: its step index, then the _STEP_SPARSE values
         self._req_ids: list = []
         self._req_status: list[str] = []
         self._req_reason: list = []
         self._req_tenant: list[str] = []
-        self._req_float = array("d")             # len(_REQ_FLOAT) values per request
-        self._req_int = array("q")               # len(_REQ_INT) values per request
         self._token_times: list[tuple[object, list[float]]] = []   # only sequences that recorded them
 
     @property
@@ -153,6 +172,20 @@ class Recorder:
     @property
     def num_requests(self) -> int:
         return len(self._req_ids)
+
+    def _flush(self) -> None:
+        """Move the staged values into the arrays."""
+        kept = self._kept
+        for name, code in _STAGED:
+            staged = getattr(self, name)
+            if staged:
+                kept[name].frombytes(_packed(staged, code))
+                staged.clear()
+
+    def _stored(self, name: str) -> array:
+        """Every value of a staged column so far, as its array."""
+        self._flush()
+        return self._kept[name]
 
     # -- hot path ------------------------------------------------------------------
     def on_step(self, start_s: float, duration_s: float, batch: Batch, num_used_blocks: int,
@@ -171,17 +204,17 @@ class Recorder:
         self._step_start.append(start_s)
         self._step_dur.append(duration_s)
         self._step_used.append(num_used_blocks)
+        if len(self._step_start) >= _STAGE:
+            self._flush()
         npf = batch.num_prefill_seqs
         nseq = len(batch.seqs)
         ctx = batch.context_lens
-        if nseq > npf:
+        if nseq > npf:      # (_add_run inlined: once per step)
             dctx = ctx[npf:] if npf else ctx
-            self._add_run(1, nseq - npf, sum(dctx), max(dctx), num_used_blocks + num_free_blocks)
+            self._run.extend((1, nseq - npf, sum(dctx), max(dctx), num_used_blocks + num_free_blocks))
         else:
-            self._add_run(1, 0, 0, 0, num_used_blocks + num_free_blocks)
-        if num_cached_blocks != self._last_cached:
-            self._cached.extend((row, num_cached_blocks))
-            self._last_cached = num_cached_blocks
+            self._run.extend((1, 0, 0, 0, num_used_blocks + num_free_blocks))
+        self._step_cached.append(num_cached_blocks)
         if not (npf or batch.preempted or batch.swapped_out or batch.swapped_in or batch.swap_in or batch.swap_out
                 or batch.offload or batch.load):
             return      # a pure decode step: every sparse column is 0
@@ -206,8 +239,13 @@ class Recorder:
         """Overlap scheduling: the start and duration of step `row` (num_steps - 1 right after its
         on_step), known only once its tokens are on the host (see the module docstring)."""
         if self._keep_steps:
-            self._step_start[row] = start_s
-            self._step_dur[row] = duration_s
+            kept = len(self._kept["_step_start"])       # rows flushed into the arrays
+            if row >= kept:
+                self._step_start[row - kept] = start_s
+                self._step_dur[row - kept] = duration_s
+            else:
+                self._kept["_step_start"][row] = start_s
+                self._kept["_step_dur"][row] = duration_s
 
     def set_measured(self, row: int, column: str, seconds: float) -> None:
         """A measured float column of step `row`: device_time_s (the engine's CUDA events), copy_host_s (the
@@ -251,7 +289,9 @@ class Recorder:
             self._step_used.append(used)
             m = (-(-ctx // n) if n else 0) if longest is None else int(longest[i])
             self._add_run(1, n, ctx, m, used + free)
-            self._note_cached(self._num_steps - 1, cached)
+            self._step_cached.append(cached)
+        if len(self._step_start) >= _STAGE:
+            self._flush()
 
     def on_decode_steps(self, start_s: list, duration_s: list, num_seqs: int, first_context_sum: int,
                         kv_blocks_used: list, num_kvcache_blocks: int, kv_blocks_cached,
@@ -270,7 +310,6 @@ class Recorder:
         the len(start_s) steps in order (step i of a run: sum + i * num_seqs keys, longest context
         max + i); kv_blocks_free = num_kvcache_blocks - kv_blocks_used; kv_blocks_cached an int or a
         list of one value per step."""
-        first = self._num_steps
         self._num_steps += len(start_s)
         if not self._keep_steps or not start_s:
             return
@@ -278,25 +317,17 @@ class Recorder:
         self._step_dur.extend(duration_s)
         self._step_used.extend(kv_blocks_used)
         for k, n, s0, m0 in runs:
-            self._add_run(k, n, s0, m0, num_kvcache_blocks)
+            self._run += (k, n, s0, m0, num_kvcache_blocks)      # (_add_run inlined)
         if type(kv_blocks_cached) is int:
-            self._note_cached(first, kv_blocks_cached)
+            self._step_cached += [kv_blocks_cached] * len(start_s)
         else:
-            last, cached = self._last_cached, self._cached
-            for i, c in enumerate(kv_blocks_cached, first):
-                if c != last:
-                    cached.extend((i, c))
-                    last = c
-            self._last_cached = last
+            self._step_cached += kv_blocks_cached
+        if len(self._step_start) >= _STAGE:
+            self._flush()
 
     def _add_run(self, k: int, num_decode_seqs: int, decode_context_sum: int, max_decode_context: int,
                  total: int) -> None:
         self._run.extend((k, num_decode_seqs, decode_context_sum, max_decode_context, total))
-
-    def _note_cached(self, step: int, cached: int) -> None:
-        if cached != self._last_cached:
-            self._cached.extend((step, cached))
-            self._last_cached = cached
 
     def on_finish(self, seq: Sequence) -> None:
         """A sequence left the system: FINISHED or REJECTED."""
@@ -319,14 +350,16 @@ class Recorder:
                               seq.priority))
         if seq.token_times_s:
             self._token_times.append((seq.request_id, list(seq.token_times_s)))
+        if len(self._req_int) >= _STAGE * len(_REQ_INT):
+            self._flush()
 
     # -- tables --------------------------------------------------------------------
     def requests_frame(self):
         import pandas as pd
         n = len(self._req_ids)
         cols = {"request_id": self._req_ids, "status": self._req_status, "reject_reason": self._req_reason}
-        ints = dict(zip(_REQ_INT, _columns(self._req_int, len(_REQ_INT), np.int64)))
-        flts = dict(zip(_REQ_FLOAT, _columns(self._req_float, len(_REQ_FLOAT), np.float64)))
+        ints = dict(zip(_REQ_INT, _columns(self._stored("_req_int"), len(_REQ_INT), np.int64)))
+        flts = dict(zip(_REQ_FLOAT, _columns(self._stored("_req_float"), len(_REQ_FLOAT), np.float64)))
         arrival, first_tok, finish = flts["arrival_time_s"], flts["first_token_time_s"], flts["finish_time_s"]
         ttft = first_tok - arrival
         e2e = finish - arrival
@@ -351,26 +384,28 @@ class Recorder:
             raise ValueError(f"replica {self.replica}: this Recorder kept no step rows (record_steps='none'); "
                              "build it with record_steps='all' for the per-step table")
         n = self._num_steps
-        run = dict(zip(_RUN, _columns(self._run, len(_RUN), np.int64)))
+        run = dict(zip(_RUN, _columns(self._stored("_run"), len(_RUN), np.int64)))
         lens = run["len"]
         first = np.cumsum(lens) - lens                                   # first step of each run
         offset = np.arange(n, dtype=np.int64) - np.repeat(first, lens)   # step index within its run
-        used = np.frombuffer(self._step_used, dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+        used = np.frombuffer(self._stored("_step_used"), dtype=np.int64).copy() if n else np.zeros(0, np.int64)
         ndec = np.repeat(run["num_decode_seqs"], lens)
         d = {"num_decode_seqs": ndec,
              "decode_context_sum": np.repeat(run["decode_context_sum"], lens) + offset * ndec,
              "max_decode_context_tokens": np.repeat(run["max_decode_context_tokens"], lens) + offset * (ndec > 0),
              "kv_blocks_used": used, "kv_blocks_free": np.repeat(run["num_kvcache_blocks"], lens) - used,
-             "kv_blocks_cached": _forward_fill(self._cached, n)}
-        rows, *sparse = _columns(self._sparse, 1 + len(_STEP_SPARSE), np.int64)
+             "kv_blocks_cached": np.frombuffer(self._stored("_step_cached"), dtype=np.int64).copy() if n
+             else np.zeros(0, np.int64)}
+        rows, *sparse = _columns(self._stored("_sparse"), 1 + len(_STEP_SPARSE), np.int64)
         sp = {}
         for c, vals in zip(_STEP_SPARSE, sparse):
             col = np.zeros(n, dtype=np.int64)
             col[rows] = vals
             sp[c] = col
         cols = {"step": np.arange(n, dtype=np.int64), "replica": np.full(n, self.replica, dtype=np.int64),
-                "start_time_s": np.frombuffer(self._step_start, dtype=np.float64).copy() if n else np.zeros(0),
-                "duration_s": np.frombuffer(self._step_dur, dtype=np.float64).copy() if n else np.zeros(0),
+                "start_time_s": (np.frombuffer(self._stored("_step_start"), dtype=np.float64).copy() if n
+                                 else np.zeros(0)),
+                "duration_s": np.frombuffer(self._stored("_step_dur"), dtype=np.float64).copy() if n else np.zeros(0),
                 "batch_size": sp["num_prefill_seqs"] + d["num_decode_seqs"],
                 "num_batched_tokens": sp["num_prefill_tokens"] + d["num_decode_seqs"], **d, **sp}
         cols["max_context_tokens"] = np.maximum(cols["max_prefill_context_tokens"], cols["max_decode_context_tokens"])
@@ -422,14 +457,6 @@ def slo_met_columns(ttft_s, tpot_s, ttft_slo_s, tpot_slo_s, num_output_tokens) -
     out["slo_met"] = pd.array(all_met, dtype="boolean")
     out["slo_met"][~any_target] = pd.NA
     return out
-
-
-def _forward_fill(changes: array, n: int) -> np.ndarray:
-    """[n] int64 values from (step, value) pairs stored at the steps where the value changes."""
-    if not changes:
-        return np.zeros(n, dtype=np.int64)
-    steps, values = _columns(changes, 2, np.int64)
-    return np.repeat(values, np.diff(np.append(steps, n)))
 
 
 def concat_frames(recorders: list[Recorder]):

@@ -159,6 +159,11 @@ class Workload:
             ttft_slo_s=_target(self.ttft_slo_s, i), tpot_slo_s=_target(self.tpot_slo_s, i))
 
     def __iter__(self) -> Iterator[RequestSpec]:
+        return (RequestSpec(*row) for row in self.spec_rows())
+
+    def spec_rows(self) -> Iterator[tuple]:
+        """Each request's RequestSpec fields, in RequestSpec's field order, as a plain tuple (what iterating
+        yields, without building a RequestSpec per request: the simulator reads its arrivals this way)."""
         # tolist() once: converting numpy scalars one by one is the slow part.
         arr, p, o, pr = (self.arrival_time_s.tolist(), self.num_prompt_tokens.tolist(),
                          self.num_output_tokens.tolist(), self.priority.tolist())
@@ -166,14 +171,14 @@ class Workload:
         bt = self.prefix_block_tokens
         if self.tenant is None and self.ttft_slo_s is None and self.tpot_slo_s is None:
             for i in range(len(arr)):
-                yield RequestSpec(i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt)
+                h = None if hashes is None else hashes[i]
+                yield i, arr[i], p[i], o[i], pr[i], h, bt, DEFAULT_TENANT, None, None
             return
         n = len(arr)
         tenant = [DEFAULT_TENANT] * n if self.tenant is None else self.tenant.tolist()
         ttft, tpot = (_targets(c, n) for c in (self.ttft_slo_s, self.tpot_slo_s))
         for i in range(n):
-            yield RequestSpec(i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt,
-                              tenant[i], ttft[i], tpot[i])
+            yield i, arr[i], p[i], o[i], pr[i], None if hashes is None else hashes[i], bt, tenant[i], ttft[i], tpot[i]
 
     @property
     def tenants(self) -> np.ndarray:

@@ -50,6 +50,9 @@ _TRANSITIONS = {
     SequenceStatus.REJECTED: set(),
     SequenceStatus.ABORTED: set(),
 }
+# The same by name, for set_status (once per admission and per finish): an Enum member hashes by a Python call,
+# its name's hash is cached.
+_ALLOWED = {old.name: frozenset(new.name for new in to) for old, to in _TRANSITIONS.items()}
 
 
 def _real(name: str, value) -> float:
@@ -86,8 +89,13 @@ class SamplingParams:
 
     def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  max_tokens: int = 64, ignore_eos: bool = False, seed: int | None = None):
-        temperature, top_p = _real("temperature", temperature), _real("top_p", top_p)
-        top_k, max_tokens = _integer("top_k", top_k), _integer("max_tokens", max_tokens)
+        # Finite floats and ints as given (the simulator builds one SamplingParams per request) need no
+        # conversion; anything else goes through the converters, which check and convert it. (A sum of two
+        # finite floats that overflows only sends them the long way.)
+        if not (type(temperature) is float and type(top_p) is float and type(top_k) is int
+                and type(max_tokens) is int and math.isfinite(temperature + top_p)):
+            temperature, top_p = _real("temperature", temperature), _real("top_p", top_p)
+            top_k, max_tokens = _integer("top_k", top_k), _integer("max_tokens", max_tokens)
         if seed is not None:
             seed = _integer("seed", seed)
         if max_tokens < 1:
@@ -98,10 +106,10 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {top_k}")
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {top_p}")
-        self.temperature = float(temperature)
-        self.top_k = int(top_k)
-        self.top_p = float(top_p)
-        self.max_tokens = int(max_tokens)
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.max_tokens = max_tokens
         self.ignore_eos = bool(ignore_eos)
         self.seed = seed
 
@@ -221,7 +229,7 @@ class Sequence:
         return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED, SequenceStatus.ABORTED)
 
     def set_status(self, new: SequenceStatus) -> None:
-        if new not in _TRANSITIONS[self.status]:
+        if new._name_ not in _ALLOWED[self.status._name_]:
             raise RuntimeError(f"request {self.request_id!r}: illegal status change {self.status.name} -> {new.name}")
         self.status = new
 

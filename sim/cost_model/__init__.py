@@ -12,12 +12,30 @@ import sys
 
 from engine.core.registry import discover
 from sim.cost_model.base import STEP_TABLE_COLUMNS, CostModel, CostModelError, FittedCostModel, StepShape
-from sim.cost_model.calibrated import CalibratedCostModel
 from sim.cost_model.constant import ConstantCostModel
 from sim.cost_model.roofline import RooflineCostModel
 
 # Every concrete CostModel in this package's files, by name (adding one: a file + conf/backend/cost_model/NAME.yaml).
-COST_MODELS: dict[str, type[CostModel]] = discover(sys.modules[__name__], CostModel)
+# Discovered on first use (`COST_MODELS`, get_cost_model, register_cost_model): discovery imports every module
+# here, and the calibrated model's are most of the package's code, which a run with another model never needs
+# (start-up pays for them, compiling them too where no bytecode is cached).
+_cost_models: dict[str, type[CostModel]] | None = None
+
+
+def _registry() -> dict[str, type[CostModel]]:
+    global _cost_models
+    if _cost_models is None:
+        _cost_models = discover(sys.modules[__name__], CostModel)
+    return _cost_models
+
+
+def __getattr__(name: str):
+    if name == "COST_MODELS":
+        return _registry()
+    if name == "CalibratedCostModel":
+        from sim.cost_model.calibrated import CalibratedCostModel
+        return CalibratedCostModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_cost_model(name: str):
@@ -25,17 +43,19 @@ def register_cost_model(name: str):
     def deco(cls: type[CostModel]) -> type[CostModel]:
         if not (isinstance(cls, type) and issubclass(cls, CostModel)):
             raise TypeError(f"register_cost_model({name!r}) needs a CostModel subclass, got {cls!r}")
-        if name in COST_MODELS and COST_MODELS[name] is not cls:
-            raise ValueError(f"cost model name {name!r} is already registered to {COST_MODELS[name].__name__}")
-        COST_MODELS[name] = cls
+        models = _registry()
+        if name in models and models[name] is not cls:
+            raise ValueError(f"cost model name {name!r} is already registered to {models[name].__name__}")
+        models[name] = cls
         return cls
     return deco
 
 
 def get_cost_model(name: str, **kwargs) -> CostModel:
-    cls = COST_MODELS.get(name)
+    models = _registry()
+    cls = models.get(name)
     if cls is None:
-        raise ValueError(f"unknown cost model {name!r}; known cost models: {sorted(COST_MODELS)}")
+        raise ValueError(f"unknown cost model {name!r}; known cost models: {sorted(models)}")
     return cls(**kwargs)
 
 

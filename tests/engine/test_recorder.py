@@ -143,3 +143,41 @@ def test_longest_context_columns_per_step_and_per_decode_run():
     assert df["max_prefill_context_tokens"].tolist() == [300, 300, 0, 0, 0, 0, 0, 0]
     assert df["max_decode_context_tokens"].tolist() == [900, 0, 50, 51, 41, 70, 71, 3]
     assert df["max_context_tokens"].tolist() == [900, 300, 50, 51, 41, 70, 71, 3]
+
+
+def _recorded(rec: Recorder, batch: Batch) -> Recorder:
+    """Steps of every kind, an overlap-style late time for an early row, and requests, into rec."""
+    for i in range(7):
+        rec.on_step(float(i), 0.0, batch, num_used_blocks=30 + i, num_free_blocks=70 - i, num_cached_blocks=i % 3)
+        if i == 5:
+            rec.set_step_time(1, 1.25, 0.5)          # a row recorded several steps (and flushes) before
+    rec.on_decode_runs([7.0, 7.5, 8.0], [0.5] * 3, ((2, 4, 40, 12), (1, 3, 50, 13)), [40, 41, 41], 100, [3, 2, 2])
+    rec.on_decode_steps([8.5, 9.0], [0.5, 0.5], 3, 60, [41, 42], 100, 2, 15)
+    rec.on_steps_bulk([9.5, 10.0], 0.5, 3, [66, 69], [42, 42], [58, 58], [2, 1])
+    rec.set_step_time(rec.num_steps - 1, 10.25, 0.75)
+    for rid in range(5):
+        rec.on_finish(finished_seq(rid, 3 + rid, 2, 0.5 * rid, 0.5 * rid + 0.25, 0.5 * rid + 0.5, 6.0 + rid))
+    return rec
+
+
+def test_staged_values_reach_the_tables_across_flushes(monkeypatch):
+    """Rows staged in lists and moved into the arrays every _STAGE steps or requests: the same tables
+    whether the flushes fall between the calls or never before the tables are built."""
+    import engine.core.recorder as recorder
+    whole = _recorded(Recorder(), make_step_batch())
+    monkeypatch.setattr(recorder, "_STAGE", 2)
+    flushed = _recorded(Recorder(), make_step_batch())
+    assert len(flushed._kept["_step_start"]) > 0 and len(flushed._kept["_req_int"]) > 0    # flushes happened
+    for a, b in ((whole.steps_frame(), flushed.steps_frame()), (whole.requests_frame(), flushed.requests_frame())):
+        assert a.equals(b)
+    steps = flushed.steps_frame()
+    assert steps.loc[1, "start_time_s"] == 1.25 and steps.loc[1, "duration_s"] == 0.5
+    assert steps["start_time_s"].iloc[-1] == 10.25 and steps["duration_s"].iloc[-1] == 0.75
+    assert steps["kv_blocks_cached"].tolist() == [0, 1, 2, 0, 1, 2, 0, 3, 2, 2, 2, 2, 2, 1]
+
+
+def test_staged_integer_column_refuses_a_float():
+    rec = Recorder()
+    rec.on_step(0.0, 0.1, make_step_batch(), num_used_blocks=1.5, num_free_blocks=1, num_cached_blocks=0)
+    with pytest.raises(Exception, match="integer"):
+        rec.steps_frame()
