@@ -39,6 +39,8 @@ MAX_JOB_NAME_CHARS = 240
 _created: dict[str, str] = {}         # base -> folder created for it in this process
 _last_output: dict[str, str] = {}     # "run" or "sweep" -> the folder this command writes into
 _created_sweep: list[Path] = []       # the sweep folder, then its parents, that this command's launch created
+_created_run: list[Path] = []         # the same for a single run's folder
+_made_by_unique_dir: dict[str, list[Path]] = {}   # a folder unique_dir made -> it and the parents it made
 
 
 def unique_dir(base: str) -> str:
@@ -46,6 +48,7 @@ def unique_dir(base: str) -> str:
     same base within one process (Hydra resolves hydra.run.dir more than once)."""
     if base in _created:
         return _created[base]
+    parents = _missing_folders(Path(base).parent)
     Path(base).parent.mkdir(parents=True, exist_ok=True)
     candidate, n = base, 1
     while True:
@@ -56,6 +59,7 @@ def unique_dir(base: str) -> str:
             n += 1
             candidate = f"{base}_{n}"
     _created[base] = candidate
+    _made_by_unique_dir[candidate] = [Path(candidate), *parents]
     return candidate
 
 
@@ -152,6 +156,7 @@ class OutputGuard(Callback):
     def on_run_start(self, config, **kwargs) -> None:
         run_dir = str(config.hydra.run.dir)
         _last_output["run"] = run_dir
+        _created_run[:] = _made_by_unique_dir.get(run_dir) or _missing_folders(Path(run_dir))
         # Hydra turns a callback's Exception into a warning and goes on: stop here (fail), before it writes.
         if holds_results(run_dir):
             fail(f"hydra.run.dir={run_dir} already holds results ({SUMMARY}); give another folder, or delete "
@@ -175,12 +180,54 @@ class OutputGuard(Callback):
         _last_output["sweep"] = str(config.hydra.sweep.dir)
         # the folders this launch creates (Hydra makes them next, parents first): removed again by
         # remove_unused_sweep when the launch fails before any job wrote into them
-        created, folder = [], Path(str(config.hydra.sweep.dir))
-        while not folder.exists() and folder != folder.parent:
-            created.append(folder)
-            folder = folder.parent
-        _created_sweep[:] = created
+        _created_sweep[:] = _missing_folders(Path(str(config.hydra.sweep.dir)))
         print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """folder and its parents that do not exist yet, deepest first: what Hydra is about to create."""
+    created = []
+    while not folder.exists() and folder != folder.parent:
+        created.append(folder)
+        folder = folder.parent
+    return created
+
+
+def _remove_created(created: list[Path]) -> None:
+    """rmdir each folder of `created` (deepest first), stopping at the first that is not empty."""
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:       # not empty (something else wrote there meanwhile): keep it and its parents
+            break
+    created.clear()
+
+
+def remove_unused_run() -> str | None:
+    """After a single run failed: removes its folder when the run wrote nothing there but Hydra's .hydra/ and an
+    empty servelab.log (a refused setting or input), and the parent folders created with it that are left empty,
+    so that a mistake leaves no folder that looks like a run; returns it. A folder with anything else is kept."""
+    if not _created_run:
+        return None
+    root = _created_run[0]
+    if not root.is_dir():
+        return None
+    for entry in root.iterdir():
+        if entry.name == "servelab.log" and entry.is_file() and entry.stat().st_size == 0:
+            continue
+        if entry.name == ".hydra" and entry.is_dir() and all(p.is_file() and p.suffix == ".yaml"
+                                                             for p in entry.iterdir()):
+            continue
+        return None
+    for entry in root.iterdir():
+        if entry.is_dir():
+            for p in entry.iterdir():
+                p.unlink()
+            entry.rmdir()
+        else:
+            entry.unlink()
+    _remove_created(_created_run)
+    return str(root)
 
 
 def remove_unused_sweep() -> str | None:
@@ -191,14 +238,8 @@ def remove_unused_sweep() -> str | None:
     root = _created_sweep[0]
     if not root.is_dir() or any(p.name != "multirun.yaml" for p in root.iterdir()):
         return None
-    for folder in _created_sweep:
-        if folder == root:
-            (root / "multirun.yaml").unlink(missing_ok=True)
-        try:
-            folder.rmdir()
-        except OSError:       # not empty (something else wrote there meanwhile): keep it and its parents
-            break
-    _created_sweep.clear()
+    (root / "multirun.yaml").unlink(missing_ok=True)
+    _remove_created(_created_sweep)
     return str(root)
 
 

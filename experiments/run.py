@@ -33,7 +33,7 @@ from experiments.compose import CONF_DIR  # (registers the schema before Hydra c
 from experiments.config_check import check_config, null_group_choice, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.job_warnings import job_label, named_warnings
-from experiments.output_dirs import interrupted_message, remove_unused_sweep, sweep_folder
+from experiments.output_dirs import interrupted_message, remove_unused_run, remove_unused_sweep, sweep_folder
 from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
@@ -397,8 +397,13 @@ def main() -> None:
     except KeyboardInterrupt:
         print(interrupted_message(), file=sys.stderr)
         sys.exit(130)
+    except SystemExit as e:         # fail(): a refused setting or input
+        if e.code not in (0, None):
+            remove_unused_run()
+        raise
     except Exception as e:
         remove_unused_sweep()       # a launch that failed before any job started leaves no folder behind
+        remove_unused_run()         # nor a single run that wrote nothing
         lost = None if wanted else lost_job_line(e)      # submitit: a job (SLURM, submitit_local) left no result
         if lost:
             sweep = sweep_folder() or "the sweep folder"

@@ -338,9 +338,8 @@ def cpu_cache_eviction_policy(cfg: DictConfig, cpu_cache_num_blocks: int | None 
     """A fresh eviction policy for the prefix cache's CPU tier (cfg.cpu_cache_eviction names it), or None
     when the run has no tier (cpu_cache_num_blocks blocks; None: cfg.cpu_cache_num_blocks)."""
     tier = int(cfg.cpu_cache_num_blocks) if cpu_cache_num_blocks is None else cpu_cache_num_blocks
-    if not tier:
-        return None
-    return make_cpu_cache_eviction(str(cfg.cpu_cache_eviction))
+    policy = make_cpu_cache_eviction(str(cfg.cpu_cache_eviction))   # checked with a tier or without one
+    return policy if tier else None
 
 
 def make_cpu_cache_eviction(name: str):

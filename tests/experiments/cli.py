@@ -21,6 +21,8 @@ def servelab(monkeypatch, capsys, *args, full_error: bool = False):
     monkeypatch.setattr(output_dirs, "_created", {})
     monkeypatch.setattr(output_dirs, "_last_output", {})
     monkeypatch.setattr(output_dirs, "_created_sweep", [])
+    monkeypatch.setattr(output_dirs, "_created_run", [])
+    monkeypatch.setattr(output_dirs, "_made_by_unique_dir", {})
     return exit_code_and_output(capsys, run.main)
 
 

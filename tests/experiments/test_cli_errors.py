@@ -272,3 +272,15 @@ def test_engine_refuses_a_chosen_model_that_is_not_its_checkpoint(in_tmp, monkey
                       "model=llama3_8b")
     assert line.startswith("error: model=Llama-3.1-8B does not match the checkpoint") and \
         "num_layers: 32 vs 2" in line and "leave model= out" in line
+
+
+def test_a_refused_run_leaves_no_folder(in_tmp, monkeypatch, capsys):
+    """A mistake caught once the run's folder exists (a missing trace) removes the folder and the parents the command
+    made, so nothing looks like a run; a folder that was there before stays, and so does a run that ran."""
+    error_line(monkeypatch, capsys, *SMALL, "workload=azure", "workload.path=nope.csv")
+    assert not (in_tmp / "outputs").exists()
+    (in_tmp / "outputs" / "smoke").mkdir(parents=True)
+    error_line(monkeypatch, capsys, *SMALL, "cpu_cache_gib=5000")
+    assert list((in_tmp / "outputs").rglob("*")) == [in_tmp / "outputs" / "smoke"]
+    code, _, _ = servelab(monkeypatch, capsys, *SMALL)
+    assert code == 0 and len(list((in_tmp / "outputs" / "smoke").iterdir())) == 1

@@ -25,6 +25,8 @@ from tests.experiments.cli import QUIET, SMALL, error_line, in_tmp, servelab  # 
     (["cpu_cache_num_blocks=10", "cpu_cache_eviction=LRU"], "error: cpu_cache_eviction='LRU' is not an eviction "
                                                             "policy that keeps blocks; use one of fifo, lfu, lru; did "
                                                             "you mean 'cpu_cache_eviction=lru'?"),
+    # checked without a tier too: a misspelt name is never silently ignored
+    (["cpu_cache_eviction=XYZ"], "error: cpu_cache_eviction='XYZ' is not an eviction policy that keeps blocks"),
     (["cpu_cache_num_blocks=10", "enable_prefix_caching=false"], "error: cpu_cache_num_blocks=10 needs the GPU "
                                                                  "prefix cache"),
 ])
