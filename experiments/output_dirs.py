@@ -203,6 +203,20 @@ def _remove_created(created: list[Path]) -> None:
     created.clear()
 
 
+def _close_log_files(folder: Path) -> None:
+    """Close and detach the logging file handlers writing into folder (Hydra's job log, servelab.log): a handler
+    left on a removed file would fail at its next record (in-process callers: tests, a server started later)."""
+    import logging
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            name = getattr(handler, "baseFilename", None)
+            if name and Path(name).parent == folder.resolve():
+                logger.removeHandler(handler)
+                handler.close()
+
+
 def remove_unused_run() -> str | None:
     """After a single run failed: removes its folder when the run wrote nothing there but Hydra's .hydra/ and an
     empty servelab.log (a refused setting or input), and the parent folders created with it that are left empty,
@@ -219,6 +233,7 @@ def remove_unused_run() -> str | None:
                                                              for p in entry.iterdir()):
             continue
         return None
+    _close_log_files(root)
     for entry in root.iterdir():
         if entry.is_dir():
             for p in entry.iterdir():
