@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -234,14 +235,9 @@ def remove_unused_run() -> str | None:
             continue
         return None
     _close_log_files(root)
-    for entry in root.iterdir():
-        if entry.is_dir():
-            for p in entry.iterdir():
-                p.unlink()
-            entry.rmdir()
-        else:
-            entry.unlink()
-    _remove_created(_created_run)
+    shutil.rmtree(root)
+    _remove_created(_created_run[1:])      # the parents it made, left empty
+    _created_run.clear()
     return str(root)
 
 
