@@ -53,7 +53,9 @@
 # them so; the fit stays on synchronous replays), CALIBRATE=0 (the fit stage profiles and replays but leaves the fit
 # itself to CPU, from the archive's tables: it saves a device call's minutes), PROFILE_DUTY (the profile's
 # --duty-cycle, default the profiler's 0.5), PROFILE_UNPACED=1 (the grid timed a second time back to back),
-# PROFILE_LAYOUT=0 (no profile_<tag>_layout.csv: a few shapes on contiguous and on scattered KV blocks, not fitted).
+# PROFILE_LAYOUT=0 (no profile_<tag>_layout.csv: a few shapes on contiguous and on scattered KV blocks, not fitted),
+# DEADLINE_S (a workload is skipped, and logged so, when EST_WL_S more seconds, default 200, the H100's ~170-200 s a
+# family, would run the script past it: a device call's archive is written before its limit).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -218,6 +220,7 @@ fi
 for wl in $ALL_STAGES; do
   case "$wl" in fit|calib_prefix|calib_busy|calib_mixed|host_breakdown) continue ;; esac
   has_stage "$wl" || continue
+  fits_deadline "$wl" "${EST_WL_S:-200}" || continue
   # shellcheck disable=SC2046
   stage "$wl" "$T_WL" "$PY" -m experiments.validate --model "$CKPT" --device "$DEVICE" $(workload_flags "$wl") \
     --max-model-len "$MAX_MODEL_LEN" --num-cpu-blocks 2048 --repeats "$REPEATS" --record-decisions --no-roofline --no-plot \

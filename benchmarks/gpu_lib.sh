@@ -5,6 +5,9 @@
 #                                              unknown one
 #   has_stage NAME                              whether NAME is in STAGES
 #   stage NAME SECONDS command...              runs under a time limit, logs, never aborts; failures go to FAILED
+#   fits_deadline NAME SECONDS                 whether a stage expected to take SECONDS ends before DEADLINE_S (seconds
+#                                              since the script began; unset: no deadline); if not, logs it skipped and
+#                                              adds it to FAILED, so that a device call's archive is written in time
 #   make_checkpoint DIR SECONDS                the tiny test model (SMOKE=1) or a random-weight Qwen3-0.6B
 #   make_serving_checkpoint DIR SECONDS VOCAB  the same plus a byte-level tokenizer (servers, load generators)
 #   serve_settings LOADGEN_DEFAULT             the serving scripts' sizes and limits (smoke or H200)
@@ -93,6 +96,13 @@ select_stages() {
 }
 
 has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+fits_deadline() {
+  [ -z "${DEADLINE_S:-}" ] && return 0
+  [ $((SECONDS + $2)) -le "$DEADLINE_S" ] && return 0
+  FAILED+=("$1"); log "!!! [$1] skipped: ${SECONDS}s gone, ~$2s more would pass DEADLINE_S=$DEADLINE_S"
+  return 1
+}
 
 stage() {
   local name="$1" limit="$2"; shift 2
