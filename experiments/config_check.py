@@ -31,7 +31,7 @@ from experiments.user_errors import nearest
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
 
-def _is_path_key(key: str) -> bool:
+def is_path_key(key: str) -> bool:
     return key in ("path", "profile") or key.endswith(("_path", "_dir", "_file"))
 
 
@@ -136,7 +136,7 @@ def expand_user_paths(node) -> None:
         child = node._get_node(key)
         if isinstance(child, DictConfig):
             expand_user_paths(child)
-        elif _is_path_key(str(key)) and not child._is_none() and isinstance(node[key], str) \
+        elif is_path_key(str(key)) and not child._is_none() and isinstance(node[key], str) \
                 and node[key].startswith("~"):
             node[key] = os.path.expanduser(node[key])
 
