@@ -11,7 +11,8 @@
   `sweeps/<name>`); and it remembers the folder, so an interrupted command can say truthfully what
   it left behind (`interrupted_message`), and a launch that fails before any job started removes the
   sweep folder it created (`remove_unused_sweep`). It also refuses a single run into a folder that holds
-  a sweep (multirun.yaml, or job folders with a summary.json).
+  a sweep (multirun.yaml, or job folders with a summary.json), and keeps a relaunch's earlier multirun.yaml
+  as multirun.<N>.yaml when this launch's differs (`keep_changed_multirun`).
 - A sweep job's folder (hydra.sweep.subdir) is `${servelab_job_dir:}`: Hydra's override_dirname with each
   override made one path component as the sweep folder's name is (`job_name`), so an override holding a
   `/` (a config group) never nests folders, a file in a folder (a calibrated profile) is named by its stem and
@@ -29,6 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf, open_dict, read_write
 
 from experiments.config_check import is_path_key
+from experiments.kept_copies import kept_name
 from experiments.results import NON_RESULT_KEYS, SUMMARY, read_summary
 from experiments.user_errors import fail
 
@@ -205,6 +207,23 @@ class OutputGuard(Callback):
         # remove_unused_sweep when the launch fails before any job wrote into them
         _created_sweep[:] = _missing_folders(Path(str(config.hydra.sweep.dir)))
         print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
+        kept = keep_changed_multirun(Path(str(config.hydra.sweep.dir)), OmegaConf.to_yaml(config))
+        if kept:
+            print(f"multirun.yaml: this launch's config differs from the one in {config.hydra.sweep.dir}; the earlier "
+                  f"one is kept as {kept}", flush=True)
+
+
+def keep_changed_multirun(sweep_dir: Path, new_text: str) -> Path | None:
+    """Before Hydra writes this launch's multirun.yaml (its sweeper saves the config a multirun callback gets,
+    `new_text`): an earlier one with other content (a relaunch with more values, other overrides) is renamed to
+    multirun.<N>.yaml and that name returned, so a sweep's folder keeps the record of every launch that wrote
+    into it; an identical one (the same command again) is left as it is. Returns None when nothing was kept."""
+    earlier = sweep_dir / "multirun.yaml"
+    if not earlier.is_file() or earlier.read_text(encoding="utf-8") == new_text:
+        return None
+    kept = kept_name(earlier)
+    earlier.rename(kept)
+    return kept
 
 
 def _missing_folders(folder: Path) -> list[Path]:
