@@ -10,6 +10,8 @@
 - Mandatory values (`???`, e.g. backend.cost_model.profile of the calibrated model) must be given.
 - A group option's name given to the key the group fills (`scheduler.victim=newest`, `workload.prompt_len=fixed`)
   is refused naming the group choice (`victim=newest`); `null_group_choice(argv)`: a group set to null.
+- A predictor's registered name given to the scheduler's predictor (`scheduler.predictor=oracle`; predictors are no
+  config group) becomes that predictor's settings; a misspelt one is refused naming the valid names.
 - Paths. `~` is expanded in every path field (`path`, `*_path`, `*_dir`, `*_file`, `profile`); a
   workload file given as a folder is refused.
 - `trace_format_hint(cfg)`: when a trace reader fails, which workload reads the file instead.
@@ -31,7 +33,7 @@ from experiments.user_errors import nearest
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
 
-def _is_path_key(key: str) -> bool:
+def is_path_key(key: str) -> bool:
     return key in ("path", "profile") or key.endswith(("_path", "_dir", "_file"))
 
 
@@ -136,7 +138,7 @@ def expand_user_paths(node) -> None:
         child = node._get_node(key)
         if isinstance(child, DictConfig):
             expand_user_paths(child)
-        elif _is_path_key(str(key)) and not child._is_none() and isinstance(node[key], str) \
+        elif is_path_key(str(key)) and not child._is_none() and isinstance(node[key], str) \
                 and node[key].startswith("~"):
             node[key] = os.path.expanduser(node[key])
 
@@ -222,6 +224,36 @@ def check_group_values(cfg: DictConfig) -> None:
         raise ValueError(f"{key}={value}: {key} holds the settings of a {group} option, not its name; {fix}")
 
 
+def resolve_predictor_name(cfg: DictConfig) -> None:
+    """`scheduler.predictor=oracle`: the scheduler's predictor holds the predictor's settings
+    (conf/scheduler/srpt.yaml), but its registered name (policies/predictors/) is what a user naturally gives, and
+    as text it would reach the policy's constructor and fail there. The name becomes those settings, in place: the
+    predictor's class and every default of its constructor, a `seed` the run's root seed (as
+    conf/scheduler/srpt_noisy.yaml gives it), so the saved config names every value. A name that is no predictor is
+    refused naming the valid ones."""
+    from omegaconf import open_dict
+
+    from policies.registry import PREDICTORS
+    value = OmegaConf.select(cfg, "scheduler.predictor", default=None)
+    target = OmegaConf.select(cfg, "scheduler._target_", default=None)
+    if not isinstance(value, str) or not isinstance(target, str):
+        return
+    params = _target_params(_locate(target, "scheduler._target_"))
+    if params is None or "predictor" not in params:       # check_keys names the schedulers that take one
+        return
+    if value not in PREDICTORS:
+        names = sorted(PREDICTORS)
+        raise ValueError(f"scheduler.predictor={value}: no such predictor; choose one of {', '.join(names)}"
+                         f"{nearest(value, names, 'scheduler.predictor=')}")
+    cls = PREDICTORS[value]
+    node = {"_target_": f"{cls.__module__}.{cls.__qualname__}"}
+    node.update({n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty})
+    if "seed" in node:
+        node["seed"] = int(cfg.seed)
+    with open_dict(cfg.scheduler):
+        cfg.scheduler.predictor = node
+
+
 def null_group_choice(overrides) -> str | None:
     """The error line of a config group set to null on the command line (eviction=null), which Hydra refuses
     without naming the group, or None."""
@@ -238,6 +270,7 @@ def check_config(cfg: DictConfig) -> None:
     """All of the above, in place on cfg (path expansion) or raising ValueError."""
     check_given(cfg)
     check_group_values(cfg)
+    resolve_predictor_name(cfg)
     check_keys(cfg)
     expand_user_paths(cfg)
     check_workload_files(cfg)

@@ -11,11 +11,12 @@
   `sweeps/<name>`); and it remembers the folder, so an interrupted command can say truthfully what
   it left behind (`interrupted_message`), and a launch that fails before any job started removes the
   sweep folder it created (`remove_unused_sweep`). It also refuses a single run into a folder that holds
-  a sweep (multirun.yaml, or job folders with a summary.json).
+  a sweep (multirun.yaml, or job folders with a summary.json), and keeps a relaunch's earlier multirun.yaml
+  as multirun.<N>.yaml when this launch's differs (`keep_changed_multirun`).
 - A sweep job's folder (hydra.sweep.subdir) is `${servelab_job_dir:}`: Hydra's override_dirname with each
   override made one path component as the sweep folder's name is (`job_name`), so an override holding a
-  `/` (a file path, a config group) never nests folders, and the same overrides give the same folder (a
-  relaunch finds its finished jobs).
+  `/` (a config group) never nests folders, a file in a folder (a calibrated profile) is named by its stem and
+  a short hash of its path, and the same overrides give the same folder (a relaunch finds its finished jobs).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf, open_dict, read_write
 
+from experiments.config_check import is_path_key
+from experiments.kept_copies import kept_name
 from experiments.results import NON_RESULT_KEYS, SUMMARY, read_summary
 from experiments.user_errors import fail
 
@@ -99,28 +102,49 @@ def safe_name(text: str, max_chars: int = MAX_NAME_CHARS) -> str:
     return text
 
 
-def job_name(overrides, exclude_keys=(), item_sep: str = ",", kv_sep: str = "=") -> str:
+def _file_label(value: str) -> str:
+    """A file in a folder, given to a job (`backend.cost_model.profile=benchmarks/results/h100/profile_h100.json`), as
+    its stem and a hash of the path as given (`profile_h100@1f0c2a`): the whole path made the folder name too long
+    to read (cut, with a hash), and the stem alone would put two files of one name in different folders into one
+    job folder. A bare file name (no folder) is kept as it is."""
+    value = value.strip("'\"")
+    if "/" not in value:
+        return value
+    return f"{Path(value).stem}@{hashlib.sha1(value.encode()).hexdigest()[:6]}"
+
+
+def _job_item(key: str, sep: str, value: str, whole_paths: bool = False) -> str:
+    if sep and not whole_paths and is_path_key(key.lstrip("+~").rsplit(".", 1)[-1]):
+        value = ",".join(_file_label(v) for v in value.split(","))
+    return _item_name(key, sep, value)
+
+
+def job_name(overrides, exclude_keys=(), item_sep: str = ",", kv_sep: str = "=", whole_paths: bool = False) -> str:
     """A sweep job's folder: Hydra's override_dirname (the job's overrides but exclude_keys, sorted) with each
-    override made one path component as in sweep_name, so `backend.cost_model.profile=benchmarks/results/x.json`
-    or `backend/cost_model=calibrated` no longer nest folders. Identical to override_dirname for overrides
-    without such characters (the folders of earlier sweeps)."""
+    override made one path component as in sweep_name, so `backend/cost_model=calibrated` no longer nests folders,
+    and a file in a folder named by `_file_label`. Identical to override_dirname for overrides without such
+    characters (the folders of earlier sweeps). whole_paths: a file's whole path, `/` as `_` (the folders that
+    sweeps launched before `_file_label` made, which a relaunch still resumes)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
     lines = sorted(o.input_line for o in parsed if o.key_or_group not in set(exclude_keys))
-    name = item_sep.join(_item_name(*line.partition("=")) for line in lines)
+    name = item_sep.join(_job_item(*line.partition("="), whole_paths=whole_paths) for line in lines)
     return safe_name(re.sub("=", kv_sep, name), MAX_JOB_NAME_CHARS)
 
 
 def job_dir(*, _root_) -> str:
-    """hydra.sweep.subdir (conf/config.yaml): the job's job_name, or the folder Hydra's override_dirname named
-    when that one holds its results already (a sweep launched before job names were sanitized resumes there)."""
+    """hydra.sweep.subdir (conf/config.yaml): the job's job_name, or the folder an earlier naming gave the same job
+    when that one holds its results already, so a sweep launched before resumes there: files by their whole path,
+    or Hydra's own override_dirname (nested folders, before job names were sanitized)."""
     hc = _root_.hydra
     conf = hc.job.config.override_dirname
     name = job_name(hc.overrides.task, conf.exclude_keys, conf.item_sep, conf.kv_sep)
-    legacy = str(hc.job.override_dirname)
-    if legacy and legacy != name and holds_results(Path(str(hc.sweep.dir)) / legacy):
-        return legacy
+    earlier = (job_name(hc.overrides.task, conf.exclude_keys, conf.item_sep, conf.kv_sep, whole_paths=True),
+               str(hc.job.override_dirname))
+    for legacy in earlier:
+        if legacy and legacy != name and holds_results(Path(str(hc.sweep.dir)) / legacy):
+            return legacy
     return name
 
 
@@ -183,6 +207,23 @@ class OutputGuard(Callback):
         # remove_unused_sweep when the launch fails before any job wrote into them
         _created_sweep[:] = _missing_folders(Path(str(config.hydra.sweep.dir)))
         print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
+        kept = keep_changed_multirun(Path(str(config.hydra.sweep.dir)), OmegaConf.to_yaml(config))
+        if kept:
+            print(f"multirun.yaml: this launch's config differs from the one in {config.hydra.sweep.dir}; the earlier "
+                  f"one is kept as {kept}", flush=True)
+
+
+def keep_changed_multirun(sweep_dir: Path, new_text: str) -> Path | None:
+    """Before Hydra writes this launch's multirun.yaml (its sweeper saves the config a multirun callback gets,
+    `new_text`): an earlier one with other content (a relaunch with more values, other overrides) is renamed to
+    multirun.<N>.yaml and that name returned, so a sweep's folder keeps the record of every launch that wrote
+    into it; an identical one (the same command again) is left as it is. Returns None when nothing was kept."""
+    earlier = sweep_dir / "multirun.yaml"
+    if not earlier.is_file() or earlier.read_text(encoding="utf-8") == new_text:
+        return None
+    kept = kept_name(earlier)
+    earlier.rename(kept)
+    return kept
 
 
 def _missing_folders(folder: Path) -> list[Path]:

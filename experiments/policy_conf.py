@@ -49,7 +49,10 @@ def make_policy(label: str, overrides=()):
     composed with Hydra `overrides` (e.g. victim=most_blocks, scheduler.prompt_token_weight=0)."""
     from hydra.utils import instantiate
 
+    from experiments.config_check import resolve_predictor_name
+
     cfg = compose_config([f"scheduler={parse_label(label).name}", *overrides])
+    resolve_predictor_name(cfg)           # scheduler.predictor=noisy, as servelab reads it
     return instantiate(cfg.scheduler, _convert_="all")
 
 

@@ -21,9 +21,10 @@ Plots (PNG, in SWEEP_DIR/report/): overview.png (p50 and p99 TTFT, TPOT and
 normalized latency vs request rate), one throughput-latency plot per metric,
 latency CDFs and a step timeline per policy at the highest rate; with latency targets
 slo_attainment.png (attainment and goodput vs rate), with several tenants
-service_difference.png (service difference and Jain's index over time, one line per policy). The report
-owns that folder: plots an earlier report left there that this one did not
-draw are removed. The command lists the job folders it read (and those it left
+service_difference.png (service difference and Jain's index over time, one line per policy). The report is
+drawn whole beside that folder, then moved in: an earlier report there with the same files, byte for byte, is
+left as it is, and one that differs is moved to report.<N>/ first (`publish`), so no report is overwritten and
+every report file in report/ shows the runs just read. The command lists the job folders it read (and those it left
 out: complete=false), and every job that wrote no results at all (failed, killed, or never started: which
 job, its log, the line that says why; experiments/job_record.py), also into report/failed_jobs.csv; an
 unknown --x/--by column, a misspelt option or a sweep folder that does not exist fails naming the nearest one.
@@ -32,6 +33,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import filecmp
+import fnmatch
+import os
+import shutil
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -39,6 +45,7 @@ import pandas as pd
 import yaml
 
 from experiments.job_record import describe, failed_jobs
+from experiments.kept_copies import kept_name
 from experiments.output_dirs import safe_name
 from experiments.report_labels import fill_overrides, label_keys, policy_labels
 from experiments.report_table import cell, coverage_columns, parquet_safe
@@ -177,17 +184,33 @@ def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=
 
 
 def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> tuple[pd.DataFrame, list[Path]]:
-    """Collect the sweep, write results.csv/.parquet and the plots; returns (table, files)."""
-    from experiments import plots
-
+    """Collect the sweep, write results.csv/.parquet and the plots; returns (table, files). The report is drawn
+    whole in a folder beside `out` and then published there (`publish`): df.attrs["kept"] names the folder an
+    earlier, different report was moved to, df.attrs["unchanged"] says an identical one was left as it was."""
     sweep_dir = Path(sweep_dir)
     out = Path(out_dir) if out_dir else sweep_dir / "report"
+    if out.name in ("", ".", ".."):           # --out . : name the folder, so the earlier one can be kept beside it
+        out = out.resolve()
     df = collect(sweep_dir)
     for flag, col in (("--x", x), ("--by", by)):
         if col not in df:
             cols = [c for c in df.columns if c != "run_dir"]
             raise ValueError(f"{flag} {col!r} is not a column of the sweep table{nearest(col, cols)} (columns: "
                              f"{', '.join(cols[:12])}, ...; all in report/results.csv)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".new"))
+    try:
+        names = [p.name for p in _draw(df, sweep_dir, staging, x, by)]
+        df.attrs["kept"], df.attrs["unchanged"] = publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return df, [out / n for n in names]
+
+
+def _draw(df: pd.DataFrame, sweep_dir: Path, out: Path, x: str, by: str) -> list[Path]:
+    """Every table and plot of the report into `out`; returns the files."""
+    from experiments import plots
+
     files = [write_parquet(df, out / "results.parquet")]
     files.append(atomic_write_text(out / "results.csv", df.to_csv(index=False)))
     if df[by].nunique() > 1:
@@ -223,25 +246,37 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
                 steps = steps[steps["replica"] == steps["replica"].min()]
                 files.append(plots.step_timeline(steps, out / f"step_timeline_{safe_name(str(k))}.png",
                                                  title=f"{k} ({d.name})"))
-    df.attrs["removed"] = [str(p) for p in _remove_stale(out, files)]
-    return df, files
+    return files
 
 
-# Files a report writes; one of these in the report folder that this report did not write is stale
-# (an earlier report of other runs) and is removed, so every plot there shows the runs just read.
+# Files a report writes: in the report folder, one of these is an earlier report's (other files there are not
+# the report's, and stay where they are).
 REPORT_FILES = ("results.csv", "results.parquet", "failed_jobs.csv", "differences.csv", "overview.png",
                 "throughput_latency_*.png", "latency_cdf_*.png", "step_timeline_*.png", "slo_attainment.png",
                 "service_difference.png")
 
 
-def _remove_stale(out: Path, written: list[Path]) -> list[Path]:
-    keep, removed = {p.resolve() for p in written}, []
-    for pattern in REPORT_FILES:
-        for p in out.glob(pattern):
-            if p.resolve() not in keep:
-                p.unlink()
-                removed.append(p)
-    return removed
+def publish(staging: Path, out: Path) -> tuple[Path | None, bool]:
+    """Move the report drawn in `staging` into `out`; returns (the folder the earlier report was kept in, or None;
+    whether `out` already held this very report). A report is derived from the runs, so the same runs and options
+    give the same files, byte for byte: an earlier report equal to this one is left as it is. One that differs
+    (runs added, other --x/--by, another servelab) moves to out.<N>/ first (experiments/kept_copies.py): numbers
+    read from it stay on disk, and every report file in `out` shows the runs just read."""
+    new = {p.name: p for p in staging.iterdir()}
+    old = {p.name: p for p in out.iterdir() if p.is_file() and (p.name in new or any(
+        fnmatch.fnmatchcase(p.name, pattern) for pattern in REPORT_FILES))} if out.is_dir() else {}
+    if old and old.keys() == new.keys() and all(filecmp.cmp(old[n], new[n], shallow=False) for n in new):
+        return None, True
+    kept = None
+    if old:
+        kept = kept_name(out)
+        kept.mkdir()
+        for p in old.values():
+            os.replace(p, kept / p.name)
+    out.mkdir(parents=True, exist_ok=True)
+    for p in new.values():
+        os.replace(p, out / p.name)
+    return kept, False
 
 
 def main(argv=None) -> None:
@@ -282,9 +317,12 @@ def main(argv=None) -> None:
     diff = df.attrs.get("differences")
     if diff is not None:
         print(f"differences between {args.by} values (report/differences.csv): {count_line(diff)}")
-    removed = df.attrs.get("removed", [])
-    print(f"{len(df)} runs; wrote {len(files)} files to {files[0].parent}"
-          + (f"; removed {len(removed)} stale file(s) of an earlier report" if removed else ""))
+    out, kept = files[0].parent, df.attrs.get("kept")
+    if df.attrs.get("unchanged"):
+        print(f"{len(df)} runs; {out} already holds this report (the same {len(files)} files, left as they were)")
+    else:
+        print(f"{len(df)} runs; wrote {len(files)} files to {out}" + (
+            f"; the earlier report there differs (other runs or options) and is kept in {kept}" if kept else ""))
 
 
 if __name__ == "__main__":

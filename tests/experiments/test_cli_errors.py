@@ -89,6 +89,11 @@ def test_a_value_of_the_wrong_type_names_the_type_and_a_value(in_tmp, monkeypatc
     # a key of another option than the chosen one: those options, not the key itself as its own nearest
     (["scheduler.predictor=noisy"], "error: unknown key scheduler.predictor; only other options take it: "
                                     "scheduler=sjf, scheduler=srpt, scheduler=srpt_noisy ("),
+    # a predictor is chosen by its registered name (no config group): a misspelt one names the valid names
+    (["scheduler=srpt", "scheduler.predictor=orcale"],
+     "error: scheduler.predictor=orcale: no such predictor; choose one of noisy, oracle; did you mean "
+     "'scheduler.predictor=oracle'?"),
+    (["scheduler=sjf", "scheduler.predictor=Noisy"], "did you mean 'scheduler.predictor=noisy'?"),
 ])
 def test_group_choices_name_the_nearest_option(in_tmp, monkeypatch, capsys, args, expected):
     assert expected in error_line(monkeypatch, capsys, *args, *SMALL)
@@ -202,6 +207,31 @@ def test_without_victim_each_scheduler_keeps_its_own():
             "LowestPriorityVictim"
         assert type(instantiate(compose("config", overrides=["scheduler=srpt_noisy"]).scheduler).victim).__name__ == \
             "LongestRemainingVictim"
+
+
+@pytest.mark.parametrize("scheduler", ["srpt", "sjf", "srpt_noisy"])
+def test_every_predictor_can_be_given_by_name(scheduler):
+    from policies.registry import PREDICTORS
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        for name, cls in PREDICTORS.items():
+            cfg = compose("config", overrides=[f"scheduler={scheduler}", f"scheduler.predictor={name}", "seed=5"])
+            check_config(cfg)
+            predictor = instantiate(cfg.scheduler).predictor
+            assert type(predictor) is cls and getattr(predictor, "seed", 5) == 5      # the run's seed, as srpt_noisy
+
+
+def test_the_validation_commands_take_a_predictor_by_name_too():
+    from experiments.policy_conf import make_policy
+    predictor = make_policy("srpt", ["scheduler.predictor=noisy", "seed=4"]).predictor      # validate --override
+    assert type(predictor).__name__ == "NoisyPredictor" and predictor.seed == 4
+
+
+def test_a_predictor_given_by_name_runs_and_is_saved_with_its_settings(in_tmp, monkeypatch, capsys):
+    import yaml
+    assert servelab(monkeypatch, capsys, *SMALL, "scheduler=srpt", "scheduler.predictor=noisy", "seed=3",
+                    "hydra.run.dir=p")[0] == 0
+    saved = yaml.safe_load((in_tmp / "p" / "config.yaml").read_text())["scheduler"]["predictor"]
+    assert saved == {"_target_": "policies.predictors.noisy.NoisyPredictor", "sigma": 0.5, "seed": 3}
 
 
 def test_victim_is_recorded_among_the_choices(in_tmp, monkeypatch, capsys):

@@ -136,3 +136,22 @@ def test_a_failed_launch_keeps_a_sweep_folder_it_did_not_create(in_tmp, monkeypa
     assert servelab(monkeypatch, capsys, *sweep, "scheduler=fcfs")[0] == 0
     assert servelab(monkeypatch, capsys, *sweep, "scheduler=fcfs,srtp")[0] == 2
     assert (in_tmp / "sweeps" / "mine" / "multirun.yaml").is_file() and len(summaries(in_tmp / "sweeps")) == 1
+
+
+def test_a_relaunch_keeps_the_earlier_multirun_yaml_when_its_own_differs(in_tmp, monkeypatch, capsys):
+    sweep, folder = ["-m", *SMALL, "hydra/launcher=basic", "name=mine"], in_tmp / "sweeps" / "mine"
+    assert servelab(monkeypatch, capsys, *sweep, "scheduler=fcfs")[0] == 0
+    first = (folder / "multirun.yaml").read_text()
+    code, out, _ = servelab(monkeypatch, capsys, *sweep, "scheduler=fcfs")       # the same command: left as it is
+    assert code == 0 and "multirun.yaml:" not in out
+    assert sorted(p.name for p in folder.glob("multirun*")) == ["multirun.yaml"]
+    assert (folder / "multirun.yaml").read_text() == first
+    for n, more in enumerate(("scheduler=fcfs,vllm", "scheduler=fcfs,vllm,srpt"), start=1):
+        before = (folder / "multirun.yaml").read_text()
+        code, out, _ = servelab(monkeypatch, capsys, *sweep, more)
+        kept = [ln for ln in out.splitlines() if ln.startswith("multirun.yaml:")]
+        assert code == 0 and kept == [f"multirun.yaml: this launch's config differs from the one in sweeps/mine; the "
+                                      f"earlier one is kept as sweeps/mine/multirun.{n}.yaml"]
+        assert (folder / f"multirun.{n}.yaml").read_text() == before and f"- {more}\n" in (
+            folder / "multirun.yaml").read_text()
+    assert (folder / "multirun.1.yaml").read_text() == first

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from experiments.report import collect, make_report
@@ -87,7 +88,7 @@ def report_cli(*args):
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
 
 
-def test_report_lists_the_runs_it_read_and_removes_stale_plots(swept):
+def test_report_lists_the_runs_it_read_and_moves_an_earlier_reports_files_apart(swept):
     out = swept / "rep_stale"
     out.mkdir()
     (out / "step_timeline_srpt.png").write_bytes(b"from an earlier report of other runs")
@@ -97,9 +98,37 @@ def test_report_lists_the_runs_it_read_and_removes_stale_plots(swept):
     assert f"read 4 runs under {swept / 'sw'}:" in proc.stdout
     for job in run_ids(swept / "sw"):
         assert f"  {job}\n" in proc.stdout
-    assert "removed 1 stale file(s)" in proc.stdout
+    assert f"the earlier report there differs (other runs or options) and is kept in {swept / 'rep_stale.1'}\n" \
+        in proc.stdout
     assert not (out / "step_timeline_srpt.png").exists() and (out / "notes.txt").exists()
+    assert [p.name for p in (swept / "rep_stale.1").iterdir()] == ["step_timeline_srpt.png"]
     assert (out / "step_timeline_fcfs.png").is_file()
+
+
+def test_a_report_never_overwrites_an_earlier_one_that_differs(swept, tmp_path):
+    import shutil
+    copy = tmp_path / "sw"
+    shutil.copytree(swept / "sw", copy, ignore=shutil.ignore_patterns("report*"))
+    report = copy / "report"
+
+    def files(folder):
+        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+    assert report_cli(copy).returncode == 0
+    first = files(report)
+    # the same runs again: the same files, byte for byte, so the report there is left as it was
+    again = report_cli(copy)
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == (
+        f"4 runs; {report} already holds this report (the same {len(first)} files, left as they were)")
+    assert files(report) == first
+    # runs changed (one job deleted): the new report replaces the earlier, which is kept whole beside it
+    shutil.rmtree(copy / "scheduler=vllm,workload.arrival.rate_rps=50,workload.num_requests=20")
+    changed = report_cli(copy)
+    assert changed.returncode == 0 and changed.stdout.splitlines()[-1].endswith(
+        f"; the earlier report there differs (other runs or options) and is kept in {copy / 'report.1'}")
+    assert files(copy / "report.1") == first
+    assert len(pd.read_csv(report / "results.csv")) == 3
+    assert sorted(p.name for p in copy.iterdir() if p.name.startswith((".", "report"))) == ["report", "report.1"]
 
 
 def test_report_names_the_runs_it_left_out(swept, tmp_path):

@@ -26,7 +26,7 @@ def test_job_folders_do_not_nest_and_a_relaunch_finds_them(in_tmp, monkeypatch, 
     sweep = in_tmp / "sweeps" / "u_cov"
     jobs = sorted(p.parent for p in sweep.rglob("summary.json"))
     assert [j.parent for j in jobs] == [sweep, sweep]
-    assert jobs[0].name == ("backend.cost_model.profile=benchmarks_results_profile_h200_qwen3_0p6b.json,"
+    assert jobs[0].name == ("backend.cost_model.profile=profile_h200_qwen3_0p6b@d364bc,"
                             "backend.cost_model=calibrated,max_model_len=4096,model=qwen3_0p6b,scheduler=srpt,"
                             "workload.num_requests=20")
     code, out, _ = calibrated_sweep(in_tmp, monkeypatch, capsys, "name=u_cov", "max_model_len=4096")
@@ -78,6 +78,21 @@ def test_job_name_is_hydras_override_dirname_for_plain_overrides():
     assert len(job_name([f"k{i}=" + "x" * 40 for i in range(10)])) <= 240
 
 
+def test_a_file_in_a_folder_is_named_by_its_stem_and_stays_apart_from_its_namesakes():
+    # README's band_demo sweep: the profile's whole path made the name too long, cut and ended in a hash
+    band = ["model=qwen3_0p6b", "hardware=h100_sxm", "backend/cost_model=calibrated", "num_kvcache_blocks=600",
+            "backend.cost_model.profile=benchmarks/results/generalize/h100_1205c/profile_h100_1205c.json",
+            "scheduler=vllm_swap", "workload.num_requests=500", "workload.arrival.rate_rps=25"]
+    name = job_name(band)
+    profile = name.split(",")[0]
+    assert profile.startswith("backend.cost_model.profile=profile_h100_1205c@") and len(profile) == 52
+    assert name.endswith(",workload.num_requests=500")             # not cut
+    # the same file name in another folder (a refit beside it) gets another folder; the same path the same one
+    namesake = [o.replace("h100_1205c/profile", "h100_1205c/kind_floor/profile") for o in band]
+    assert job_name(namesake) != name and job_name(list(reversed(band))) == name
+    assert job_name(["backend.cost_model.profile=p.json"]) == "backend.cost_model.profile=p.json"   # no folder
+
+
 def hydra_node(tmp_path, overrides, override_dirname):
     return OmegaConf.create({"hydra": {
         "sweep": {"dir": str(tmp_path)}, "overrides": {"task": overrides},
@@ -88,8 +103,18 @@ def hydra_node(tmp_path, overrides, override_dirname):
 def test_a_sweep_launched_with_nested_job_folders_resumes_in_them(tmp_path):
     overrides = ["backend.cost_model.profile=r/p.json", "scheduler=vllm"]
     legacy = "backend.cost_model.profile=r/p.json,scheduler=vllm"
-    new = "backend.cost_model.profile=r_p.json,scheduler=vllm"
+    new = "backend.cost_model.profile=p@af293e,scheduler=vllm"
     assert job_dir(_root_=hydra_node(tmp_path, overrides, legacy)) == new
     (tmp_path / legacy).mkdir(parents=True)
     (tmp_path / legacy / "summary.json").write_text("{}")
     assert job_dir(_root_=hydra_node(tmp_path, overrides, legacy)) == legacy
+
+
+def test_a_sweep_launched_with_whole_paths_in_job_names_resumes_in_them(tmp_path):
+    overrides = ["backend.cost_model.profile=r/p.json", "scheduler=vllm"]
+    node = hydra_node(tmp_path, overrides, "backend.cost_model.profile=r/p.json,scheduler=vllm")
+    assert job_dir(_root_=node) == "backend.cost_model.profile=p@af293e,scheduler=vllm"
+    whole = tmp_path / "backend.cost_model.profile=r_p.json,scheduler=vllm"
+    whole.mkdir()
+    (whole / "summary.json").write_text("{}")
+    assert job_dir(_root_=node) == whole.name
