@@ -217,7 +217,7 @@ if has_stage calib_mixed; then
 fi
 
 # the workload families: real replays only, kept for experiments.generalize --------------------------------------
-for wl in $ALL_STAGES; do
+for wl in $STAGES; do     # in the order STAGES names them (DEADLINE_S skips the last ones)
   case "$wl" in fit|calib_prefix|calib_busy|calib_mixed|host_breakdown) continue ;; esac
   has_stage "$wl" || continue
   fits_deadline "$wl" "${EST_WL_S:-200}" || continue
