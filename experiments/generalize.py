@@ -18,7 +18,9 @@ Written into --out:
                                  between the repeats, mean over pairs); `*_all_runs`: the same simulated run
                                  scored against every real run (repeats too), averaged; `e2e_gain`: how many %
                                  the simulated E2E moves per 1% of step price (the queue's amplification of any
-                                 price error; cells above FRAGILE_GAIN are listed in the summary as fragile)
+                                 price error; cells above FRAGILE_GAIN are listed in the summary as fragile);
+                                 `ttft_q50_err_away_from_stalls`: the TTFT p50 error over the requests whose
+                                 prefill met no host launch stall (experiments/launch_stalls.py; overlapped runs)
   step_kinds.{parquet,md}        the step-sum ratio by step kind (decode / prefill / mixed / swap) and, for steps
                                  with prefill work, by prefill tokens: which cost term the error sits in
   policy_diff.{parquet,md}       experiments.policy_diff for every pair of policies of every workload, with the
@@ -42,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import plots, policy_diff
+from experiments.launch_stalls import near_launch_stalls, run_ttft_by_stall
 from experiments.results import atomic_write_text, write_json, write_parquet
 from experiments.saved_runs import saved_argv
 from experiments.sim_band import band_section
@@ -50,7 +53,6 @@ from sim.cost_model.calibrated import PRICE_BAND
 
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
 RIDING_BINS = (1, 3, 9, 1 << 30)       # mixed steps by the decodes riding their chunk: the mixed terms' reach
-STALL_MARGIN_S = 1e-3  # a launch stall: host seconds before a launch this much beyond the fit's (near_launch_stalls)
 PRICE_BIAS = PRICE_BAND   # the uniform step-price bias (+-) e2e_gain and the simulator band simulate
 RANK_PTS = 1.0         # a quantile miss whose simulated value sits within this many percentile points of the real one
 FRAGILE_GAIN = 3.0     # a cell whose E2E moves more than this many % per 1% of step price: its ranking is fragile
@@ -101,22 +103,6 @@ def step_kinds(steps: pd.DataFrame, cost_model, overlapped: bool = False) -> pd.
                              pred_s=float(pred[mask].sum()), sum_ratio=float(pred[mask].sum() / true[mask].sum()),
                              share_of_real=float(true[mask].sum() / true.sum())))
     return pd.DataFrame(rows)
-
-
-def near_launch_stalls(steps: pd.DataFrame, expected_s, margin_s: float = STALL_MARGIN_S) -> np.ndarray:
-    """[rows] bool, an overlapped run's steps in order: a launch stall and the step before it, whose row waits for
-    that launch while the device idles (sim/overlap_timeline.py). A stall: the host's seconds from the step's
-    schedule to its launch (launch_host_s) exceed expected_s, the cost model's host seconds before that launch
-    ([rows] or a scalar), by more than the run's median excess plus margin_s (the median takes out a constant:
-    launch_host_s also counts the launch call, on an H100 ~0.45 ms more than the model's share; a step without it
-    is no stall). The cost model prices the host's usual work, a long prefill's or a prefix hit's included; a
-    stall (a pause of the engine's process or of its host) is not in it, so step_kinds shows the steps by a stall
-    apart: a bias there is the host's, elsewhere the fit's."""
-    excess = steps["launch_host_s"].to_numpy(dtype=np.float64) - expected_s
-    if not np.isfinite(excess).any():
-        return np.zeros(len(excess), bool)
-    stall = np.nan_to_num(excess - np.nanmedian(excess), nan=0.0) > margin_s
-    return stall | np.r_[stall[1:], False]
 
 
 def floors(wl_dir: Path, name: str) -> tuple[dict, dict]:
@@ -218,7 +204,8 @@ def _pct(x, signed=False) -> str:
 
 def to_markdown(df: pd.DataFrame) -> str:
     head = ["workload", "policy", "E2E med / p90", "E2E med, all runs", "floor E2E", "TTFT med / p90", "TPOT med",
-            "TTFT p50/p90/p99", "its sim band", "E2E p50/p90/p99", "throughput", "step sum", "E2E gain",
+            "TTFT p50/p90/p99", "its sim band", "TTFT p50 without stalls (requests near one)",
+            "E2E p50/p90/p99", "throughput", "step sum", "E2E gain",
             "preempt real/sim", "goals E2E/quant/steps/quant or floor"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     yn = lambda b: "y" if b else "n"   # noqa: E731
@@ -229,12 +216,19 @@ def to_markdown(df: pd.DataFrame) -> str:
             f"{_pct(r.ttft_median_err)} / {_pct(r.ttft_p90_err)}", _pct(r.tpot_median_err),
             " / ".join(_pct(getattr(r, f"ttft_q{q}_err"), True) for q in ("50", "90", "99")),
             " / ".join(_pct(getattr(r, f"sim_band_ttft_q{q}", float("nan"))) for q in ("50", "90", "99")),
+            _stalls(r),
             " / ".join(_pct(getattr(r, f"e2e_q{q}_err"), True) for q in ("50", "90", "99")),
             _pct(r.throughput_err, True), f"{r.step_sum_ratio:.3f}", _gain(getattr(r, "e2e_gain", float("nan"))),
             f"{r.preemptions_real:g} / {r.preemptions_sim:g}",
             f"{yn(r.meets_e2e_goal)}/{yn(r.meets_quantile_goal)}/{yn(r.meets_step_sum_goal)}/"
             f"{yn(getattr(r, 'quantiles_within_goal_or_floor', False))} |"]))
     return "\n".join(lines)
+
+
+def _stalls(r) -> str:
+    near = getattr(r, "requests_near_stalls", float("nan"))
+    return "" if not np.isfinite(near) else \
+        f"{_pct(getattr(r, 'ttft_q50_err_away_from_stalls', float('nan')), True)} ({near:g})"
 
 
 def _gain(g: float) -> str:
@@ -291,7 +285,9 @@ def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cos
                       perturbed: list = ()) -> dict:
     """The simulated run scored against every real run of the policy (repeat 0 and each repeat<k>): per-request
     E2E / TTFT median |error| (mean over the runs, and the smallest), and the step-sum ratio on each run; given
-    perturbed_sims, `e2e_gain` (the first of them: every price PRICE_BIAS longer)."""
+    perturbed_sims, `e2e_gain` (the first of them: every price PRICE_BIAS longer); for an overlapped run 0 with
+    its decisions recorded, its TTFT p50 error over the requests whose prefill met no launch stall
+    (`ttft_q50_err_away_from_stalls`, experiments/launch_stalls.py) and how many did (`requests_near_stalls`)."""
     from experiments.saved_runs import SavedReplays
     from experiments.validate import compare
     _, _, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
@@ -307,9 +303,24 @@ def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cos
         ttft.append(c["ttft_s"]["median_rel_err"])
         sums.append(c["step_time"]["sum_pred_over_real"])
     return dict(e2e_median_err_all_runs=float(np.mean(e2e)), e2e_median_err_best_run=float(np.min(e2e)),
+                **ttft_away_from_stalls(wl_dir, name, policy, sim, cost_model),
                 ttft_median_err_all_runs=float(np.mean(ttft)), step_sum_ratio_all_runs=float(np.mean(sums)),
                 step_sum_ratio_min=float(np.min(sums)), step_sum_ratio_max=float(np.max(sums)), num_real_runs=len(e2e),
                 e2e_gain=gain)
+
+
+def ttft_away_from_stalls(wl_dir: Path, name: str, policy: str, sim, cost_model) -> dict:
+    """errors_vs_repeats' stall columns for the kept run 0 (NaN where it was not overlapped or kept no decisions)."""
+    from experiments.saved_runs import SavedReplays
+    decisions = wl_dir / f"{name}_{policy}_decisions.parquet"
+    run = SavedReplays(wl_dir, name).run(policy)
+    if not decisions.is_file() or not run_was_overlapped(run.info) or "launch_host_s" not in run.steps:
+        return dict(ttft_q50_err_away_from_stalls=float("nan"), requests_near_stalls=float("nan"))
+    table, _, _ = run_ttft_by_stall(run, sim, cost_model, pd.read_parquet(decisions))
+    by = table.set_index("group")
+    away = by["p50_rel_err"].get("away from stalls", float("nan"))
+    return dict(ttft_q50_err_away_from_stalls=float(away),
+                requests_near_stalls=int(by["requests"].get("near a stall", 0)))
 
 
 def run_divergence(wl_dir: Path, name: str, policy: str, argv: list[str], cost_model) -> dict:
@@ -424,6 +435,7 @@ def suite_summary(table: pd.DataFrame) -> dict:
         "cells_step_sum_goal": int(((table["step_sum_ratio"] - 1).abs() <= GOALS["step_sum_err"]).sum()),
         "cells_ttft_p50_goal": int((table["ttft_q50_err"].abs() <= GOALS["quantile_err"]).sum()),
         "cells_ttft_quantiles_goal": int((ttft_q <= GOALS["quantile_err"]).sum()),
+        "cells_ttft_p50_goal_away_from_stalls": _within(table, "ttft_q50_err_away_from_stalls"),
         "cells_e2e_quantiles_goal": int((e2e_q <= GOALS["quantile_err"]).sum()),
         "cells_quantiles_goal_or_floor": int(table["quantiles_within_goal_or_floor"].sum())
         if "quantiles_within_goal_or_floor" in table else None,
@@ -438,6 +450,14 @@ def suite_summary(table: pd.DataFrame) -> dict:
         "fragile_cells": [f"{r.workload}:{r.policy}" for r in table.itertuples(index=False)
                           if getattr(r, "e2e_gain", 0.0) > FRAGILE_GAIN],
     }
+
+
+def _within(table: pd.DataFrame, col: str) -> list[int] | None:
+    """[cells whose `col` is within the quantile goal, cells that have it]; None where no cell has it."""
+    if col not in table or table[col].isna().all():
+        return None
+    v = table[col].dropna().abs()
+    return [int((v <= GOALS["quantile_err"]).sum()), int(len(v))]
 
 
 def _misses_inside_band(table: pd.DataFrame, m: str) -> list[int] | None:
@@ -468,7 +488,11 @@ def summary_line(s: dict) -> str:
     n = s["num_cells"]
     return (f"{n} cells: E2E median |error| median {100 * s['e2e_median_err_median']:.1f}%, max "
             f"{100 * s['e2e_median_err_max']:.1f}% (by workload: {by}); within goals: E2E {s['cells_e2e_goal']}/{n}, "
-            f"step sums {s['cells_step_sum_goal']}/{n}, TTFT p50 {s['cells_ttft_p50_goal']}/{n}, TTFT quantiles "
+            f"step sums {s['cells_step_sum_goal']}/{n}, TTFT p50 {s['cells_ttft_p50_goal']}/{n}"
+            + (f" (over the requests whose prefill met no launch stall "
+               f"{s['cells_ttft_p50_goal_away_from_stalls'][0]}/{s['cells_ttft_p50_goal_away_from_stalls'][1]})"
+               if s.get("cells_ttft_p50_goal_away_from_stalls") else "")
+            + f", TTFT quantiles "
             f"{s['cells_ttft_quantiles_goal']}/{n}, E2E quantiles {s['cells_e2e_quantiles_goal']}/{n}"
             + (f" (all six quantiles within 3% or their real-vs-real floor {s['cells_quantiles_goal_or_floor']}/{n}; "
                f"real TTFT quantiles repeat within 3% in {s['cells_real_ttft_quantiles_repeat']}/{n})"

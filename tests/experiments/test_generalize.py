@@ -72,6 +72,8 @@ def test_every_policy_validates_on_cpu_and_generalize_remakes_the_table(tiny, tm
     assert summary["num_cells"] == 9 and set(summary["e2e_median_err_by_workload"]) == {"mix"}
     assert summary["cells_e2e_goal"] == int((table["e2e_median_err"].abs() <= 0.03).sum())
     assert summary["e2e_median_err_max"] == table["e2e_median_err"].abs().max()
+    # synchronous runs record no launch times: no TTFT split by launch stall
+    assert table["requests_near_stalls"].isna().all() and summary["cells_ttft_p50_goal_away_from_stalls"] is None
 
 
 def test_e2e_gain_is_the_e2e_change_per_unit_of_price_bias():
@@ -337,7 +339,8 @@ def test_step_kinds_set_the_steps_by_a_launch_stall_apart(monkeypatch):
     stall, nor is a constant offset. A synchronous run, one without launch_host_s or one without stalls gets
     neither row."""
     from experiments import step_tables
-    from experiments.generalize import STALL_MARGIN_S, near_launch_stalls, step_kinds
+    from experiments.generalize import step_kinds
+    from experiments.launch_stalls import STALL_MARGIN_S, near_launch_stalls
     launch = np.array([0.5e-3, 2.5e-3, 0.5e-3, 0.6e-3, 4.0e-3, 0.5e-3])
     expected = np.array([0.5e-3, 2.4e-3, 0.5e-3, 0.5e-3, 0.5e-3, 0.5e-3])     # step 1: a long prefill's launch
     st = pd.DataFrame({"num_prefill_seqs": [0] * 6, "num_decode_seqs": [8] * 6, "num_prefill_tokens": [0] * 6,
