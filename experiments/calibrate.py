@@ -20,6 +20,13 @@ metadata (device, model) from `<table>.meta.json` when present. `--eval` tables
 are never fitted on: e.g. a real run on another slice of the trace (held out by
 workload).
 
+A replay's steps are also checked for drift: the fitted model's median relative residual in each tenth of
+the replay's run (`replay_drift`, in the saved metadata). On a steady host the tenths agree within about 1%;
+a host whose speed moves within one replay (another tenant, frequency scaling) spreads them further, and past
+DRIFT_WARN the command prints a WARNING: the fit's host terms carry that host's state, and its prices are a
+worse guide to other machines (benchmarks/results/generalize/h100_1207q/: 7-10% there, 0.5-1.5% on three
+other H100s).
+
 Where tables hold each step's device seconds (`device_time_s`: the profile's, a replay's with overlap
 scheduling), the same terms are also fitted to those alone and saved as the file's `device` model: the
 simulator's price of a step under overlap scheduling (sim/cost_model/calibrated.py). `--device-tables`
@@ -47,6 +54,27 @@ from sim.cost_model.calibrated_fit import (
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
 from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import table_restarts
+
+DRIFT_WARN = 0.03      # a replay whose residual medians by tenth of its run spread wider: its host was not steady
+DRIFT_MIN_ROWS = 100   # rows a replay needs for its tenths to mean anything
+
+
+def replay_drift(model, table: pd.DataFrame) -> dict[str, dict]:
+    """source -> {"range": max - min, "tenths": [...]} of `model`'s median relative residual (predicted / measured
+    - 1) in each tenth of that source's rows by start time, for every source with start times (a replay's steps;
+    a profile grid has none) and DRIFT_MIN_ROWS rows or more."""
+    out = {}
+    if "start_time_s" not in table or "source" not in table:
+        return out
+    for src, sub in table.groupby("source", sort=False):
+        sub = sub[np.isfinite(sub["start_time_s"].to_numpy(dtype=np.float64))]
+        if len(sub) < DRIFT_MIN_ROWS:
+            continue
+        resid = model.predict_table(sub) / sub["duration_s"].to_numpy() - 1
+        tenth = np.minimum((sub["start_time_s"].rank(method="first").to_numpy() - 1) * 10 // len(sub), 9)
+        med = pd.Series(resid).groupby(tenth).median()
+        out[str(src)] = {"range": float(med.max() - med.min()), "tenths": [round(float(x), 4) for x in med]}
+    return out
 
 
 def read_table(path) -> pd.DataFrame:
@@ -354,6 +382,8 @@ def main(argv=None) -> int:
                               prefill_graph_max_tokens=profile_graph_max_tokens(prof),
                               device_tables=[read_table(t).assign(source=Path(t).name) for t in args.device_tables],
                               mixed_walk_ratios=_ratios(args.mixed_walk_ratios))
+    drift = replay_drift(model, _valid(table))
+    model.metadata["replay_drift"] = drift
     model.save(args.out)
     print(f"{model!r}")
     print(f"held-out: {_fmt(report['heldout'])}")
@@ -375,6 +405,13 @@ def main(argv=None) -> int:
               + ", ".join(f"{r} {e:.4g}" for r, e in errors.items()))
     for name, s in report["eval"].items():
         print(f"not fitted on, {name}: {_fmt(s)}")
+    for name, d in drift.items():
+        line = (f"drift within {name}: residual medians by tenth of its run span {100 * d['range']:.1f}% "
+                f"({', '.join(f'{100 * x:+.1f}' for x in d['tenths'])}%)")
+        if d["range"] > DRIFT_WARN:
+            line = (f"WARNING: {line}: this host's step times moved within one replay, and the fit's host terms "
+                    f"carry its state; repeat the replay on a quiet host, or expect the fit to transfer worse")
+        print(line)
     print(f"wrote {args.out}")
     return 0
 

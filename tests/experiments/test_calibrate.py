@@ -214,3 +214,22 @@ def test_the_launch_gap_is_what_back_to_back_decode_cycles_outlast_their_device_
     assert moved.metadata["launch_gap_s"] == 8e-6
     t2 = _run_table(3).assign(serving_loop=1)
     np.testing.assert_allclose(moved.predict_table(t2) - cm.predict_table(t2), 8e-6, rtol=1e-9)
+
+
+def test_a_replay_whose_host_drifts_is_flagged(tmp_path, capsys):
+    """Two replays of one model: one steady, one whose steps ran 10% slower from the middle of its run on (a
+    host that slowed down). Only the second spreads its residual medians by tenth past DRIFT_WARN."""
+    steady, drifting = tmp_path / "steady.parquet", tmp_path / "drifting.parquet"
+    _run_table(0).to_parquet(steady)
+    t = _run_table(2)
+    late = np.arange(len(t)) >= len(t) // 2
+    t["duration_s"] = np.where(late, t["duration_s"] * 1.10, t["duration_s"])
+    t.to_parquet(drifting)
+    out = tmp_path / "p.json"
+    assert calibrate.main([str(steady), str(drifting), "--out", str(out)]) == 0
+    drift = json.loads(out.read_text())["metadata"]["replay_drift"]
+    assert drift["steady.parquet"]["range"] < calibrate.DRIFT_WARN < drift["drifting.parquet"]["range"]
+    assert len(drift["drifting.parquet"]["tenths"]) == 10
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("WARNING: drift within drifting.parquet") for line in lines)
+    assert not any(line.startswith("WARNING: drift within steady.parquet") for line in lines)
