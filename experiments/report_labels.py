@@ -45,10 +45,12 @@ def resolved_value(run_dir: Path, key: str, cache: dict):
 
 
 def fill_overrides(rows: list[dict], keys, root: Path) -> None:
-    """Gives each row the resolved value of every override key it lacks (in place; see the module docstring)."""
+    """Gives each row the resolved value of every override key it lacks (in place; see the module docstring). The
+    keys are filled in sorted order: the report's columns follow the rows' key order, and a set's order changes
+    from one process to the next (an identical report would differ)."""
     cache: dict = {}
     for row in rows:
-        for key in keys:
+        for key in sorted(keys):
             if key not in row:
                 try:
                     row[key] = cell(resolved_value(root / row["run_dir"], key, cache))

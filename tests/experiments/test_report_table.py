@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments.report import collect, make_report
-from experiments.report_labels import policy_labels
+from experiments.report_labels import fill_overrides, policy_labels
 from experiments.report_table import cell, parquet_safe
 from experiments.results import write_parquet
 
@@ -98,3 +98,14 @@ def test_a_summary_beside_multirun_yaml_is_stray(tmp_path):
     (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
     with pytest.raises(ValueError, match=r"no complete runs .*left out summary.json: in a folder that holds a sweep"):
         collect(tmp_path)
+
+
+def test_filled_override_columns_come_in_sorted_order(tmp_path):
+    """A report's columns follow the order its rows gain keys: filled from a set, whose order changes from one
+    process to the next, an identical report would differ and be kept as an earlier one."""
+    run = tmp_path / "job"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": 3, "progress": False, "alpha": 1}))
+    rows = [{"run_dir": "job"}]
+    fill_overrides(rows, ["seed", "progress", "alpha"], tmp_path)
+    assert list(rows[0]) == ["run_dir", "alpha", "progress", "seed"]
