@@ -36,6 +36,17 @@ def test_select_stages_leaves_the_only_named_stages_out_of_the_default():
     assert bad.returncode == 2 and "unknown stage z (allowed: a b c d)" in bad.stderr
 
 
+def test_a_stage_that_would_pass_the_deadline_is_skipped_and_logged(tmp_path):
+    """fits_deadline: with DEADLINE_S=100 after 30 s, a 60 s stage fits and an 80 s one is skipped, logged and
+    counted failed; without DEADLINE_S every stage fits."""
+    check = (f"source benchmarks/gpu_lib.sh; LOG={tmp_path}/log; : > $LOG; FAILED=(); SECONDS=30; "
+             "fits_deadline a 60 && echo a; fits_deadline b 80 && echo b; echo failed=${FAILED[*]:-none}")
+    out = _bash(check, DEADLINE_S="100").stdout.split()
+    assert out[0] == "a" and "b" not in out and out[-1] == "failed=b", out
+    assert "[b] skipped" in (tmp_path / "log").read_text()
+    assert _bash(check).stdout.split() == ["a", "b", "failed=none"]
+
+
 def test_help_prints_each_gpu_scripts_whole_leading_comment():
     """--help prints a script's header from line 2 to its last leading comment line, so it cannot fall behind a
     header that grows."""
