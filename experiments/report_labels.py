@@ -44,6 +44,23 @@ def resolved_value(run_dir: Path, key: str, cache: dict):
     return node
 
 
+def _predictor_name(value):
+    """A predictor's settings as `scheduler.predictor=NAME` resolves them (experiments/config_check.py
+    resolve_predictor_name: its class, its constructor's defaults, the run's seed) back to NAME, so a run that gave
+    the name and one whose config holds those settings get one label; any other value as it is."""
+    if not (isinstance(value, dict) and "_target_" in value):
+        return value
+    import inspect
+
+    from policies.registry import PREDICTORS
+    for name, cls in PREDICTORS.items():
+        if value["_target_"] == f"{cls.__module__}.{cls.__qualname__}":
+            defaults = {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
+            if all(k in ("_target_", "seed") or (k in defaults and defaults[k] == v) for k, v in value.items()):
+                return name
+    return value
+
+
 def fill_overrides(rows: list[dict], keys, root: Path) -> None:
     """Gives each row the resolved value of every override key it lacks (in place; see the module docstring). The
     keys are filled in sorted order: the report's columns follow the rows' key order, and a set's order changes
@@ -53,7 +70,7 @@ def fill_overrides(rows: list[dict], keys, root: Path) -> None:
         for key in sorted(keys):
             if key not in row:
                 try:
-                    row[key] = cell(resolved_value(root / row["run_dir"], key, cache))
+                    row[key] = cell(_predictor_name(resolved_value(root / row["run_dir"], key, cache)))
                 except KeyError:
                     pass
 

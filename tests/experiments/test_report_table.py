@@ -109,3 +109,16 @@ def test_filled_override_columns_come_in_sorted_order(tmp_path):
     rows = [{"run_dir": "job"}]
     fill_overrides(rows, ["seed", "progress", "alpha"], tmp_path)
     assert list(rows[0]) == ["run_dir", "alpha", "progress", "seed"]
+
+
+def test_a_predictor_given_by_name_and_its_resolved_settings_share_a_label(tmp_path):
+    """`scheduler.predictor=noisy` is saved as the predictor's settings (its defaults and the run's seed): a run
+    whose config holds those settings is labelled `noisy` too, and one with another sigma keeps its settings."""
+    for name, sigma in (("same", 0.5), ("other", 0.3)):
+        (tmp_path / name).mkdir()
+        pred = {"_target_": "policies.predictors.noisy.NoisyPredictor", "sigma": sigma, "seed": 4}
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump({"scheduler": {"predictor": pred}}))
+    rows = [{"run_dir": "same"}, {"run_dir": "other"}]
+    fill_overrides(rows, ["scheduler.predictor"], tmp_path)
+    assert rows[0]["scheduler.predictor"] == "noisy"
+    assert json.loads(rows[1]["scheduler.predictor"])["sigma"] == 0.3
