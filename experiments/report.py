@@ -49,7 +49,7 @@ from experiments.kept_copies import kept_name
 from experiments.output_dirs import safe_name
 from experiments.report_labels import fill_overrides, label_keys, policy_labels
 from experiments.report_table import cell, coverage_columns, parquet_safe
-from experiments.results import SUMMARY, atomic_write_text, read_summary, write_parquet
+from experiments.results import NON_RESULT_KEYS, SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.sim_band import band_columns, count_line, differences
 from experiments.user_errors import nearest, one_line
 
@@ -110,7 +110,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
         row = {"run_dir": str(folder.relative_to(sweep_dir)), "complete": bool(s.get("complete"))}
         for item in s.get("overrides", []):
             k, v = _parse_override(item)
-            if k.startswith("hydra") or k in ("experiment", "sweep", "name"):
+            if k.startswith("hydra") or k in ("experiment", "sweep", "name") or k in NON_RESULT_KEYS:
                 continue
             row[k] = cell(v)
             override_keys.add(k)

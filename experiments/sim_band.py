@@ -135,5 +135,6 @@ def count_line(diff: pd.DataFrame) -> str:
     unknown = ranked & ~diff["band_known"]
     return (f"{len(diff)} comparisons: {int(ranked.sum())} ranked, {int(none.sum())} no difference (inside the "
             f"simulator's own band or {100 * RESOLUTION:g}%)"
-            + (f", {int(unknown.sum())} of the ranked without a band (cost model without price_band)" if unknown.any()
-               else ""))
+            + ("" if not unknown.any() else
+               ", none of them with a band (cost model without price_band)" if unknown.sum() == ranked.sum() else
+               f", {int(unknown.sum())} of the ranked without a band (cost model without price_band)"))

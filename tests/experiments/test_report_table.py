@@ -122,3 +122,12 @@ def test_a_predictor_given_by_name_and_its_resolved_settings_share_a_label(tmp_p
     fill_overrides(rows, ["scheduler.predictor"], tmp_path)
     assert rows[0]["scheduler.predictor"] == "noisy"
     assert json.loads(rows[1]["scheduler.predictor"])["sigma"] == 0.3
+
+
+def test_settings_that_change_no_result_name_no_line(tmp_path):
+    """`progress` (like plots, print_summary, resume) changes what a run prints, not what it measures: two runs that
+    differ in it and in their policy are labelled by the policy alone."""
+    fake_run(tmp_path / "a", ["scheduler=vllm", "progress=true"], 5.0)
+    fake_run(tmp_path / "b", ["scheduler=srpt", "progress=false"], 5.0)
+    df = collect(tmp_path)
+    assert "progress" not in df and sorted(df["policy"]) == ["srpt", "vllm"]

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from experiments.report import collect, make_report
 from experiments.run import execute, format_summary
-from experiments.sim_band import band_section, differences, pair_difference
+from experiments.sim_band import band_section, count_line, differences, pair_difference
 from sim.cost_model.calibrated import PRICE_BAND, CalibratedCostModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +127,11 @@ def test_with_two_varying_keys_only_pairs_that_differ_in_one_are_compared():
     assert sorted(zip(d["a"], d["b"], d["differs_in"])) == [("a,0", "a,1", "seed"), ("a,0", "b,0", "scheduler"),
                                                             ("a,1", "b,1", "scheduler"), ("b,0", "b,1", "seed")]
     assert len(differences(df, {}, x=None, metrics=("e2e_s_p50",))) == 6          # no keys: every pair
+
+
+def test_the_count_line_says_how_many_rankings_lack_a_band():
+    d = pd.DataFrame({"verdict": ["B faster", "B slower", "no difference"], "band_known": [True, False, True]})
+    assert count_line(d).endswith(", 1 of the ranked without a band (cost model without price_band)")
+    assert count_line(d.assign(band_known=False)).endswith(", none of them with a band (cost model without "
+                                                           "price_band)")
+    assert "without" not in count_line(d.assign(band_known=True)) and count_line(d.iloc[:0]) == "no pairs to compare"
