@@ -1,10 +1,11 @@
 """The `policy` label of each row of a sweep table (experiments.report): the line of the plots a run is drawn on.
 
 A label names every command-line override whose value differs between the runs read, rates excepted (they are
-the x axis), so two runs on one line differ in their rate only. A run that did not give a key that another run
-gave shows the value its config resolved (its config.yaml: `seed=0` beside a relaunch's `seed=7`), or `default`
-where its config does not say (a config group's option). Runs that are still alike at the same rate (the same
-command run twice into one folder tree) get their folder appended, so no plot joins two runs.
+the x axis) and settings that change no result (results.NON_RESULT_KEYS: progress, plots, ...; experiments.report
+reads no column of them), so two runs on one line differ in their rate only. A run that did not give a key that
+another run gave shows the value its config resolved (its config.yaml: `seed=0` beside a relaunch's `seed=7`), or
+`default` where its config does not say (a config group's option). Runs that are still alike at the same rate (the
+same command run twice into one folder tree) get their folder appended, so no plot joins two runs.
 """
 from __future__ import annotations
 
