@@ -150,6 +150,9 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     return df
 
 
+LONG_LABEL_CHARS = 60     # a legend label longer than this goes under the figure, not inside an axes
+
+
 def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=TL_METRICS) -> Path:
     """p50 (solid) and p99 (dashed) of each metric vs x, one colour per `by` value, side by side; shaded: the
     simulator's own band where the runs have one (plots.sim_band)."""
@@ -173,12 +176,19 @@ def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=
         ax.set_ylabel(labels.get(metric, metric))
         ax.grid(alpha=0.3, which="both")
     banded = any(c.endswith("_sim_band") for c in df.columns)
-    axes[0].legend(fontsize=8, title="solid p50, dashed p99" + (", shaded: the sim's band" if banded else ""),
-                   title_fontsize=7)
+    title = "solid p50, dashed p99" + (", shaded: the sim's band" if banded else "")
+    handles, names = axes[0].get_legend_handles_labels()
     fig.tight_layout()
+    if max(map(len, names), default=0) > LONG_LABEL_CHARS:
+        # labels of unrelated runs (one per differing override) are wider than an axes: one legend under the
+        # figure, which grows to hold it (bbox_inches below)
+        fig.legend(handles, names, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=7, title=title,
+                   title_fontsize=7, alignment="left")
+    else:
+        axes[0].legend(fontsize=8, title=title, title_fontsize=7)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.report import collect, make_report
+from experiments.report import collect, make_report, overview
 from experiments.report_labels import fill_overrides, policy_labels
 from experiments.report_table import cell, parquet_safe
 from experiments.results import write_parquet
@@ -131,3 +131,17 @@ def test_settings_that_change_no_result_name_no_line(tmp_path):
     fake_run(tmp_path / "b", ["scheduler=srpt", "progress=false"], 5.0)
     df = collect(tmp_path)
     assert "progress" not in df and sorted(df["policy"]) == ["srpt", "vllm"]
+
+
+def test_labels_wider_than_an_axes_go_in_a_legend_under_the_overview(tmp_path):
+    """Unrelated runs get labels of hundreds of characters: inside an axes their legend left no room to lay the
+    figure out (a matplotlib warning, a squeezed plot); under the figure it fits, and short labels stay inside."""
+    import warnings
+    rows = [{"policy": p, "request_rate_rps": r, **METRICS} for p in ("a" * 200, "b" * 200) for r in (1.0, 2.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        long_png = overview(pd.DataFrame(rows), tmp_path / "long.png")
+        short = pd.DataFrame(rows).assign(policy=lambda d: d["policy"].str[:3])
+        short_png = overview(short, tmp_path / "short.png")
+    from PIL import Image
+    assert Image.open(long_png).size[1] > Image.open(short_png).size[1]    # that legend sits under the axes
