@@ -9,6 +9,7 @@ same command run twice into one folder tree) get their folder appended, so no pl
 """
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from pathlib import Path
 
@@ -51,8 +52,6 @@ def _predictor_name(value):
     the name and one whose config holds those settings get one label; any other value as it is."""
     if not (isinstance(value, dict) and "_target_" in value):
         return value
-    import inspect
-
     from policies.registry import PREDICTORS
     for name, cls in PREDICTORS.items():
         if value["_target_"] == f"{cls.__module__}.{cls.__qualname__}":
