@@ -224,6 +224,11 @@ def check_group_values(cfg: DictConfig) -> None:
         raise ValueError(f"{key}={value}: {key} holds the settings of a {group} option, not its name; {fix}")
 
 
+def constructor_defaults(cls) -> dict:
+    """{argument: default} of cls's constructor, the arguments that have one."""
+    return {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
+
+
 def resolve_predictor_name(cfg: DictConfig) -> None:
     """`scheduler.predictor=oracle`: the scheduler's predictor holds the predictor's settings
     (conf/scheduler/srpt.yaml), but its registered name (policies/predictors/) is what a user naturally gives, and
@@ -247,7 +252,7 @@ def resolve_predictor_name(cfg: DictConfig) -> None:
                          f"{nearest(value, names, 'scheduler.predictor=')}")
     cls = PREDICTORS[value]
     node = {"_target_": f"{cls.__module__}.{cls.__qualname__}"}
-    node.update({n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty})
+    node.update(constructor_defaults(cls))
     if "seed" in node:
         node["seed"] = int(cfg.seed)
     with open_dict(cfg.scheduler):

@@ -9,7 +9,6 @@ same command run twice into one folder tree) get their folder appended, so no pl
 """
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from pathlib import Path
 
@@ -52,10 +51,11 @@ def _predictor_name(value):
     the name and one whose config holds those settings get one label; any other value as it is."""
     if not (isinstance(value, dict) and "_target_" in value):
         return value
+    from experiments.config_check import constructor_defaults
     from policies.registry import PREDICTORS
     for name, cls in PREDICTORS.items():
         if value["_target_"] == f"{cls.__module__}.{cls.__qualname__}":
-            defaults = {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
+            defaults = constructor_defaults(cls)
             if all(k in ("_target_", "seed") or (k in defaults and defaults[k] == v) for k, v in value.items()):
                 return name
     return value
