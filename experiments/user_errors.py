@@ -196,6 +196,24 @@ def name_the_key(message: str, path: str, keys) -> str:
     return f"{path}: {message}"
 
 
+# The pip extra that brings each Hydra plugin a launcher option (conf/hydra/launcher/) names; the others come with
+# servelab itself.
+PLUGIN_EXTRAS = {"hydra_submitit_launcher": "slurm"}
+
+
+def missing_plugin(exc: BaseException) -> str | None:
+    """The fix for Hydra's "Unknown plugin class : 'hydra_plugins.<package>.<module>.<Class>'" (a launcher option
+    whose plugin is not installed), or None for any other exception."""
+    m = re.fullmatch(r"Unknown plugin class : 'hydra_plugins\.(\w+)\.[\w.]+'", str(exc))
+    if not isinstance(exc, RuntimeError) or not m:
+        return None
+    package = m.group(1)
+    extra = PLUGIN_EXTRAS.get(package)
+    install = f"pip install -e '.[{extra}]'" if extra else f"pip install {package.replace('_', '-')}"
+    return (f"hydra/launcher needs the {package.replace('_', '-')} plugin, which is not installed: {install}, or "
+            "leave hydra/launcher at its default (local: joblib)")
+
+
 def is_user_error(exc: BaseException) -> bool:
     """Bad input rather than a bug: USER_ERRORS, Hydra's composition errors, and a constructor that
     `instantiate` called with bad arguments (TypeError) or a `_target_` that does not import."""

@@ -314,3 +314,16 @@ def test_a_refused_run_leaves_no_folder(in_tmp, monkeypatch, capsys):
     assert list((in_tmp / "outputs").rglob("*")) == [in_tmp / "outputs" / "smoke"]
     code, _, _ = servelab(monkeypatch, capsys, *SMALL)
     assert code == 0 and len(list((in_tmp / "outputs" / "smoke").iterdir())) == 1
+
+
+def test_a_launcher_whose_plugin_is_missing_names_the_extra(in_tmp, monkeypatch, capsys):
+    """hydra/launcher=submitit_local without the slurm extra: Hydra's 'Unknown plugin class' RuntimeError becomes
+    one line naming the pip command (the plugin hidden from Hydra as if it were not installed)."""
+    from hydra.core.plugins import Plugins
+    plugins = Plugins.instance()
+    kept = {k: v for k, v in plugins.class_name_to_class.items() if "submitit" not in k}
+    monkeypatch.setattr(plugins, "class_name_to_class", kept)
+    line = error_line(monkeypatch, capsys, "-m", *SMALL, "scheduler=fcfs,vllm", "hydra/launcher=submitit_local")
+    assert line == ("error: hydra/launcher needs the hydra-submitit-launcher plugin, which is not installed: "
+                    "pip install -e '.[slurm]', or leave hydra/launcher at its default (local: joblib)")
+    assert not (in_tmp / "sweeps").exists() or not any((in_tmp / "sweeps").iterdir())
