@@ -75,7 +75,8 @@ class CpuTierSpace:
         self.block_bytes = kv_block_bytes(block_shape[1], block_shape[0], block_shape[2], block_shape[3],
                                           torch.empty((), dtype=dtype).element_size())
         self.check_host_memory(other_host_bytes, cpu_cache_gib)
-        self.host = torch.zeros(num_blocks, *self.block_shape, dtype=dtype, device="cpu",
+        # empty: a tier block is read only after an offload wrote it (engine/swap_space.py says why)
+        self.host = torch.empty(num_blocks, *self.block_shape, dtype=dtype, device="cpu",
                                 pin_memory=self.is_cuda and num_blocks > 0)
         self.stream = None
         self._staging: list[torch.Tensor] = []

@@ -34,7 +34,9 @@ class SwapSpace:
         self.device, self.dtype = device, dtype
         self.is_cuda = device.type == "cuda"
         self.block_shape = (2, block_shape[0], *block_shape[1:])           # one block, block-major
-        self.cpu_cache = torch.zeros(num_blocks, *self.block_shape, dtype=dtype, device="cpu",
+        # empty, not zeros: a CPU block is read only after a swap-out wrote it, and on a CPU engine the pages
+        # nobody wrote take no memory (zeros made the default 4 GiB of swap space resident for a tiny model)
+        self.cpu_cache = torch.empty(num_blocks, *self.block_shape, dtype=dtype, device="cpu",
                                      pin_memory=self.is_cuda and num_blocks > 0)
 
     def swap(self, kv_cache: torch.Tensor, swap_out: list[tuple[int, int]], swap_in: list[tuple[int, int]]) -> None:

@@ -212,6 +212,12 @@ COMMANDS: dict[str, Run | Excluded] = {
     "servelab backend=http backend.url=http://127.0.0.1:8000 model=qwen3_0p6b": Excluded(
         "needs a running OpenAI-compatible server; tests/experiments/test_http_vs_serve.py runs it against "
         "servelab-serve on a tiny checkpoint"),
+    ("servelab backend=http backend.url=http://127.0.0.1:8000 model.vocab_size=512 max_model_len=256 "
+     "workload.num_requests=8 workload/prompt_len=uniform workload.prompt_len.lo=4 workload.prompt_len.hi=30 "
+     "workload/output_len=fixed workload.output_len.tokens=16"): Excluded(
+        "needs the tiny server above, running; tests/experiments/test_http_vs_serve.py runs these overrides "
+        "against servelab-serve on a tiny checkpoint"),
+    "pip install -e '.[slurm]'": Excluded("an install; .ci/run installs the slurm extra"),
     "python -m experiments.validate --real-url URL": Excluded("needs a running server; "
                                                               "tests/experiments/test_http_backend.py runs it "
                                                               "against a stub"),

@@ -1,7 +1,11 @@
 """SwapSpace: blocks round-trip GPU cache -> CPU cache -> GPU cache bit-exactly, and one step may swap a
 block in and reuse its freed slot for a swap-out (sources are read before destinations are written)."""
+import os
+
+import pytest
 import torch
 
+from engine.cpu_tier_space import CpuTierSpace
 from engine.swap_space import SwapSpace
 
 SHAPE = (3, 4, 2, 8)            # layers, block_size, kv heads, head_dim
@@ -57,3 +61,23 @@ def test_many_blocks_in_runs_and_out_of_order():
         assert torch.equal(space.cpu_cache[c], kv_before[:, :, g])
     untouched = [c for c in range(12) if c not in {c for _, c in swap_out}]
     assert torch.equal(space.cpu_cache[untouched], cpu_before[untouched])
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_host_memory_is_not_touched_until_written():
+    """A CPU engine's swap space and CPU tier take memory only for the blocks written: the default 4 GiB of swap
+    space of a tiny model must not be resident from the start."""
+    if not os.path.exists("/proc/self/statm"):
+        pytest.skip("needs /proc")
+    nbytes = 512 << 20
+    block = 2 * SHAPE[0] * SHAPE[1] * SHAPE[2] * SHAPE[3] * 4
+    before = _rss_bytes()
+    space = SwapSpace(nbytes // block, SHAPE, torch.float32, torch.device("cpu"))
+    tier = CpuTierSpace(nbytes // block, SHAPE, torch.float32, torch.device("cpu"))
+    assert _rss_bytes() - before < 64 << 20
+    space.swap(_cache(2, 1), swap_out=[(0, 0)], swap_in=[])
+    assert torch.equal(space.cpu_cache[0], _cache(2, 1)[:, :, 0]) and tier.host.numel() > 0
