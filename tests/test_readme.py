@@ -178,7 +178,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     FCFS_VS_PREEMPTIVE: Run("sweep", ("scheduler=fcfs,vllm", "workload.target_rate_rps=4",
                                       "workload.max_requests=200"), jobs=2),
     "servelab-report sweeps/fcfs_vs_preemptive": Run("report", needs=FCFS_VS_PREEMPTIVE),
-    "servelab workload=tenants scheduler=vtc 'scheduler.tenant_weights={light: 2}'": Run(
+    "servelab experiment=fcfs_vs_vtc scheduler=vtc 'scheduler.tenant_weights={light: 2}'": Run(
         "run", ("workload.duration_s=5", "workload.max_requests=100")),
     "servelab -m experiment=fcfs_vs_vtc": Run("sweep", ("workload.duration_s=8", "workload.max_requests=100"), jobs=2),
     "servelab-report sweeps/fcfs_vs_vtc": Run("report", needs="servelab -m experiment=fcfs_vs_vtc"),
