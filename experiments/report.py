@@ -150,42 +150,39 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     return df
 
 
-LONG_LABEL_CHARS = 60     # a legend label longer than this goes under the figure, not inside an axes
+LONG_LABEL_CHARS = 60     # a legend label longer than this gets a column of its own under the figure
 
 
 def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=TL_METRICS) -> Path:
     """p50 (solid) and p99 (dashed) of each metric vs x, one colour per `by` value, side by side; shaded: the
-    simulator's own band where the runs have one (plots.sim_band)."""
+    simulator's own band where the runs have one (plots.percentile_lines: markers and error bars for a
+    single-rate sweep, each panel on a log axis when it spans more than plots.WIDE_DECADES decades). The legend
+    sits under the figure: inside an axes it lay on a line sooner or later (srpt's p99 in kv_pressure, every
+    point of a single-rate sweep)."""
     import matplotlib.pyplot as plt
 
-    from experiments import plots  # selects the Agg backend; sim_band
+    from experiments import plots  # selects the Agg backend; percentile_lines
 
     labels = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)",
               "normalized_latency_s": "normalized latency (s/token)"}
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4))
     for ax, metric in zip(axes, metrics):
-        for i, (key, grp) in enumerate(df.groupby(by, sort=True)):
-            grp = grp.sort_values(x)
-            for p, style in ((50, "-"), (99, "--")):
-                ax.plot(grp[x], grp[f"{metric}_p{p}"], style, marker="o", ms=3, color=f"C{i % 10}",
-                        label=f"{key}" if p == 50 else None)
-                plots.sim_band(ax, grp, x, f"{metric}_p{p}", f"C{i % 10}")
-        ax.set_yscale("log")
-        ax.set_xlabel("request rate (req/s)" if x == RATE else x)
+        points = plots.percentile_lines(ax, df, x, by, metric,
+                                        same_cols=[f"{m}_p{p}" for m in metrics for p in (50, 99)])
+        plots.log_if_wide(ax, df[[f"{metric}_p{p}" for p in (50, 99)]].to_numpy())
         ax.set_ylabel(labels.get(metric, metric))
         ax.grid(alpha=0.3, which="both")
-    banded = any(c.endswith("_sim_band") for c in df.columns)
-    title = "solid p50, dashed p99" + (", shaded: the sim's band" if banded else "")
+    banded = any(c.endswith("_sim_band") and df[c].notna().any() for c in df.columns)
     handles, names = axes[0].get_legend_handles_labels()
+    keys = plots.percentile_key(points, banded)
     fig.tight_layout()
-    if max(map(len, names), default=0) > LONG_LABEL_CHARS:
-        # labels of unrelated runs (one per differing override) are wider than an axes: one legend under the
-        # figure, which grows to hold it (bbox_inches below)
-        fig.legend(handles, names, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=7, title=title,
-                   title_fontsize=7, alignment="left")
-    else:
-        axes[0].legend(fontsize=8, title=title, title_fontsize=7)
+    # labels of unrelated runs (one per differing override) are wider than an axes: one to a row, left-aligned;
+    # short ones side by side
+    long = max(map(len, names), default=0) > LONG_LABEL_CHARS
+    fig.legend(handles + keys, names + [k.get_label() for k in keys], loc="upper left" if long else "upper center",
+               bbox_to_anchor=(0.0, 0.0) if long else (0.5, 0.0), fontsize=7 if long else 8,
+               ncol=1 if long else min(len(names) + len(keys), 8), alignment="left" if long else "center")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -243,8 +240,10 @@ def _draw(df: pd.DataFrame, sweep_dir: Path, out: Path, x: str, by: str) -> list
     runs = {row[by]: sweep_dir / row["run_dir"] for _, row in top.iterrows()}
     reqs = {k: pd.read_parquet(d / "requests.parquet") for k, d in runs.items() if (d / "requests.parquet").is_file()}
     if reqs:
+        title = _shown_at(top, x, by, list(reqs))
         for metric in ("ttft_s", "normalized_latency_s"):
-            files.append(plots.latency_cdf(reqs, out / f"latency_cdf_{metric}.png", metric, log_x=True))
+            files.append(plots.latency_cdf(reqs, out / f"latency_cdf_{metric}.png", metric, log_x=True,
+                                           title=title))
     if reqs and all("tenant" in r and r["tenant"].nunique() > 1 for r in reqs.values()):
         from experiments.tenant_metrics import service_difference, service_timeline
         diffs = {k: service_difference(service_timeline(r)) for k, r in reqs.items()}
@@ -257,6 +256,20 @@ def _draw(df: pd.DataFrame, sweep_dir: Path, out: Path, x: str, by: str) -> list
                 files.append(plots.step_timeline(steps, out / f"step_timeline_{safe_name(str(k))}.png",
                                                  title=f"{k} ({d.name})"))
     return files
+
+
+def _shown_at(top: pd.DataFrame, x: str, by: str, keys: list) -> str | None:
+    """The title of the report's CDFs: the x value of the runs they show (each `by` value's highest), one value
+    when all share it, else each value's own; None without an x."""
+    if x not in top or top[x].isna().all():
+        return None
+    from experiments.plots import value_text
+    at = {row[by]: value_text(row[x]) for _, row in top.iterrows() if row[by] in keys}
+    unit = " req/s" if x == RATE else ""
+    if len(set(at.values())) == 1:
+        return f"at {'' if x == RATE else x + ' = '}{next(iter(at.values()))}{unit} (the sweep's highest)"
+    return f"each at its highest {'request rate' if x == RATE else x}: " + ", ".join(
+        f"{k} {v}{unit}" for k, v in at.items())
 
 
 # Files a report writes: in the report folder, one of these is an earlier report's (other files there are not

@@ -135,7 +135,8 @@ def test_settings_that_change_no_result_name_no_line(tmp_path):
 
 def test_labels_wider_than_an_axes_go_in_a_legend_under_the_overview(tmp_path):
     """Unrelated runs get labels of hundreds of characters: inside an axes their legend left no room to lay the
-    figure out (a matplotlib warning, a squeezed plot); under the figure it fits, and short labels stay inside."""
+    figure out (a matplotlib warning, a squeezed plot); under the figure it fits, one label to a row, where short
+    labels sit side by side."""
     import warnings
     rows = [{"policy": p, "request_rate_rps": r, **METRICS} for p in ("a" * 200, "b" * 200) for r in (1.0, 2.0)]
     with warnings.catch_warnings():
@@ -145,3 +146,15 @@ def test_labels_wider_than_an_axes_go_in_a_legend_under_the_overview(tmp_path):
         short_png = overview(short, tmp_path / "short.png")
     from PIL import Image
     assert Image.open(long_png).size[1] > Image.open(short_png).size[1]    # that legend sits under the axes
+
+
+def test_the_cdfs_title_names_the_rate_they_show():
+    from experiments.report import _shown_at
+    top = pd.DataFrame({"policy": ["a", "b"], "request_rate_rps": [30.0, 30.0]})
+    assert _shown_at(top, "request_rate_rps", "policy", ["a", "b"]) == "at 30 req/s (the sweep's highest)"
+    top["request_rate_rps"] = [30.0, 20.0]
+    assert _shown_at(top, "request_rate_rps", "policy", ["a", "b"]) == \
+        "each at its highest request rate: a 30 req/s, b 20 req/s"
+    at_600 = _shown_at(top.assign(blocks=[600, 600]), "blocks", "policy", ["a"])
+    assert at_600 == "at blocks = 600 (the sweep's highest)"
+    assert _shown_at(top.assign(request_rate_rps=None), "request_rate_rps", "policy", ["a"]) is None
