@@ -225,10 +225,14 @@ def tenant_tables(requests) -> dict:
 
 
 def tenant_rows(summary: dict) -> list[tuple[str, str]]:
-    """One line per tenant and per service class (summary's tenants and slo_classes) and the fairness numbers."""
+    """One line per tenant and per service class (summary's tenants and slo_classes) and the fairness numbers.
+
+    A tenant's share of the run's service is its demand's once every request finishes (a weight or a fair policy
+    moves when a tenant is served, not how much): the fairness line, over the windows where tenants queue, is where
+    policies differ."""
     m = summary["metrics"]
     rows = [(f"tenant {r['tenant']}", f"{r['num_requests']} req, {_fmt(r['output_throughput_tps'], ' output tok/s')}, "
-                                      f"service {_fmt(_pct(r['service_share']), '%')}, TTFT p50 / p99 "
+                                      f"{_fmt(_pct(r['service_share']), '%')} of the run's service, TTFT p50 / p99 "
                                       f"{_fmt(r['ttft_s_p50'], ' s')} / {_fmt(r['ttft_s_p99'], ' s')}, SLO attainment "
                                       f"{_fmt(r['slo_attainment'])}") for r in summary.get("tenants") or []]
     # named as servelab-report's columns (summary.json metrics), so the line and a sweep's table read alike
