@@ -155,6 +155,9 @@ def test_tenant_latency_says_when_the_workload_has_no_slo_targets(tmp_path, monk
     plots.tenant_latency(tenants.assign(slo_attainment=[1.0, 0.5]), tmp_path / "some.png")
     notes = [[t.get_text() for t in fig.axes[2].texts] for fig in figures]
     assert notes == [[plots.NO_SLO_NOTE], []]
+    # TTFTs of 0.05 s beside 30 s: a log axis, where the light tenant's bars stay visible
+    plots.tenant_latency(tenants.assign(ttft_s_p50=[0.05, 27.0], ttft_s_p99=[0.3, 30.0]), tmp_path / "wide.png")
+    assert [fig.axes[1].get_yscale() for fig in figures] == ["linear", "linear", "log"]
 
 
 def test_replica_load_legends_sit_beside_the_bars(tmp_path, monkeypatch):
