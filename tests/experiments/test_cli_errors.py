@@ -316,7 +316,7 @@ def test_a_refused_run_leaves_no_folder(in_tmp, monkeypatch, capsys):
     assert code == 0 and len(list((in_tmp / "outputs" / "smoke").iterdir())) == 1
 
 
-@pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")   # Hydra 1.3 on submitit's config
+@pytest.mark.filterwarnings("ignore:(?s).*validated against ConfigStore schema")   # Hydra 1.3 on submitit's config
 def test_a_launcher_whose_plugin_is_missing_names_the_extra(in_tmp, monkeypatch, capsys):
     """hydra/launcher=submitit_local without the slurm extra: Hydra's 'Unknown plugin class' RuntimeError becomes
     one line naming the pip command (the plugin hidden from Hydra as if it were not installed)."""
