@@ -302,6 +302,9 @@ def step_timeline(steps_df: pd.DataFrame, path, title: str | None = None) -> Pat
     axes[2].plot(*_envelope(t, np.cumsum(steps_df["num_preempted"])), lw=0.8, label="preempted")
     axes[2].plot(*_envelope(t, np.cumsum(steps_df["num_swapped_out"])), lw=0.8, label="swapped out")
     axes[2].set_ylabel("cumulative count")
+    # counts: whole ticks from 0 (a run without preemptions otherwise gets an axis of -0.05..0.05 labelled 0.00)
+    axes[2].set_ylim(bottom=0, top=max(axes[2].get_ylim()[1], 1))
+    axes[2].yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes[2].set_xlabel("time (s)")
     legend_outside(axes[2])
     for ax in axes:

@@ -70,6 +70,8 @@ def test_batch_size_is_drawn_per_window_not_per_step(tmp_path, monkeypatch):
     prefill_line = next(v for k, v in lines.items() if k.startswith("prefill seqs"))
     assert len(decode) <= plots.STEP_WINDOWS and set(decode) == {100} and set(prefill_line) == {1}
     assert "per window of" in figures[0].axes[0].get_legend().get_title().get_text()
+    counts = figures[0].axes[2]           # no preemptions: an axis from 0 with whole ticks, not -0.05..0.05
+    assert counts.get_ylim()[0] == 0 and all(float(v).is_integer() for v in counts.get_yticks())
 
 
 def test_log_scale_only_when_the_values_span_more_than_one_and_a_half_decades():
