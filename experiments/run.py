@@ -42,7 +42,6 @@ from experiments.user_errors import (
     MissingExtraError,
     fail,
     is_user_error,
-    missing_plugin,
     one_line,
     tracebacks_wanted,
 )
@@ -414,9 +413,6 @@ def main() -> None:
             sweep = sweep_folder() or "the sweep folder"
             fail(f"{lost}. Jobs still running go on and finished ones are kept: servelab-report {sweep} lists the "
                  "jobs without results; the same command again runs only those")
-        plugin = None if wanted else missing_plugin(e)
-        if plugin:
-            fail(plugin)
         if wanted or not is_user_error(e):
             raise
         fail(one_line(e))

@@ -215,13 +215,14 @@ def missing_plugin(exc: BaseException) -> str | None:
 
 
 def is_user_error(exc: BaseException) -> bool:
-    """Bad input rather than a bug: USER_ERRORS, Hydra's composition errors, and a constructor that
-    `instantiate` called with bad arguments (TypeError) or a `_target_` that does not import."""
+    """Bad input rather than a bug: USER_ERRORS, Hydra's composition errors, a constructor that `instantiate`
+    called with bad arguments (TypeError) or a `_target_` that does not import, and a launcher option whose plugin
+    is not installed (missing_plugin)."""
     from hydra.errors import HydraException, InstantiationException
     if isinstance(exc, InstantiationException):
         cause = exc.__cause__
         return cause is None or isinstance(cause, (*USER_ERRORS, TypeError, ImportError))
-    return isinstance(exc, (*USER_ERRORS, HydraException))
+    return isinstance(exc, (*USER_ERRORS, HydraException)) or missing_plugin(exc) is not None
 
 
 def one_line(exc: BaseException) -> str:
@@ -231,6 +232,9 @@ def one_line(exc: BaseException) -> str:
         msg = _hydra_message(exc)
         if msg is not None:
             return msg
+    plugin = missing_plugin(exc)
+    if plugin is not None:
+        return plugin
     if isinstance(exc, KeyError) and exc.args:
         return _flat(exc.args[0])
     return _flat(exc) or type(exc).__name__
