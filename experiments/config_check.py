@@ -224,9 +224,11 @@ def check_group_values(cfg: DictConfig) -> None:
         raise ValueError(f"{key}={value}: {key} holds the settings of a {group} option, not its name; {fix}")
 
 
-def constructor_defaults(cls) -> dict:
-    """{argument: default} of cls's constructor, the arguments that have one."""
-    return {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
+def registered_settings(cls) -> dict:
+    """The config node a registered class stands for when given by name: its `_target_` and every default of its
+    constructor (resolve_predictor_name writes it; report_labels reads a node back to the name)."""
+    return {"_target_": f"{cls.__module__}.{cls.__qualname__}",
+            **{n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}}
 
 
 def resolve_predictor_name(cfg: DictConfig) -> None:
@@ -251,8 +253,7 @@ def resolve_predictor_name(cfg: DictConfig) -> None:
         raise ValueError(f"scheduler.predictor={value}: no such predictor; choose one of {', '.join(names)}"
                          f"{nearest(value, names, 'scheduler.predictor=')}")
     cls = PREDICTORS[value]
-    node = {"_target_": f"{cls.__module__}.{cls.__qualname__}"}
-    node.update(constructor_defaults(cls))
+    node = registered_settings(cls)
     if "seed" in node:
         node["seed"] = int(cfg.seed)
     with open_dict(cfg.scheduler):

@@ -51,13 +51,13 @@ def _predictor_name(value):
     the name and one whose config holds those settings get one label; any other value as it is."""
     if not (isinstance(value, dict) and "_target_" in value):
         return value
-    from experiments.config_check import constructor_defaults
+    from experiments.config_check import registered_settings
     from policies.registry import PREDICTORS
     for name, cls in PREDICTORS.items():
-        if value["_target_"] == f"{cls.__module__}.{cls.__qualname__}":
-            defaults = constructor_defaults(cls)
-            if all(k in ("_target_", "seed") or (k in defaults and defaults[k] == v) for k, v in value.items()):
-                return name
+        settings = registered_settings(cls)
+        if value["_target_"] == settings["_target_"] and \
+                all(k == "seed" or (k in settings and settings[k] == v) for k, v in value.items()):
+            return name
     return value
 
 
