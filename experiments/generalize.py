@@ -290,30 +290,28 @@ def errors_vs_repeats(wl_dir: Path, name: str, policy: str, argv: list[str], cos
     (`ttft_q50_err_away_from_stalls`, experiments/launch_stalls.py) and how many did (`requests_near_stalls`)."""
     from experiments.saved_runs import SavedReplays
     from experiments.validate import compare
-    _, _, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
+    _, saved0, sim = simulate_saved(wl_dir, name, policy, argv, cost_model)
+    run0 = saved0.run(policy)
     gain = e2e_gain(sim, perturbed[0]) if perturbed else float("nan")
-    dirs = [wl_dir] + sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
+    repeats = sorted(p for p in wl_dir.glob("repeat*") if (p / f"{name}_real.json").is_file())
+    runs = [run0] + [saved.run(policy) for saved in (SavedReplays(d, name) for d in repeats)
+                     if policy in saved.policies]
     e2e, ttft, sums = [], [], []
-    for d in dirs:
-        saved = SavedReplays(d, name)
-        if policy not in saved.policies:
-            continue
-        c = compare(saved.run(policy), sim, cost_model)
+    for run in runs:
+        c = compare(run, sim, cost_model)
         e2e.append(c["e2e_s"]["median_rel_err"])
         ttft.append(c["ttft_s"]["median_rel_err"])
         sums.append(c["step_time"]["sum_pred_over_real"])
     return dict(e2e_median_err_all_runs=float(np.mean(e2e)), e2e_median_err_best_run=float(np.min(e2e)),
-                **ttft_away_from_stalls(wl_dir, name, policy, sim, cost_model),
+                **ttft_away_from_stalls(run0, wl_dir / f"{name}_{policy}_decisions.parquet", sim, cost_model),
                 ttft_median_err_all_runs=float(np.mean(ttft)), step_sum_ratio_all_runs=float(np.mean(sums)),
                 step_sum_ratio_min=float(np.min(sums)), step_sum_ratio_max=float(np.max(sums)), num_real_runs=len(e2e),
                 e2e_gain=gain)
 
 
-def ttft_away_from_stalls(wl_dir: Path, name: str, policy: str, sim, cost_model) -> dict:
-    """errors_vs_repeats' stall columns for the kept run 0 (NaN where it was not overlapped or kept no decisions)."""
-    from experiments.saved_runs import SavedReplays
-    decisions = wl_dir / f"{name}_{policy}_decisions.parquet"
-    run = SavedReplays(wl_dir, name).run(policy)
+def ttft_away_from_stalls(run, decisions: Path, sim, cost_model) -> dict:
+    """errors_vs_repeats' stall columns for the kept run 0 and its decisions file (NaN where it was not overlapped
+    or kept no decisions)."""
     if not decisions.is_file() or not run_was_overlapped(run.info) or "launch_host_s" not in run.steps:
         return dict(ttft_q50_err_away_from_stalls=float("nan"), requests_near_stalls=float("nan"))
     table, _, _ = run_ttft_by_stall(run, sim, cost_model, pd.read_parquet(decisions))
