@@ -15,7 +15,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 _LABELS = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)", "itl_s": "ITL (s)",
-           "queueing_delay_s": "queueing delay (s)", "normalized_latency_s": "normalized latency (s/token)"}
+           "queueing_delay_s": "queueing delay (s)", "normalized_latency_s": "normalized latency (s/token)",
+           "request_rate_rps": "request rate (req/s)"}
 
 
 def _save(fig, path) -> Path:
@@ -27,8 +28,8 @@ def _save(fig, path) -> Path:
 
 
 def axis_label(col: str) -> str:
-    """The words for a sweep-table column on an axis: the request rate by name, any other column as it is."""
-    return "request rate (req/s)" if col == "request_rate_rps" else col
+    """The words for a column on an axis (a latency metric, the request rate), any other column as it is."""
+    return _LABELS.get(col, col)
 
 
 def legend_outside(ax, **kw):
@@ -70,16 +71,22 @@ def series_style(i: int, n: int) -> dict:
                 mew=1.2, lw=2.2 - 1.2 * shrink)
 
 
+def repeats_earlier(seen: list, key, values: np.ndarray):
+    """The key of the first (key, values) in seen whose values equal these (a series drawn on top of that one), or
+    None; then appends (key, values) to seen."""
+    same = next((k for k, v in seen if v.shape == values.shape and np.allclose(v, values, rtol=1e-9, atol=0,
+                                                                                equal_nan=True)), None)
+    seen.append((key, values))
+    return same
+
+
 def series_labels(groups: list, x: str, cols: list) -> list[str]:
     """The legend label of each (key, frame) series: its key, and "(= <key>)" naming an earlier series whose x and
     cols values it repeats exactly, since it is drawn on top of that one."""
     labels, seen = [], []
     for key, grp in groups:
-        values = grp.sort_values(x)[[x, *cols]].to_numpy(dtype=float)
-        same = next((k for k, v in seen if v.shape == values.shape and np.allclose(v, values, rtol=1e-9, atol=0,
-                                                                                    equal_nan=True)), None)
+        same = repeats_earlier(seen, key, grp.sort_values(x)[[x, *cols]].to_numpy(dtype=float))
         labels.append(str(key) if same is None else f"{key} (= {same})")
-        seen.append((key, values))
     return labels
 
 
@@ -185,13 +192,12 @@ def latency_cdf(runs: dict[str, pd.DataFrame], path, metric: str = "ttft_s", log
         else:
             raise ValueError(f"unknown metric {metric!r}; use a requests-table column or 'normalized_latency_s'")
         vals = np.sort(vals[~np.isnan(vals)])
-        same = next((k for k, v in seen if np.array_equal(v, vals)), None)
-        seen.append((label, vals))
+        same = repeats_earlier(seen, label, vals)
         if len(vals):
             style = series_style(i, len(runs))
             ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", color=style["color"],
                     lw=style["lw"] - 0.4, label=f"{label} (n={len(vals)}" + (f", = {same})" if same else ")"))
-    ax.set_xlabel(_LABELS.get(metric, metric))
+    ax.set_xlabel(axis_label(metric))
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.01)
     if log_x:
@@ -219,7 +225,7 @@ def throughput_latency(summaries: pd.DataFrame, path, metric: str = "ttft_s", x:
     fig, ax = plt.subplots(figsize=(6, 4))
     points = percentile_lines(ax, summaries, x, by, metric, percentiles)
     log_if_wide(ax, summaries[[f"{metric}_p{p}" for p in percentiles]].to_numpy())
-    ax.set_ylabel(_LABELS.get(metric, metric))
+    ax.set_ylabel(axis_label(metric))
     ax.grid(alpha=0.3, which="both")
     banded = any(summaries.get(f"{metric}_p{p}_sim_band", pd.Series(dtype=float)).notna().any() for p in percentiles)
     handles, _ = ax.get_legend_handles_labels()

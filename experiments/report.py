@@ -163,15 +163,12 @@ def overview(df: pd.DataFrame, path, x: str = RATE, by: str = "policy", metrics=
 
     from experiments import plots  # selects the Agg backend; percentile_lines
 
-    labels = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)",
-              "normalized_latency_s": "normalized latency (s/token)"}
-
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4))
     for ax, metric in zip(axes, metrics):
         points = plots.percentile_lines(ax, df, x, by, metric,
                                         same_cols=[f"{m}_p{p}" for m in metrics for p in (50, 99)])
         plots.log_if_wide(ax, df[[f"{metric}_p{p}" for p in (50, 99)]].to_numpy())
-        ax.set_ylabel(labels.get(metric, metric))
+        ax.set_ylabel(plots.axis_label(metric))
         ax.grid(alpha=0.3, which="both")
     banded = any(c.endswith("_sim_band") and df[c].notna().any() for c in df.columns)
     handles, names = axes[0].get_legend_handles_labels()
