@@ -11,6 +11,7 @@ invariants are checked after every step.
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +49,9 @@ def trace_file(name: str) -> Path:
 def make_seq(rid, prompt, max_tokens, arrival_time_s=0.0, priority=0, **kw) -> Sequence:
     """prompt: a list of token ids, or an int (that many distinct ids derived from rid)."""
     if isinstance(prompt, int):
-        base = 1000 * (hash(rid) % 997 + 1)
+        # crc32, not hash(): a str's hash() changes with PYTHONHASHSEED, and one run in 997 gave two requests the
+        # same ids (a prefix-cache hit no timeline expects)
+        base = 1000 * (zlib.crc32(str(rid).encode()) % 997 + 1)
         prompt = [base + i for i in range(prompt)]
     return Sequence(rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                     arrival_time_s=arrival_time_s, priority=priority, **kw)
