@@ -17,15 +17,17 @@ class _PrefixWarnings:
     """A text stream that writes through to `stream`, prefixing the lines that begin with WARNING or NOTE."""
 
     def __init__(self, stream, prefix: str):
-        self._stream, self._prefix, self._line_start = stream, prefix, True
+        self._stream, self._prefix, self._line_start, self._after_cr = stream, prefix, True, False
 
     def write(self, text: str) -> int:
         out = []
         for piece in text.splitlines(keepends=True):
             if self._line_start and piece.startswith(("WARNING", "NOTE")):
-                out.append(self._prefix)
+                # after a progress bar's "\r" the line would overwrite the bar on a terminal and follow it in a log
+                out.append(("\n" if self._after_cr else "") + self._prefix)
             out.append(piece)
             self._line_start = piece.endswith(("\n", "\r"))
+            self._after_cr = piece.endswith("\r")
         self._stream.write("".join(out))
         return len(text)
 

@@ -52,6 +52,7 @@ from experiments.report_table import cell, coverage_columns, parquet_safe
 from experiments.results import NON_RESULT_KEYS, SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.sim_band import band_columns, count_line, differences
 from experiments.user_errors import nearest, one_line
+from experiments.workloads.changes import describe_input, input_changed
 
 RATE = "request_rate_rps"
 TL_METRICS = ("ttft_s", "tpot_s", "normalized_latency_s")
@@ -92,6 +93,16 @@ def _nearest_folder(path: Path) -> str:
     return f"; did you mean {str(found)!r}?"
 
 
+def input_change_lines(changes: dict, num_runs: int) -> list[str]:
+    """One WARNING line per distinct change the runs' workload readers made to their input (clipped, dropped,
+    skipped, re-sorted, spread, sampled requests), with how many runs made it: the jobs print theirs where they
+    run, which for a cluster launcher is a log file, so the report says it again."""
+    by_text: dict[str, int] = {}
+    for text in changes.values():
+        by_text[text] = by_text.get(text, 0) + 1
+    return [f"WARNING: input changed in {n} of {num_runs} runs: {text}" for text, n in by_text.items()]
+
+
 def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     """One row per job folder under sweep_dir that holds a summary.json."""
     sweep_dir = Path(sweep_dir)
@@ -99,7 +110,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
         raise FileNotFoundError(f"sweep folder not found: {sweep_dir}{_nearest_folder(sweep_dir)}"
                                 if not sweep_dir.exists() else
                                 f"{sweep_dir} is a file; give the sweep folder (sweeps/<name>)")
-    rows, override_keys, skipped, bands = [], set(), [], {}
+    rows, override_keys, skipped, bands, changed = [], set(), [], {}, {}
     summary_dirs = {p.parent for p in sweep_dir.rglob(SUMMARY)}
     stray = _stray(summary_dirs)
     for folder in sorted(summary_dirs - set(stray)):
@@ -117,6 +128,8 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
         for k, v in s.get("choices", {}).items():
             row.setdefault(k, v)
         meta = s.get("meta", {})
+        if input_changed(meta):
+            changed[row["run_dir"]] = describe_input(meta)
         for k, v in meta.items():
             row.setdefault(k, cell(v))
         row.update(coverage_columns(meta.get("cost_model_coverage")))
@@ -146,6 +159,7 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     df.attrs["stray"] = [str(d.relative_to(sweep_dir) / SUMMARY) for d in stray]
     df.attrs["failed"] = [asdict(f) for f in failed]     # jobs that wrote no summary.json (job_record.FailedJob)
     df.attrs["sim_band"] = bands          # run_dir -> its summary's sim_band (None without one)
+    df.attrs["input_changes"] = changed   # run_dir -> what its workload reader changed (describe_input), if anything
     df.attrs["label_keys"] = keys         # the override keys the policy labels name
     return df
 
@@ -327,6 +341,8 @@ def main(argv=None) -> None:
           f"{', '.join(skipped)})" if skipped else "") + ":")
     for d in df["run_dir"]:
         print(f"  {d}")
+    for line in input_change_lines(df.attrs.get("input_changes", {}), len(df)):
+        print(line)
     for path in df.attrs.get("stray", []):
         print(f"left out {path}: a single run's summary in a folder that holds a sweep, not a job of the sweep")
     failed = df.attrs.get("failed", [])

@@ -108,6 +108,12 @@ def _change_parts(meta: dict) -> list[str]:
     return parts
 
 
+def input_changed(meta: dict) -> bool:
+    """Whether the run clipped, dropped, skipped, re-sorted, spread, sampled or timed any request (describe_input
+    then says what)."""
+    return bool(_loss_parts(meta) or _change_parts(meta))
+
+
 def describe_input(meta: dict) -> str:
     """One line: what was clipped, dropped, skipped, re-sorted, spread, sampled or timed, and why (printed
     summary)."""

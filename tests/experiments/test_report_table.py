@@ -158,3 +158,19 @@ def test_the_cdfs_title_names_the_rate_they_show():
     at_600 = _shown_at(top.assign(blocks=[600, 600]), "blocks", "policy", ["a"])
     assert at_600 == "at blocks = 600 (the sweep's highest)"
     assert _shown_at(top.assign(request_rate_rps=None), "request_rate_rps", "policy", ["a"]) is None
+
+
+def test_the_report_warns_of_runs_whose_input_was_changed(tmp_path):
+    """A job's WARNING about clipped requests goes to wherever the job ran (a cluster launcher's log): the report
+    says it again, one line per distinct change, with how many runs made it; a run as recorded adds nothing."""
+    from experiments.report import input_change_lines
+    clipped = {"num_clipped": 3, "num_clipped_prompt": 3, "num_clipped_tokens": 900, "max_model_len": 4096,
+               "lost_request_fraction": 0.03, "lost_token_fraction": 0.1}
+    fake_run(tmp_path / "scheduler=fcfs", ["scheduler=fcfs"], 5.0, clipped)
+    fake_run(tmp_path / "scheduler=vllm", ["scheduler=vllm"], 5.0, clipped)
+    fake_run(tmp_path / "scheduler=srpt", ["scheduler=srpt"], 5.0)
+    df = collect(tmp_path)
+    lines = input_change_lines(df.attrs["input_changes"], len(df))
+    assert len(lines) == 1 and lines[0].startswith("WARNING: input changed in 2 of 3 runs: 3 clipped to "
+                                                   "max_model_len=4096")
+    assert sorted(df.attrs["input_changes"]) == ["scheduler=fcfs", "scheduler=vllm"]

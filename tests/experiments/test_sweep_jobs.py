@@ -70,6 +70,25 @@ def test_warning_and_note_lines_carry_the_job_and_nothing_else_does():
                               "spread\nsimulating:  40%|####  | 800/2000\rerror: bad value\n")
 
 
+def test_a_warning_after_a_progress_bar_starts_a_line_of_its_own():
+    """tqdm ends its line with "\r": a WARNING written next would sit on the bar's line in a log (and a grep for
+    lines starting with WARNING would miss it)."""
+    import io
+    import sys
+
+    from experiments.job_warnings import named_warnings
+    buf = io.StringIO()
+    real, sys.stderr = sys.stderr, buf
+    try:
+        with named_warnings("scheduler=srpt"):
+            sys.stderr.write("simulating:   0%|  | 0/2000\r")
+            sys.stderr.write("WARNING: 6.3% clipped\n")
+    finally:
+        sys.stderr = real
+    assert buf.getvalue() == "simulating:   0%|  | 0/2000\r\n[job scheduler=srpt] WARNING: 6.3% clipped\n"
+    assert any(ln.startswith("[job scheduler=srpt] WARNING") for ln in buf.getvalue().split("\n"))
+
+
 def test_job_name_is_hydras_override_dirname_for_plain_overrides():
     plain = ["workload.arrival.rate_rps=5", "scheduler=fcfs", "+extra=1", "seed=7"]
     assert job_name(plain) == "+extra=1,scheduler=fcfs,seed=7,workload.arrival.rate_rps=5"
