@@ -12,11 +12,13 @@ from the model and block size) on the top axis. One line per GPU cache size when
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from experiments.report import collect
+from experiments.report import collect, publish
 from experiments.results import atomic_write_text
 
 COLUMNS = ("num_kvcache_blocks", "cpu_cache_num_blocks", "prefix_cache_hit_rate", "prefix_cache_hit_rate_gpu",
@@ -98,11 +100,20 @@ def main(argv=None) -> None:
         table = tier_table(args.sweep_dir)
     except USER_ERRORS as e:
         fail(str(e))
-    out = Path(args.out) if args.out else Path(args.sweep_dir) / "report_tier"
-    png = plot(table, out / "cpu_tier.png", _block_gib(args.sweep_dir))
-    atomic_write_text(out / "cpu_tier.csv", table.to_csv(index=False))
+    out = (Path(args.out) if args.out else Path(args.sweep_dir) / "report_tier").resolve()
+    # drawn aside and moved in as servelab-report's files are: an earlier, different plot is kept as out.<N>/
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".new"))
+    try:
+        plot(table, staging / "cpu_tier.png", _block_gib(args.sweep_dir))
+        atomic_write_text(staging / "cpu_tier.csv", table.to_csv(index=False))
+        kept, unchanged = publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print(table.to_string(index=False))
-    print(f"wrote {png} and {out / 'cpu_tier.csv'}")
+    files = f"{out / 'cpu_tier.png'} and {out / 'cpu_tier.csv'}"
+    print(f"{files}: already this plot, left as they were" if unchanged else f"wrote {files}"
+          + (f" (the earlier ones differ and are kept in {kept})" if kept else ""))
 
 
 if __name__ == "__main__":

@@ -77,3 +77,10 @@ def test_tier_plot_of_a_sweep(tmp_path):
     main([str(tmp_path / "sw"), "--out", str(tmp_path / "rep")])
     assert (tmp_path / "rep" / "cpu_tier.png").stat().st_size > 10_000
     assert len(open(tmp_path / "rep" / "cpu_tier.csv").read().splitlines()) == 3
+    # the same sweep again: the plot is left as it was; an earlier, different one is kept beside, not overwritten
+    main([str(tmp_path / "sw"), "--out", str(tmp_path / "rep")])
+    assert not (tmp_path / "rep.1").exists()
+    (tmp_path / "rep" / "cpu_tier.csv").write_text("an earlier table\n")
+    main([str(tmp_path / "sw"), "--out", str(tmp_path / "rep")])
+    assert (tmp_path / "rep.1" / "cpu_tier.csv").read_text() == "an earlier table\n"
+    assert len(open(tmp_path / "rep" / "cpu_tier.csv").read().splitlines()) == 3
