@@ -48,6 +48,7 @@ class Capture:
     def __init__(self):
         self.batches: list[dict] = []
         self.runners: list = []
+        self.active = True          # off once the replays are done: the re-timed launches are not kept
 
     def install(self):
         from engine.model_runner import ModelRunner
@@ -55,6 +56,8 @@ class Capture:
         cap = self
 
         def launch(runner, batch):
+            if not cap.active:
+                return orig(runner, batch)
             if runner not in cap.runners:
                 cap.runners.append(runner)
             if batch.seqs and not (batch.swap_out or batch.swap_in or batch.offload or batch.load):
@@ -76,11 +79,35 @@ def rebuild(entries: list[tuple[int, int, int, list[int]]], num_prefill: int, bl
     params = SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True)
     seqs = []
     for i, (_, _, ntok, table) in enumerate(entries):
-        s = Sequence(f"g{i}", rng.integers(0, vocab, size=ntok).tolist(), params)
+        s = Sequence(f"g{i}", [int(rng.integers(0, vocab))] * ntok, params)    # ids do not change the time
         s.block_table = list(table)
         seqs.append(s)
     return Batch(seqs=seqs, num_new_tokens=[e[0] for e in entries], num_prefill_seqs=num_prefill,
                  block_size=block_size, context_lens=[e[1] for e in entries])
+
+
+def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256) -> np.ndarray:
+    """[steps] device seconds of a replay's kept batches launched again in their order, each one ahead of the
+    previous one's collection as the overlap loop runs them (no scheduler, no placeholders): windows of `window`
+    batches built first, so the host keeps ahead; a window's first step (behind an idle device) and steps with block
+    copies (not kept) are NaN."""
+    out = np.full(len(caps), np.nan)
+    rng = np.random.default_rng(0)
+    for lo in range(0, len(caps), window):
+        built = [(i, rebuild(list(zip(b["new"], b["ctx"], b["ntok"], b["tables"])), b["num_prefill_seqs"],
+                             block_size, vocab, rng)) for i, b in enumerate(caps[lo:lo + window], lo) if b]
+        prev = None
+        for k, (i, batch) in enumerate(built):
+            cur = (i, runner.launch(batch))
+            if prev is not None:
+                runner.collect(prev[1])
+                if k > 1:
+                    out[prev[0]] = runner.last_device_time_s if runner.last_device_time_s is not None else np.nan
+            prev = cur
+        if prev is not None:
+            runner.collect(prev[1])
+            out[prev[0]] = runner.last_device_time_s if runner.last_device_time_s is not None else np.nan
+    return out
 
 
 def variants(b: dict, block_size: int) -> dict[str, tuple[list, int]]:
@@ -156,6 +183,24 @@ def summarize(folder: Path, profile: str) -> None:
     for v in [c for c in piv.columns if c != "own"]:
         r = (piv[v] / piv["own"]).groupby(level=0).median().dropna()
         print(f"  {v} / own, median by policy: " + ", ".join(f"{k} {x:.4f}" for k, x in r.items()))
+    chain_csv = folder / "decode_gap_chain.csv"
+    if chain_csv.is_file():
+        ch = pd.read_csv(chain_csv)
+        for p, g in ch.groupby("policy", sort=False):
+            path = next((f for f in (folder / f"gap_{p}_steps.parquet", folder / "real" / f"gap_{p}_steps.parquet")
+                         if f.is_file()), None)
+            if path is None:
+                continue
+            st = pd.read_parquet(path)
+            g = g.set_index("step")
+            for kind, m in (("decode", st.num_prefill_seqs == 0), ("with prefill", st.num_prefill_seqs > 0)):
+                rows = st[m & (st.batch_size >= 4) & (st.num_swap_blocks == 0)]
+                rows = rows[np.isfinite(g.device_time_s.reindex(rows.index).to_numpy())]
+                pred = dev.predict_table(rows)
+                chained, live = g.device_time_s.loc[rows.index].to_numpy(), rows.device_time_s.to_numpy()
+                ok = (live < 1.3 * pred) & (chained < 1.3 * pred)
+                print(f"  {p:14s} chained, {kind} steps ({ok.sum()}): priced / chained "
+                      f"{pred[ok].sum() / chained[ok].sum():.4f}, priced / live {pred[ok].sum() / live[ok].sum():.4f}")
 
 
 def main(argv=None) -> int:
@@ -173,6 +218,10 @@ def main(argv=None) -> int:
                     help="the smallest batch (decodes riding, in a mixed step) re-timed")
     ap.add_argument("--deadline-s", type=float, default=None, help="stop re-timing after this many seconds of the "
                     "script (what was timed is kept)")
+    ap.add_argument("--one-engine", action="store_true", help="every policy on one engine, in turn (as the "
+                    "generalization suite replays them); default: a freshly loaded engine a policy")
+    ap.add_argument("--chain", action="store_true", help="also launch each replay's kept batches again in their order "
+                    "(decode_gap_chain.csv): the live loop's device work without its scheduler")
     ap.add_argument("--smoke", action="store_true", help="the tiny model on CPU, small workload (the path only)")
     args, workload = ap.parse_known_args(argv)
     if args.summarize:
@@ -194,13 +243,23 @@ def main(argv=None) -> int:
     cap = Capture()
     cap.install()
     policies = [p for p in args.policies.split(",") if p]
-    marks = {}
-    for p in policies:      # one replay each, in its own validate run: the capture's batches split by policy
-        start = len(cap.batches)
-        validate.main(["--model", args.model, "--device", args.device, *workload, "--policies", p,
-                       "--no-roofline", "--no-plot", "--overlap-scheduling", "--real-dir", str(real),
-                       "--name", "gap", "--out-dir", str(out / f"validate_{p}")])
-        marks[p] = (start, len(cap.batches))
+    flags = ["--model", args.model, "--device", args.device, *workload, "--no-roofline", "--no-plot",
+             "--overlap-scheduling", "--real-dir", str(real), "--name", "gap"]
+    kept = {}       # policy -> its replay's kept batches, in step order
+    if args.one_engine:
+        validate.main([*flags, "--policies", ",".join(policies), "--out-dir", str(out / "validate")])
+        # the replays' launches close the capture, in policy order, after the warm-up's: split from the end
+        end = len(cap.batches)
+        for p in reversed(policies):
+            n = len(pd.read_parquet(real / f"gap_{p}_steps.parquet"))
+            kept[p], end = cap.batches[end - n:end], end - n
+    else:
+        for p in policies:      # a validate run each (a freshly loaded engine); its launches end with its replay's
+            start = len(cap.batches)
+            validate.main([*flags, "--policies", p, "--out-dir", str(out / f"validate_{p}")])
+            n = len(pd.read_parquet(real / f"gap_{p}_steps.parquet"))
+            kept[p] = cap.batches[start:][-n:]
+    cap.active = False
     runner = cap.runners[-1]
     runner.time_device = bool(getattr(runner, "is_cuda", False))
     sync = _device_sync(runner)
@@ -208,15 +267,20 @@ def main(argv=None) -> int:
     rows = []
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
+    chained = []
     for p in policies:
         steps = pd.read_parquet(real / f"gap_{p}_steps.parquet")
-        lo, hi = marks[p]
-        # the replay's last launches are its warm-up's in the capture only when validate warmed up first: align
-        # on the tail (the recorder's rows are the replay's launches, the warm-up's come before them)
-        caps = cap.batches[lo:hi][-len(steps):]
-        if len(caps) != len(steps):
-            print(f"[{p}] {len(caps)} captured launches for {len(steps)} step rows: skipped", flush=True)
+        caps = kept[p]
+        sizes = [len(b["ctx"]) if b else 0 for b in caps]
+        if len(caps) != len(steps) or any(n and n != m for n, m in zip(sizes, steps.batch_size)):
+            print(f"[{p}] {len(caps)} kept batches do not line up with its {len(steps)} step rows: skipped", flush=True)
             continue
+        if args.chain:
+            dev = chain(runner, caps, bs, vocab)
+            chained.append(pd.DataFrame(dict(policy=p, step=np.arange(len(steps)), device_time_s=dev,
+                                             live_device_time_s=steps.get("device_time_s", np.nan))))
+            pd.concat(chained).to_csv(out / "decode_gap_chain.csv", index=False)
+            print(f"[{p}] {np.isfinite(dev).sum()} steps chained ({time.perf_counter() - t_start:.0f} s)", flush=True)
         idx_dec = [i for i, b in enumerate(caps)
                    if b and b["num_prefill_seqs"] == 0 and len(b["ctx"]) >= args.min_batch]
         idx_mix = [i for i, b in enumerate(caps) if b and b["num_prefill_seqs"] > 0 and len(b["ctx"]) - b[
@@ -229,10 +293,6 @@ def main(argv=None) -> int:
                 print(f"[{p}] deadline: stopped re-timing", flush=True)
                 break
             b, st = caps[i], steps.iloc[i]
-            if int(st["batch_size"]) != len(b["ctx"]):
-                print(f"[{p}] step {i}: batch {len(b['ctx'])} against the row's {st['batch_size']}: misaligned",
-                      flush=True)
-                break
             for name, (entries, P) in variants(b, bs).items():
                 batch = rebuild(entries, P, bs, vocab, np.random.default_rng(i))
                 dev = time_step(runner, batch, 1, args.repeats, sync)[1]

@@ -29,11 +29,12 @@ def test_variants_keep_the_entries_and_change_only_what_they_name():
     assert v["decodes_only"] == ([(1, 300, 300, [80, 81]), (1, 80, 80, [90])], 0)
 
 
-def test_replays_two_policies_and_retimes_their_batches(tmp_path, tiny_ckpt, run_benchmark):
+@pytest.mark.parametrize("engines", [[], ["--one-engine", "--chain"]], ids=["engine_a_policy", "one_engine"])
+def test_replays_two_policies_and_retimes_their_batches(tmp_path, tiny_ckpt, run_benchmark, engines):
     import pandas as pd
     out = tmp_path / "gap"
     run_benchmark("decode_gap.py", "--model", tiny_ckpt, "--device", "cpu", "--out", out, "--smoke",
-                  "--min-batch", "1", "--sample", "4", "--repeats", "1", "--policies", "vllm,sarathi")
+                  "--min-batch", "1", "--sample", "4", "--repeats", "1", "--policies", "vllm,sarathi", *engines)
     df = pd.read_csv(out / "decode_gap.csv")
     for policy in ("vllm", "sarathi"):
         steps = pd.read_parquet(out / "real" / f"gap_{policy}_steps.parquet")
@@ -50,6 +51,11 @@ def test_replays_two_policies_and_retimes_their_batches(tmp_path, tiny_ckpt, run
             want = {"own", "contiguous", "sorted"} if step in decode_steps else {"own", "chunk_only", "decodes_only"}
             assert names == want, (policy, step)
     assert (df[df.variant == "contiguous"].runs == df[df.variant == "contiguous"].batch_size).all()
+    if engines:         # a chained row for every step of each replay (no device seconds on CPU)
+        chained = pd.read_csv(out / "decode_gap_chain.csv")
+        for policy in ("vllm", "sarathi"):
+            n = len(pd.read_parquet(out / "real" / f"gap_{policy}_steps.parquet"))
+            assert chained[chained.policy == policy].step.tolist() == list(range(n))
 
 
 def test_summarize_needs_a_profile(tmp_path, run_benchmark):
