@@ -1,8 +1,10 @@
 """Why one policy's decode steps run faster than another's at the same shape: replays a workload under two
 policies (overlap scheduling, as the generalization suite runs them), keeps every step's batch (each entry's new
 tokens, context and KV block table), then times a sample of those batches again on the idle runner, one at a
-time, in several variants. One row per (policy, step, variant) with the median device seconds of the re-timed
-step and the live run's own.
+time, in several variants (decode_gap.parquet: one row per policy, step and variant, the re-timed step's median
+device seconds and the live run's own). With --chain, each replay's kept batches are also launched again in their
+order, one ahead of the previous one's collection as the overlap loop runs them, but without the scheduler: all of
+them, and the pure decode batches alone (decode_gap_chain.parquet, a row per step and chain).
 
   own         the batch as it ran: its entries, contexts and block tables
   contiguous  the same contexts on KV blocks 0, 1, 2, ... (each entry's blocks consecutive, in batch order)
@@ -12,11 +14,12 @@ step and the live run's own.
 
 If the own variant reproduces the live gap between the policies at matched shapes, the gap is in the batches
 (their contexts' spread, order or block layout, which the other variants separate); if not, it is in what runs
-around a step in the live loop. The mixed rows price a chunk's riding decodes: own - chunk_only is what they add
-to a step, against decodes_only, what they cost alone.
+around a step in the live loop; the chains tell the loop's host side (scheduler, placeholders) from the device's
+sequence of steps. The mixed rows price a chunk's riding decodes: own - chunk_only is what they add to a step,
+against decodes_only, what they cost alone.
 
-    python benchmarks/decode_gap.py --model CKPT --out DIR [--policies vllm,sarathi] [--sample 400]
-        [workload flags of experiments.validate; default busy_chunked's]
+    python benchmarks/decode_gap.py --model CKPT --out DIR [--policies vllm,sarathi] [--sample 400] [--one-engine]
+        [--chain] [workload flags of experiments.validate; default busy_chunked's]
     python benchmarks/decode_gap.py --summarize DIR --profile FIT.json      # CPU: the figures, against a fit
 
 Not part of the suite: a diagnostic for the device model's decode and mixed-step terms
@@ -138,7 +141,7 @@ def summarize(folder: Path, profile: str) -> None:
     from sim.cost_model.calibrated import CalibratedCostModel
     cm = CalibratedCostModel.load(profile)
     dev = cm.device_model or cm
-    df = pd.read_csv(folder / "decode_gap.csv")
+    df = pd.read_parquet(folder / "decode_gap.parquet")
     print(f"{folder} against {profile} (device model)")
     for p in df.policy.unique():
         path = next((f for f in (folder / f"gap_{p}_steps.parquet", folder / "real" / f"gap_{p}_steps.parquet")
@@ -183,10 +186,12 @@ def summarize(folder: Path, profile: str) -> None:
     for v in [c for c in piv.columns if c != "own"]:
         r = (piv[v] / piv["own"]).groupby(level=0).median().dropna()
         print(f"  {v} / own, median by policy: " + ", ".join(f"{k} {x:.4f}" for k, x in r.items()))
-    chain_csv = folder / "decode_gap_chain.csv"
-    if chain_csv.is_file():
-        ch = pd.read_csv(chain_csv)
-        for p, g in ch.groupby("policy", sort=False):
+    chain_file = folder / "decode_gap_chain.parquet"
+    if chain_file.is_file():
+        ch = pd.read_parquet(chain_file)
+        if "chain" not in ch:
+            ch["chain"] = "full"
+        for (p, name), g in ch.groupby(["policy", "chain"], sort=False):
             path = next((f for f in (folder / f"gap_{p}_steps.parquet", folder / "real" / f"gap_{p}_steps.parquet")
                          if f.is_file()), None)
             if path is None:
@@ -199,17 +204,19 @@ def summarize(folder: Path, profile: str) -> None:
                 pred = dev.predict_table(rows)
                 chained, live = g.device_time_s.loc[rows.index].to_numpy(), rows.device_time_s.to_numpy()
                 ok = (live < 1.3 * pred) & (chained < 1.3 * pred)
-                print(f"  {p:14s} chained, {kind} steps ({ok.sum()}): priced / chained "
+                if not ok.any():
+                    continue
+                print(f"  {p:14s} chained ({name}), {kind} steps ({ok.sum()}): priced / chained "
                       f"{pred[ok].sum() / chained[ok].sum():.4f}, priced / live {pred[ok].sum() / live[ok].sum():.4f}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--summarize", type=Path, help="a folder this script wrote (decode_gap.csv, the replays' "
+    ap.add_argument("--summarize", type=Path, help="a folder this script wrote (decode_gap.parquet, the replays' "
                     "gap_<policy>_steps.parquet beside it or in real/): print its figures against --profile, on CPU")
     ap.add_argument("--profile", help="with --summarize: a calibrated fit (its device model prices the steps)")
     ap.add_argument("--model")
-    ap.add_argument("--out", help="output folder (decode_gap.csv, the replays' real/ tables)")
+    ap.add_argument("--out", help="output folder (decode_gap.parquet, the replays' real/ tables)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--policies", default="vllm,sarathi")
     ap.add_argument("--sample", type=int, default=400, help="decode steps re-timed a policy (and as many mixed)")
@@ -221,7 +228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--one-engine", action="store_true", help="every policy on one engine, in turn (as the "
                     "generalization suite replays them); default: a freshly loaded engine a policy")
     ap.add_argument("--chain", action="store_true", help="also launch each replay's kept batches again in their order "
-                    "(decode_gap_chain.csv): the live loop's device work without its scheduler")
+                    "(decode_gap_chain.parquet): the live loop's device work without its scheduler")
     ap.add_argument("--smoke", action="store_true", help="the tiny model on CPU, small workload (the path only)")
     args, workload = ap.parse_known_args(argv)
     if args.summarize:
@@ -276,11 +283,16 @@ def main(argv=None) -> int:
             print(f"[{p}] {len(caps)} kept batches do not line up with its {len(steps)} step rows: skipped", flush=True)
             continue
         if args.chain:
-            dev = chain(runner, caps, bs, vocab)
-            chained.append(pd.DataFrame(dict(policy=p, step=np.arange(len(steps)), device_time_s=dev,
-                                             live_device_time_s=steps.get("device_time_s", np.nan))))
-            pd.concat(chained).to_csv(out / "decode_gap_chain.csv", index=False)
-            print(f"[{p}] {np.isfinite(dev).sum()} steps chained ({time.perf_counter() - t_start:.0f} s)", flush=True)
+            # full: every kept batch; decodes: the pure decode batches alone, in their order (the steps with
+            # prefill entries between them left out)
+            for name in ("full", "decodes"):
+                sub = caps if name == "full" else [b if b and b["num_prefill_seqs"] == 0 else None for b in caps]
+                dev = chain(runner, sub, bs, vocab)
+                chained.append(pd.DataFrame(dict(policy=p, chain=name, step=np.arange(len(steps)), device_time_s=dev,
+                                                 live_device_time_s=steps.get("device_time_s", np.nan))))
+                print(f"[{p}] {np.isfinite(dev).sum()} steps chained ({name}, {time.perf_counter() - t_start:.0f} s)",
+                      flush=True)
+            pd.concat(chained).to_parquet(out / "decode_gap_chain.parquet", index=False)
         idx_dec = [i for i, b in enumerate(caps)
                    if b and b["num_prefill_seqs"] == 0 and len(b["ctx"]) >= args.min_batch]
         idx_mix = [i for i, b in enumerate(caps) if b and b["num_prefill_seqs"] > 0 and len(b["ctx"]) - b[
@@ -308,9 +320,9 @@ def main(argv=None) -> int:
                                  live_device_time_s=float(st["device_time_s"]) if "device_time_s" in st else np.nan,
                                  live_duration_s=float(st["duration_s"])))
         print(f"[{p}] {len(pick)} steps re-timed ({time.perf_counter() - t_start:.0f} s)", flush=True)
-        pd.DataFrame(rows).to_csv(out / "decode_gap.csv", index=False)      # kept policy by policy
+        pd.DataFrame(rows).to_parquet(out / "decode_gap.parquet", index=False)      # kept policy by policy
     df = pd.DataFrame(rows)
-    df.to_csv(out / "decode_gap.csv", index=False)
+    df.to_parquet(out / "decode_gap.parquet", index=False)
     if df.empty:
         print("decode_gap: no rows")
         return 1
@@ -323,7 +335,7 @@ def main(argv=None) -> int:
     for v in [c for c in piv.columns if c != "own"]:
         r = (piv[v] / piv["own"]).groupby(level=0).median()
         print(f"{v} / own, median by policy:", r.round(4).to_dict())
-    print(f"decode_gap: {len(df)} rows -> {out / 'decode_gap.csv'}")
+    print(f"decode_gap: {len(df)} rows -> {out / 'decode_gap.parquet'}")
     return 0
 
 

@@ -35,7 +35,7 @@ def test_replays_two_policies_and_retimes_their_batches(tmp_path, tiny_ckpt, run
     out = tmp_path / "gap"
     run_benchmark("decode_gap.py", "--model", tiny_ckpt, "--device", "cpu", "--out", out, "--smoke",
                   "--min-batch", "1", "--sample", "4", "--repeats", "1", "--policies", "vllm,sarathi", *engines)
-    df = pd.read_csv(out / "decode_gap.csv")
+    df = pd.read_parquet(out / "decode_gap.parquet")
     for policy in ("vllm", "sarathi"):
         steps = pd.read_parquet(out / "real" / f"gap_{policy}_steps.parquet")
         own = df[(df.policy == policy) & (df.variant == "own")]
@@ -52,10 +52,12 @@ def test_replays_two_policies_and_retimes_their_batches(tmp_path, tiny_ckpt, run
             assert names == want, (policy, step)
     assert (df[df.variant == "contiguous"].runs == df[df.variant == "contiguous"].batch_size).all()
     if engines:         # a chained row for every step of each replay (no device seconds on CPU)
-        chained = pd.read_csv(out / "decode_gap_chain.csv")
+        chained = pd.read_parquet(out / "decode_gap_chain.parquet")
         for policy in ("vllm", "sarathi"):
             n = len(pd.read_parquet(out / "real" / f"gap_{policy}_steps.parquet"))
-            assert chained[chained.policy == policy].step.tolist() == list(range(n))
+            for name in ("full", "decodes"):
+                rows = chained[(chained.policy == policy) & (chained["chain"] == name)]
+                assert rows.step.tolist() == list(range(n)), name
 
 
 def test_summarize_needs_a_profile(tmp_path, run_benchmark):
