@@ -64,15 +64,26 @@ class Capture:
             if runner not in cap.runners:
                 cap.runners.append(runner)
             if batch.seqs and not (batch.swap_out or batch.swap_in or batch.offload or batch.load):
+                # numpy arrays, not lists: a few objects a batch for the garbage collector to walk while the live
+                # loop keeps thousands of them
                 cap.batches.append(dict(
-                    num_prefill_seqs=batch.num_prefill_seqs, new=list(batch.num_new_tokens),
-                    ctx=list(batch.context_lens), ntok=[len(s.token_ids) for s in batch.seqs],
-                    tables=[list(s.block_table) for s in batch.seqs]))
+                    num_prefill_seqs=batch.num_prefill_seqs, new=np.asarray(batch.num_new_tokens, np.int64),
+                    ctx=np.asarray(batch.context_lens, np.int64),
+                    ntok=np.fromiter((len(s.token_ids) for s in batch.seqs), np.int64, len(batch.seqs)),
+                    blocks=np.fromiter((x for s in batch.seqs for x in s.block_table), np.int32),
+                    ends=np.cumsum([len(s.block_table) for s in batch.seqs])))
             else:
                 cap.batches.append(None)
             return orig(runner, batch)
 
         ModelRunner.launch = launch
+
+
+def entries_of(b: dict) -> list[tuple[int, int, int, list[int]]]:
+    """A kept batch's (new tokens, context, token count, block table) entries."""
+    tables = np.split(b["blocks"], b["ends"][:-1]) if "blocks" in b else b["tables"]
+    return [(int(n), int(c), int(t), [int(x) for x in tab]) for n, c, t, tab in zip(b["new"], b["ctx"], b["ntok"],
+                                                                                    tables)]
 
 
 def rebuild(entries: list[tuple[int, int, int, list[int]]], num_prefill: int, block_size: int, vocab: int, rng):
@@ -97,7 +108,7 @@ def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256) ->
     out = np.full(len(caps), np.nan)
     rng = np.random.default_rng(0)
     for lo in range(0, len(caps), window):
-        built = [(i, rebuild(list(zip(b["new"], b["ctx"], b["ntok"], b["tables"])), b["num_prefill_seqs"],
+        built = [(i, rebuild(entries_of(b), b["num_prefill_seqs"],
                              block_size, vocab, rng)) for i, b in enumerate(caps[lo:lo + window], lo) if b]
         prev = None
         for k, (i, batch) in enumerate(built):
@@ -115,7 +126,7 @@ def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256) ->
 
 def variants(b: dict, block_size: int) -> dict[str, tuple[list, int]]:
     """{variant: (entries, num_prefill_seqs)} of one captured batch (module docstring)."""
-    entries = list(zip(b["new"], b["ctx"], b["ntok"], b["tables"]))
+    entries = entries_of(b)
     P = b["num_prefill_seqs"]
     out = {"own": (entries, P)}
     if P == 0:
