@@ -47,7 +47,7 @@ import yaml
 from experiments.job_record import describe, failed_jobs
 from experiments.kept_copies import kept_name
 from experiments.output_dirs import safe_name
-from experiments.report_labels import fill_overrides, label_keys, policy_labels
+from experiments.report_labels import fill_overrides, label_keys, natural_key, policy_labels
 from experiments.report_table import cell, coverage_columns, parquet_safe
 from experiments.results import NON_RESULT_KEYS, SUMMARY, atomic_write_text, read_summary, write_parquet
 from experiments.sim_band import band_columns, count_line, differences
@@ -153,7 +153,9 @@ def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
     df = parquet_safe(pd.DataFrame(rows))
     df["policy"] = labels
     sort = [c for c in ("policy", RATE) if c in df]
-    df = df.sort_values(sort, kind="stable").reset_index(drop=True)
+    # labels in natural order (numbers in them as numbers: cpu_cache_num_blocks=512 before =1024)
+    df = df.sort_values(sort, kind="stable", key=lambda c: c.map(natural_key) if c.name == "policy" else c) \
+        .reset_index(drop=True)
     df.attrs["skipped"] = skipped         # job folders left out (complete=false or unreadable)
     # summary.json files left out: a single run's, in a folder that holds a sweep (output_dirs refuses that now)
     df.attrs["stray"] = [str(d.relative_to(sweep_dir) / SUMMARY) for d in stray]

@@ -9,6 +9,7 @@ same command run twice into one folder tree) get their folder appended, so no pl
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -101,3 +102,13 @@ def policy_labels(rows: list[dict], override_keys, rate: str, keys: list[str] | 
     seen = Counter((label, str(r.get(rate))) for label, r in zip(labels, rows))
     return [f"{label} ({r['run_dir']})" if seen[(label, str(r.get(rate)))] > 1 else label
             for label, r in zip(labels, rows)]
+
+
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+
+
+def natural_key(label: str) -> tuple:
+    """A label's sort key with its numbers compared as numbers: `blocks=512` before `blocks=1024`, which text order
+    puts the other way round."""
+    parts = _NUMBER.split(str(label))
+    return tuple((1, float(x), "") if i % 2 else (0, 0.0, x) for i, x in enumerate(parts) if x)

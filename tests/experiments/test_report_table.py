@@ -174,3 +174,25 @@ def test_the_report_warns_of_runs_whose_input_was_changed(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("WARNING: input changed in 2 of 3 runs: 3 clipped to "
                                                    "max_model_len=4096")
     assert sorted(df.attrs["input_changes"]) == ["scheduler=fcfs", "scheduler=vllm"]
+
+
+def test_runs_come_in_the_natural_order_of_their_labels(tmp_path):
+    """Labels holding numbers sort by the numbers (a cache of 512 blocks before one of 1,024; text order puts "1024"
+    first), then by rate."""
+    for blocks in (1024, 256, 4096, 512):
+        for rate in (8.0, 2.0):
+            fake_run(tmp_path / f"b{blocks}_r{rate}", [f"cpu_cache_num_blocks={blocks}", f"workload.rate_rps={rate}"],
+                     rate)
+    df = collect(tmp_path)
+    assert df["policy"].tolist() == [p for p in dict.fromkeys(df["policy"])
+                                     for _ in range(2)]             # each label's runs together
+    numbers = [int(p.split("=")[-1]) for p in dict.fromkeys(df["policy"])]
+    assert numbers == [256, 512, 1024, 4096], df["policy"].tolist()
+    assert df.groupby("policy", sort=False)["request_rate_rps"].apply(list).tolist() == [[2.0, 8.0]] * 4
+
+
+def test_natural_key_compares_numbers_as_numbers():
+    from experiments.report_labels import natural_key
+    labels = ["vllm, blocks=1024", "vllm, blocks=256", "fcfs", "vllm, blocks=64.5", "vllm, blocks=2e3", "a10", "a9"]
+    assert sorted(labels, key=natural_key) == ["a9", "a10", "fcfs", "vllm, blocks=64.5", "vllm, blocks=256",
+                                                "vllm, blocks=1024", "vllm, blocks=2e3"]
