@@ -33,7 +33,13 @@ from experiments.compose import CONF_DIR  # (registers the schema before Hydra c
 from experiments.config_check import check_config, null_group_choice, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.job_warnings import job_label, named_warnings
-from experiments.output_dirs import interrupted_message, remove_unused_run, remove_unused_sweep, sweep_folder
+from experiments.output_dirs import (
+    forget_outputs,
+    interrupted_message,
+    remove_unused_run,
+    remove_unused_sweep,
+    sweep_folder,
+)
 from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
@@ -389,6 +395,7 @@ def quote_tilde(arg: str) -> str:
 
 
 def main() -> None:
+    forget_outputs()
     sys.argv[1:] = [quote_tilde(a) for a in sys.argv[1:]]
     wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[TRACEBACK_ENV] = "1" if wanted else "0"      # read by the jobs, sweep workers too
@@ -406,7 +413,7 @@ def main() -> None:
             remove_unused_run()
         raise
     except Exception as e:
-        remove_unused_sweep()       # a launch that failed before any job started leaves no folder behind
+        removed = remove_unused_sweep()     # a launch that failed before any job started leaves no folder behind
         remove_unused_run()         # nor a single run that wrote nothing
         lost = None if wanted else lost_job_line(e)      # submitit: a job (SLURM, submitit_local) left no result
         if lost:
@@ -415,7 +422,12 @@ def main() -> None:
                  "jobs without results; the same command again runs only those")
         if wanted or not is_user_error(e):
             raise
-        fail(one_line(e))
+        # a launch that failed printed its sweep folder first: say that nothing is there
+        announced = sweep_folder()
+        gone = f" (no job started: the sweep folder {removed} is removed)" if removed else \
+            f" (no job started: the sweep folder {announced} was not created)" \
+            if announced and not Path(announced).exists() else ""
+        fail(one_line(e) + gone)
 
 
 if __name__ == "__main__":

@@ -324,7 +324,10 @@ def test_a_launcher_whose_plugin_is_missing_names_the_extra(in_tmp, monkeypatch,
     plugins = Plugins.instance()
     kept = {k: v for k, v in plugins.class_name_to_class.items() if "submitit" not in k}
     monkeypatch.setattr(plugins, "class_name_to_class", kept)
-    line = error_line(monkeypatch, capsys, "-m", *SMALL, "scheduler=fcfs,vllm", "hydra/launcher=submitit_local")
-    assert line == ("error: hydra/launcher needs the hydra-submitit-launcher plugin, which is not installed: "
-                    "pip install -e '.[slurm]', or leave hydra/launcher at its default (local: joblib)")
+    code, out, err = servelab(monkeypatch, capsys, "-m", *SMALL, "scheduler=fcfs,vllm", "hydra/launcher=submitit_local")
+    announced = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith("sweep folder: ")]
+    assert code == 2 and len(announced) == 1, (out, err)
+    assert err.strip() == ("error: hydra/launcher needs the hydra-submitit-launcher plugin, which is not installed: "
+                           "pip install -e '.[slurm]', or leave hydra/launcher at its default (local: joblib) "
+                           f"(no job started: the sweep folder {announced[0]} was not created)")
     assert not (in_tmp / "sweeps").exists() or not any((in_tmp / "sweeps").iterdir())
