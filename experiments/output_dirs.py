@@ -295,13 +295,6 @@ def remove_unused_sweep() -> str | None:
     return str(root)
 
 
-def forget_outputs() -> None:
-    """A new command in this process (servelab's main, run again by tests): no folder of an earlier one is its own."""
-    _last_output.clear()
-    _created_sweep.clear()
-    _created_run.clear()
-
-
 def sweep_folder() -> str | None:
     """The sweep folder this command writes into (None before a sweep started, or for a single run)."""
     return _last_output.get("sweep")

@@ -33,13 +33,7 @@ from experiments.compose import CONF_DIR  # (registers the schema before Hydra c
 from experiments.config_check import check_config, null_group_choice, trace_format_hint
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.job_warnings import job_label, named_warnings
-from experiments.output_dirs import (
-    forget_outputs,
-    interrupted_message,
-    remove_unused_run,
-    remove_unused_sweep,
-    sweep_folder,
-)
+from experiments.output_dirs import interrupted_message, remove_unused_run, remove_unused_sweep, sweep_folder
 from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.user_errors import (
@@ -395,7 +389,6 @@ def quote_tilde(arg: str) -> str:
 
 
 def main() -> None:
-    forget_outputs()
     sys.argv[1:] = [quote_tilde(a) for a in sys.argv[1:]]
     wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[TRACEBACK_ENV] = "1" if wanted else "0"      # read by the jobs, sweep workers too
