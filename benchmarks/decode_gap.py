@@ -4,7 +4,8 @@ tokens, context and KV block table), then times a sample of those batches again 
 time, in several variants (decode_gap.parquet: one row per policy, step and variant, the re-timed step's median
 device seconds and the live run's own). With --chain, each replay's kept batches are also launched again in their
 order, one ahead of the previous one's collection as the overlap loop runs them, but without the scheduler: all of
-them, and the pure decode batches alone (decode_gap_chain.parquet, a row per step and chain).
+them, the pure decode batches alone, and those with the device spinning in place of each step that has prefill
+entries, for that step's live device seconds (decode_gap_chain.parquet, a row per step and chain).
 
   own         the batch as it ran: its entries, contexts and block tables
   contiguous  the same contexts on KV blocks 0, 1, 2, ... (each entry's blocks consecutive, in batch order)
@@ -100,24 +101,45 @@ def rebuild(entries: list[tuple[int, int, int, list[int]]], num_prefill: int, bl
                  block_size=block_size, context_lens=[e[1] for e in entries])
 
 
-def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256) -> np.ndarray:
+def gpu_cycles_per_s(device) -> float:
+    """The device's clock as torch.cuda._sleep counts it (cycles a second), timed once with events."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    return 20_000_000 / (start.elapsed_time(end) / 1e3)
+
+
+def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256, sleeps_s=None) -> np.ndarray:
     """[steps] device seconds of a replay's kept batches launched again in their order, each one ahead of the
     previous one's collection as the overlap loop runs them (no scheduler, no placeholders): windows of `window`
     batches built first, so the host keeps ahead; a window's first step (behind an idle device) and steps with block
-    copies (not kept) are NaN."""
+    copies (not kept) are NaN. sleeps_s: [steps] seconds the device spins (torch.cuda._sleep: busy, no memory
+    traffic) in place of a step's batch where > 0 (on CUDA only), its row NaN."""
     out = np.full(len(caps), np.nan)
     rng = np.random.default_rng(0)
+    spin = sleeps_s is not None and getattr(runner, "is_cuda", False)
+    hz = gpu_cycles_per_s(runner.device) if spin else 0.0
     for lo in range(0, len(caps), window):
-        built = [(i, rebuild(entries_of(b), b["num_prefill_seqs"],
-                             block_size, vocab, rng)) for i, b in enumerate(caps[lo:lo + window], lo) if b]
+        built = [(i, float(sleeps_s[i]) if spin and sleeps_s[i] > 0 else
+                  rebuild(entries_of(b), b["num_prefill_seqs"], block_size, vocab, rng))
+                 for i, b in enumerate(caps[lo:lo + window], lo) if b]
         prev = None
-        for k, (i, batch) in enumerate(built):
+        k = 0
+        for i, batch in built:
+            if isinstance(batch, float):
+                import torch
+                torch.cuda._sleep(int(batch * hz))
+                continue
             cur = (i, runner.launch(batch))
             if prev is not None:
                 runner.collect(prev[1])
                 if k > 1:
                     out[prev[0]] = runner.last_device_time_s if runner.last_device_time_s is not None else np.nan
             prev = cur
+            k += 1
         if prev is not None:
             runner.collect(prev[1])
             out[prev[0]] = runner.last_device_time_s if runner.last_device_time_s is not None else np.nan
@@ -296,9 +318,15 @@ def main(argv=None) -> int:
         if args.chain:
             # full: every kept batch; decodes: the pure decode batches alone, in their order (the steps with
             # prefill entries between them left out)
-            for name in ("full", "decodes"):
-                sub = caps if name == "full" else [b if b and b["num_prefill_seqs"] == 0 else None for b in caps]
-                dev = chain(runner, sub, bs, vocab)
+            # full: every kept batch; decodes: the pure decode batches alone, in their order; spin: those, the steps
+            # with prefill entries replaced by the device spinning for their live device seconds (busy, no memory
+            # traffic: the pause without the work)
+            with_prefill = np.array([bool(b) and b["num_prefill_seqs"] > 0 for b in caps])
+            live = steps["device_time_s"].to_numpy() if "device_time_s" in steps else np.zeros(len(steps))
+            for name in ("full", "decodes", "spin"):
+                sub = caps if name != "decodes" else [b if b and b["num_prefill_seqs"] == 0 else None for b in caps]
+                dev = chain(runner, sub, bs, vocab,
+                            sleeps_s=np.where(with_prefill, np.nan_to_num(live), 0.0) if name == "spin" else None)
                 chained.append(pd.DataFrame(dict(policy=p, chain=name, step=np.arange(len(steps)), device_time_s=dev,
                                                  live_device_time_s=steps.get("device_time_s", np.nan))))
                 print(f"[{p}] {np.isfinite(dev).sum()} steps chained ({name}, {time.perf_counter() - t_start:.0f} s)",

@@ -55,7 +55,7 @@ def test_replays_two_policies_and_retimes_their_batches(tmp_path, tiny_ckpt, run
         chained = pd.read_parquet(out / "decode_gap_chain.parquet")
         for policy in ("vllm", "sarathi"):
             n = len(pd.read_parquet(out / "real" / f"gap_{policy}_steps.parquet"))
-            for name in ("full", "decodes"):
+            for name in ("full", "decodes", "spin"):
                 rows = chained[(chained.policy == policy) & (chained["chain"] == name)]
                 assert rows.step.tolist() == list(range(n)), name
 
