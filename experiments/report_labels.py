@@ -104,7 +104,7 @@ def policy_labels(rows: list[dict], override_keys, rate: str, keys: list[str] | 
             for label, r in zip(labels, rows)]
 
 
-_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")   # unsigned: the "-" of qwen3-8b is no sign
 
 
 def natural_key(label: str) -> tuple:

@@ -193,6 +193,7 @@ def test_runs_come_in_the_natural_order_of_their_labels(tmp_path):
 
 def test_natural_key_compares_numbers_as_numbers():
     from experiments.report_labels import natural_key
-    labels = ["vllm, blocks=1024", "vllm, blocks=256", "fcfs", "vllm, blocks=64.5", "vllm, blocks=2e3", "a10", "a9"]
-    assert sorted(labels, key=natural_key) == ["a9", "a10", "fcfs", "vllm, blocks=64.5", "vllm, blocks=256",
-                                                "vllm, blocks=1024", "vllm, blocks=2e3"]
+    labels = ["vllm, blocks=1024", "vllm, blocks=256", "fcfs", "vllm, blocks=64.5", "vllm, blocks=2e3", "a10", "a9",
+              "qwen3-32b", "qwen3-8b"]
+    assert sorted(labels, key=natural_key) == ["a9", "a10", "fcfs", "qwen3-8b", "qwen3-32b", "vllm, blocks=64.5",
+                                                "vllm, blocks=256", "vllm, blocks=1024", "vllm, blocks=2e3"]
