@@ -1,5 +1,5 @@
-"""Why one policy's decode steps run faster than another's at the same shape: replays a workload under two
-policies (overlap scheduling, as the generalization suite runs them), keeps every step's batch (each entry's new
+"""Why one policy's decode steps run faster than another's at the same shape: replays a workload under each of
+--policies (overlap scheduling, as the generalization suite runs them), keeps every step's batch (each entry's new
 tokens, context and KV block table), then times a sample of those batches again on the idle runner, one at a
 time, in several variants (decode_gap.parquet: one row per policy, step and variant, the re-timed step's median
 device seconds and the live run's own). With --chain, each replay's kept batches are also launched again in their
