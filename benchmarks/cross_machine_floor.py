@@ -56,7 +56,7 @@ def cross_machine_table(a_root: Path, b_root: Path) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", required=True, type=Path, help="machine A's real/ folder")
     ap.add_argument("--b", required=True, type=Path, help="machine B's real/ folder")
     ap.add_argument("--out", type=Path, default=None, help="write the table as markdown here")

@@ -244,7 +244,7 @@ def summarize(folder: Path, profile: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--summarize", type=Path, help="a folder this script wrote (decode_gap.parquet, the replays' "
                     "gap_<policy>_steps.parquet beside it or in real/): print its figures against --profile, on CPU")
     ap.add_argument("--profile", help="with --summarize: a calibrated fit (its device model prices the steps)")

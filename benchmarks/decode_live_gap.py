@@ -103,7 +103,7 @@ def time_runner(runner, label: str, args, rows: list, sync) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True, help="output CSV")
     ap.add_argument("--device", default="cuda")

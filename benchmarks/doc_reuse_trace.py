@@ -35,7 +35,7 @@ def lines(docs: int, doc_blocks: int, requests: int, rate_rps: float, seed: int)
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--docs", type=int, default=32)
     ap.add_argument("--doc-blocks", type=int, default=7)

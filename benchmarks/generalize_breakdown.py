@@ -110,7 +110,7 @@ def report(a: pd.DataFrame) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--real-root", required=True)
     ap.add_argument("--profile", required=True)
     ap.add_argument("--out", default=None)

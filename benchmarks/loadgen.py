@@ -77,7 +77,7 @@ def unknown_token_share(tokenizer_dir: str) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python benchmarks/loadgen.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/loadgen.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", required=True)
     ap.add_argument("--tokenizer", required=True, help="local tokenizer folder (the served checkpoint's)")
     ap.add_argument("--model", default=None, help="served model name (default: the server's first)")

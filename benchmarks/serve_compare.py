@@ -57,7 +57,7 @@ def repeats(runs: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python benchmarks/serve_compare.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/serve_compare.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--inproc", required=True, nargs="+")
     ap.add_argument("--http", required=True, nargs="+")
     ap.add_argument("--loadgen", default=None, help="benchmarks/loadgen.py's loadgen.json, added to the report")

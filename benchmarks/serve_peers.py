@@ -66,7 +66,7 @@ def same_work(servers: dict) -> bool | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python benchmarks/serve_peers.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/serve_peers.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--http", action="append", required=True, help="NAME=RUN_DIR (servelab backend=http's folder)")
     ap.add_argument("--loadgen", action="append", default=[], help="NAME=loadgen.json (benchmarks/loadgen.py)")
     ap.add_argument("--skipped", action="append", default=[], help="NAME=REASON: a server that was not run")

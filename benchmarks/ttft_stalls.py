@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--real-root", required=True, type=Path, help="gpu_generalize.sh's real/ folder")
     ap.add_argument("--profile", required=True, help="the calibrated fit (experiments.calibrate JSON)")
     ap.add_argument("--cell", action="append", required=True, metavar="WORKLOAD:POLICY")

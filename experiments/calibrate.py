@@ -320,7 +320,7 @@ def _ratios(text: str) -> tuple[float, ...]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.calibrate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("tables", nargs="+", help="step tables (CSV or parquet): profiles and / or real runs' steps")
     ap.add_argument("--out", required=True, help="output JSON (written atomically)")
     ap.add_argument("--eval", nargs="*", default=[], metavar="TABLE", help="tables to score but never fit on")

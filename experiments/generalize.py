@@ -333,7 +333,7 @@ def run_divergence(wl_dir: Path, name: str, policy: str, argv: list[str], cost_m
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.generalize", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.generalize", description=__doc__.split("\n\n")[0])
     ap.add_argument("--real-root", required=True, help="folder with one <workload>/ folder of saved real runs each")
     ap.add_argument("--profile", required=True, help="the calibrated fit (experiments.calibrate JSON)")
     ap.add_argument("--out", required=True, help="output folder")

@@ -422,7 +422,7 @@ def dry_run(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.profile", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
     ap.add_argument("--out", required=True, help="output CSV (a <out>.meta.json sidecar is written beside it)")
     ap.add_argument("--device", default=EngineConfig.device, help="cuda | cuda:N | cpu | auto (default)")

@@ -80,7 +80,7 @@ def table(result: dict) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.real_vs_real", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.real_vs_real", description=__doc__.split("\n\n")[0])
     ap.add_argument("real_dirs", nargs="+", help="directories a validation's --real-dir kept")
     ap.add_argument("--name", required=True, help="the validation's --name (e.g. azure_conv)")
     ap.add_argument("--policies", default=None, help="comma-separated (default: every policy both runs hold)")

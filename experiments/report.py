@@ -75,20 +75,27 @@ def _stray(summary_dirs: set[Path]) -> list[Path]:
     return sorted(d for d in summary_dirs if d in above or (d / "multirun.yaml").is_file())
 
 
+NO_SWEEP_HINT = "; give a folder that `servelab -m name=<name> ...` wrote (sweeps/<name>)"
+
+
 def _nearest_folder(path: Path) -> str:
     """'; did you mean ...?' for the existing folder spelt most like path (each missing part of it matched among the
-    folders beside it: sweep/fcfs_vs_vtcc -> sweeps/fcfs_vs_vtc), or ''."""
+    folders beside it: sweep/fcfs_vs_vtcc -> sweeps/fcfs_vs_vtc); without a close one, the folders that are there
+    (a few), or where sweeps come from."""
     parts, found = path.parts, Path()
     for i, part in enumerate(parts):
         if (found / part).is_dir():
             found = found / part
             continue
         if i == 0 and path.is_absolute():
-            return ""
-        beside = sorted(p.name for p in found.iterdir() if p.is_dir())
+            return NO_SWEEP_HINT
+        beside = sorted(p.name for p in found.iterdir() if p.is_dir() and not p.name.startswith("."))
         near = difflib.get_close_matches(part.lower(), [b.lower() for b in beside], n=1, cutoff=0.6)
         if not near:
-            return ""
+            if i and beside:        # inside a folder that exists (sweeps/): what it holds
+                more = f" and {len(beside) - 5} more" if len(beside) > 5 else ""
+                return f"; {found} holds {', '.join(beside[:5])}{more}"
+            return NO_SWEEP_HINT
         found = found / next(b for b in beside if b.lower() == near[0])
     return f"; did you mean {str(found)!r}?"
 
@@ -339,7 +346,8 @@ def main(argv=None) -> None:
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     skipped = df.attrs.get("skipped", [])
-    print(f"read {len(df)} runs under {args.sweep_dir}" + (f" (left out {len(skipped)} incomplete: "
+    runs = f"{len(df)} run{'s' * (len(df) != 1)}"
+    print(f"read {runs} under {args.sweep_dir}" + (f" (left out {len(skipped)} incomplete: "
           f"{', '.join(skipped)})" if skipped else "") + ":")
     for d in df["run_dir"]:
         print(f"  {d}")

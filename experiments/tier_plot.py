@@ -92,7 +92,7 @@ def _block_gib(sweep_dir) -> float | None:
 
 def main(argv=None) -> None:
     from experiments.user_errors import USER_ERRORS, fail
-    ap = argparse.ArgumentParser(prog="python -m experiments.tier_plot", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.tier_plot", description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep_dir", help="a sweep folder over cpu_cache_num_blocks, e.g. sweeps/cpu_tier")
     ap.add_argument("--out", default=None, help="output folder (default: SWEEP_DIR/report_tier)")
     args = ap.parse_args(argv)

@@ -322,7 +322,7 @@ def split_overrides(args) -> tuple[list[str], list[str]]:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="checkpoint directory (required unless --from-real)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--name", default="run", help="report name: validation_<name>.json / .png")

@@ -94,7 +94,7 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.validation_table", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.validation_table", description=__doc__.split("\n\n")[0])
     ap.add_argument("reports", nargs="+", help="validation_<name>.json files")
     ap.add_argument("--model", action="append", default=None, metavar="NAME",
                     help="keep only this cost model (repeatable; default: all)")

@@ -49,7 +49,7 @@ def test_each_sweep_job_records_what_ran_it(half_failed):
 
 def test_report_names_a_job_that_raised(half_failed):
     out = report_cli(half_failed)
-    assert f"read 1 runs under {half_failed}:\n  {GOOD}\n" in out
+    assert f"read 1 run under {half_failed}:\n  {GOOD}\n" in out
     assert ("FAILED: 1 job(s) wrote no results (relaunch the sweep to run only those):\n"
             f"  {BAD}: workload.arrival.rate_rps must be > 0, got -1; "
             f"log: {half_failed / BAD / 'servelab.log'}\n") in out

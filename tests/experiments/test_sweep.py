@@ -176,6 +176,10 @@ def swept_fair(swept):
     # a misspelt sweep folder: each missing part matched among the folders beside it
     (["sw_fairr"], "error: sweep folder not found: sw_fairr; did you mean 'sw_fair'?"),
     (["Sw/../sw_fai"], "error: sweep folder not found: Sw/../sw_fai; did you mean 'sw/../sw_fair'?"),
+    # nothing close: what the folder holds, or where sweeps come from
+    (["sw/zzz"], "error: sweep folder not found: sw/zzz; sw holds "),
+    (["qqq_none"], "error: sweep folder not found: qqq_none; give a folder that `servelab -m name=<name> ...` wrote "
+                   "(sweeps/<name>)"),
     # a column named by a part of it: the shortest column that holds it
     (["sw_fair", "--by", "jain"], "error: --by 'jain' is not a column of the sweep table; did you mean 'jain_index'?"),
 ])
