@@ -191,7 +191,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "benchmarks/gpu_vllm_serve.sh": Excluded(NEEDS_CUDA),
     "servelab workload=shared_prefix num_kvcache_blocks=3000 cpu_cache_num_blocks=50000 cpu_cache_eviction=lru":
         Run("run", SHORT),
-    "servelab cpu_cache_gib=110": Run("run", SHORT),
+    "servelab workload=shared_prefix num_kvcache_blocks=3000 cpu_cache_gib=110": Run("run", SHORT),
     "servelab overlap_scheduling=true": Run("run", SHORT),
     "servelab -m experiment=cpu_tier workload.path=../shared/traces/conversation_trace.jsonl": Excluded(
         "a 2.5-minute sweep on the Mooncake trace; tests/experiments/test_cpu_tier_cli.py runs the tier and its plot"),
