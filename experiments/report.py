@@ -345,6 +345,9 @@ def main(argv=None) -> None:
             if c in df and df[c].notna().any()]     # SLO and fairness columns only for runs that have them
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if "jain_index" in cols and df["jain_index"].isna().any():
+        print(f"jain_index, service_diff_rate_mean: NaN in {int(df['jain_index'].isna().sum())} of {len(df)} runs, "
+              "which had no time window with two tenants backlogged (nothing to share: docs/metrics.md)")
     skipped = df.attrs.get("skipped", [])
     runs = f"{len(df)} run{'s' * (len(df) != 1)}"
     print(f"read {runs} under {args.sweep_dir}" + (f" (left out {len(skipped)} incomplete: "

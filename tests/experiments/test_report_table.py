@@ -197,3 +197,19 @@ def test_natural_key_compares_numbers_as_numbers():
               "qwen3-32b", "qwen3-8b"]
     assert sorted(labels, key=natural_key) == ["a9", "a10", "fcfs", "qwen3-8b", "qwen3-32b", "vllm, blocks=64.5",
                                                 "vllm, blocks=256", "vllm, blocks=1024", "vllm, blocks=2e3"]
+
+
+def test_fairness_nan_is_explained(tmp_path, capsys):
+    """A run at low load has no window with two tenants backlogged: its jain_index is NaN, and the report says why."""
+    from experiments.report import main
+    for rate, jain in ((1.0, None), (9.0, 0.97)):
+        fake_run(tmp_path / f"r{rate}", [f"workload.rate_rps={rate}"], rate,
+                 {"note": "tenants"})
+        summary = tmp_path / f"r{rate}" / "summary.json"
+        s = json.loads(summary.read_text())
+        s["metrics"].update(jain_index=float("nan") if jain is None else jain, service_diff_rate_mean=12.0)
+        summary.write_text(json.dumps(s))
+    main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "jain_index, service_diff_rate_mean: NaN in 1 of 2 runs, which had no time window with two tenants " \
+           "backlogged" in out
