@@ -101,8 +101,8 @@ def rebuild(entries: list[tuple[int, int, int, list[int]]], num_prefill: int, bl
                  block_size=block_size, context_lens=[e[1] for e in entries])
 
 
-def gpu_cycles_per_s(device) -> float:
-    """The device's clock as torch.cuda._sleep counts it (cycles a second), timed once with events."""
+def gpu_cycles_per_s() -> float:
+    """The current device's clock as torch.cuda._sleep counts it (cycles a second), timed once with events."""
     import torch
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -121,7 +121,9 @@ def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256, sl
     out = np.full(len(caps), np.nan)
     rng = np.random.default_rng(0)
     spin = sleeps_s is not None and getattr(runner, "is_cuda", False)
-    hz = gpu_cycles_per_s(runner.device) if spin else 0.0
+    hz = gpu_cycles_per_s() if spin else 0.0
+    if spin:
+        import torch
     for lo in range(0, len(caps), window):
         built = [(i, float(sleeps_s[i]) if spin and sleeps_s[i] > 0 else
                   rebuild(entries_of(b), b["num_prefill_seqs"], block_size, vocab, rng))
@@ -130,7 +132,6 @@ def chain(runner, caps: list, block_size: int, vocab: int, window: int = 256, sl
         k = 0
         for i, batch in built:
             if isinstance(batch, float):
-                import torch
                 torch.cuda._sleep(int(batch * hz))
                 continue
             cur = (i, runner.launch(batch))
@@ -322,7 +323,7 @@ def main(argv=None) -> int:
             # with prefill entries replaced by the device spinning for their live device seconds (busy, no memory
             # traffic: the pause without the work)
             with_prefill = np.array([bool(b) and b["num_prefill_seqs"] > 0 for b in caps])
-            live = steps["device_time_s"].to_numpy() if "device_time_s" in steps else np.zeros(len(steps))
+            live = steps.get("device_time_s", pd.Series(0.0, index=steps.index)).to_numpy()
             for name in ("full", "decodes", "spin"):
                 sub = caps if name != "decodes" else [b if b and b["num_prefill_seqs"] == 0 else None for b in caps]
                 dev = chain(runner, sub, bs, vocab,

@@ -38,6 +38,7 @@ import fnmatch
 import os
 import shutil
 import tempfile
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -104,10 +105,8 @@ def input_change_lines(changes: dict, num_runs: int) -> list[str]:
     """One WARNING line per distinct change the runs' workload readers made to their input (clipped, dropped,
     skipped, re-sorted, spread, sampled requests), with how many runs made it: the jobs print theirs where they
     run, which for a cluster launcher is a log file, so the report says it again."""
-    by_text: dict[str, int] = {}
-    for text in changes.values():
-        by_text[text] = by_text.get(text, 0) + 1
-    return [f"WARNING: input changed in {n} of {num_runs} runs: {text}" for text, n in by_text.items()]
+    counts = Counter(changes.values())        # in first-seen order
+    return [f"WARNING: input changed in {n} of {num_runs} runs: {text}" for text, n in counts.items()]
 
 
 def collect(sweep_dir, complete_only: bool = True) -> pd.DataFrame:
@@ -224,14 +223,20 @@ def make_report(sweep_dir, out_dir=None, x: str = RATE, by: str = "policy") -> t
             cols = [c for c in df.columns if c != "run_dir"]
             raise ValueError(f"{flag} {col!r} is not a column of the sweep table{nearest(col, cols)} (columns: "
                              f"{', '.join(cols[:12])}, ...; all in report/results.csv)")
+    names, df.attrs["kept"], df.attrs["unchanged"] = draw_and_publish(out, lambda d: _draw(df, sweep_dir, d, x, by))
+    return df, [out / n for n in names]
+
+
+def draw_and_publish(out: Path, draw) -> tuple[list[str], Path | None, bool]:
+    """draw(folder) -> its files, into a fresh folder beside `out`, then published into `out` (`publish`); returns
+    (the files' names, publish's kept folder, publish's unchanged)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".new"))
     try:
-        names = [p.name for p in _draw(df, sweep_dir, staging, x, by)]
-        df.attrs["kept"], df.attrs["unchanged"] = publish(staging, out)
+        names = [p.name for p in draw(staging)]
+        return (names, *publish(staging, out))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return df, [out / n for n in names]
 
 
 def _draw(df: pd.DataFrame, sweep_dir: Path, out: Path, x: str, by: str) -> list[Path]:

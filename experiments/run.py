@@ -416,10 +416,11 @@ def main() -> None:
         if wanted or not is_user_error(e):
             raise
         # a launch that failed printed its sweep folder first: say that nothing is there
-        announced = sweep_folder()
-        gone = f" (no job started: the sweep folder {removed} is removed)" if removed else \
-            f" (no job started: the sweep folder {announced} was not created)" \
-            if announced and not Path(announced).exists() else ""
+        announced, gone = sweep_folder(), ""
+        if removed:
+            gone = f" (no job started: the sweep folder {removed} is removed)"
+        elif announced and not Path(announced).exists():
+            gone = f" (no job started: the sweep folder {announced} was not created)"
         fail(one_line(e) + gone)
 
 

@@ -12,13 +12,11 @@ from the model and block size) on the top axis. One line per GPU cache size when
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from experiments.report import collect, publish
+from experiments.report import collect, draw_and_publish
 from experiments.results import atomic_write_text
 
 COLUMNS = ("num_kvcache_blocks", "cpu_cache_num_blocks", "prefix_cache_hit_rate", "prefix_cache_hit_rate_gpu",
@@ -101,15 +99,13 @@ def main(argv=None) -> None:
     except USER_ERRORS as e:
         fail(str(e))
     out = (Path(args.out) if args.out else Path(args.sweep_dir) / "report_tier").resolve()
+
+    def draw(folder: Path) -> list[Path]:
+        atomic_write_text(folder / "cpu_tier.csv", table.to_csv(index=False))
+        return [plot(table, folder / "cpu_tier.png", _block_gib(args.sweep_dir)), folder / "cpu_tier.csv"]
+
     # drawn aside and moved in as servelab-report's files are: an earlier, different plot is kept as out.<N>/
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".new"))
-    try:
-        plot(table, staging / "cpu_tier.png", _block_gib(args.sweep_dir))
-        atomic_write_text(staging / "cpu_tier.csv", table.to_csv(index=False))
-        kept, unchanged = publish(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    _, kept, unchanged = draw_and_publish(out, draw)
     print(table.to_string(index=False))
     files = f"{out / 'cpu_tier.png'} and {out / 'cpu_tier.csv'}"
     print(f"{files}: already this plot, left as they were" if unchanged else f"wrote {files}"
