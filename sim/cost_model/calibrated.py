@@ -202,7 +202,7 @@ from sim.cost_model.calibrated_fit import (
 )
 from sim.cost_model.envelope import check_envelope, envelope_of
 from sim.cost_model.fit_identity import fit_mismatch
-from sim.cost_model.prefill_span import PrefillSpanGrid
+from sim.cost_model.prefill_span import PrefillSpanGrid, riding_decode_contexts
 from sim.overlap_timeline import overlapped_row_s, table_restarts
 
 FORMAT = "servelab.calibrated_cost_model/v3"
@@ -236,7 +236,7 @@ class CalibratedCostModel(FittedCostModel):
                  prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
                  prefill_span_grid: "PrefillSpanGrid | Mapping | None" = None,
                  prefill_host_after_share: float = 0.0, price_band: float | None = None,
-                 mixed_walk_ratio: float = 1.0):
+                 mixed_walk_ratio: float = 1.0, mixed_walk_makespan: bool = False):
         """model, hardware: the run's (sim.specs specs or names; the simulator passes them). A file fitted
         for another model or GPU is refused (CostModelError naming both) unless allow_mismatch, which
         keeps what differs in `mismatch` (None when it matches or nothing was checked).
@@ -259,7 +259,11 @@ class CalibratedCostModel(FittedCostModel):
         runs again at 1 +- price_band times every price and records how far each metric moves
         (experiments/sim_band.py); 0: it does not. A setting of the run, not of the fit: not saved.
         mixed_walk_ratio: in (0, 1]; a riding decode's keys beyond this share of the step's longest prefill
-        context pay mixed_decode_tail_keys (calibrated_fit.mixed_decode_tail_keys; 1.0: files fitted before it)."""
+        context pay mixed_decode_tail_keys (calibrated_fit.mixed_decode_tail_keys; 1.0: files fitted before it).
+        mixed_walk_makespan: with prefill_span_grid and prefill_graph_max_tokens, a step run from a padded prefill
+        graph pays mixed_decode_tail_keys on the keys by which its decodes lengthen the prefill kernel's makespan
+        (PrefillSpanGrid.riding_walk_keys, a decode's key at 1 / mixed_walk_ratio of a prefill program's) instead
+        (False: files fitted before it)."""
         if profile is not None:
             if coefficients is not None:
                 raise ValueError("give either profile (a saved JSON path or dict) or coefficients, not both")
@@ -275,6 +279,7 @@ class CalibratedCostModel(FittedCostModel):
             device = data.get("device")
             prefill_host_after_share = data.get("prefill_host_after_share", 0.0)
             mixed_walk_ratio = data.get("mixed_walk_ratio", 1.0)
+            mixed_walk_makespan = data.get("mixed_walk_makespan", False)
             max_model_len = max_model_len if max_model_len is not None else data.get("max_model_len")
         if coefficients is None:
             raise ValueError("CalibratedCostModel needs profile=<path to a calibrated JSON> or coefficients={...}; "
@@ -317,6 +322,8 @@ class CalibratedCostModel(FittedCostModel):
         if not 0.0 < float(mixed_walk_ratio) <= 1.0:
             raise ValueError(f"mixed_walk_ratio must be in (0, 1], got {mixed_walk_ratio}")
         self.mixed_walk_ratio = float(mixed_walk_ratio)
+        self.mixed_walk_makespan = bool(mixed_walk_makespan and self.prefill_span_grid is not None
+                                        and self.prefill_graph_max_tokens)
         self.coefficients = c
         price_band = PRICE_BAND if price_band is None else float(price_band)
         if not 0 <= price_band < 0.5:
@@ -403,8 +410,9 @@ class CalibratedCostModel(FittedCostModel):
             return swap_s + (self._loop_step if swap_s else 0.0)
         t = self._step + self._loop_step + self._decode_seq * num_decode_seqs
         pre_tokens = sum(prefill_new_tokens)
-        if n_pre and num_decode_seqs and self.prefill_graph_max_tokens \
-                and pre_tokens + num_decode_seqs <= self.prefill_graph_max_tokens:
+        riding = bool(n_pre and num_decode_seqs and self.prefill_graph_max_tokens
+                      and pre_tokens + num_decode_seqs <= self.prefill_graph_max_tokens)
+        if riding:
             # riding decodes (calibrated_fit.riding_decode_keys): the longest at a decode's price, the rest in 2 pieces
             longest = min(max_decode_context_len or decode_context_sum / num_decode_seqs, decode_context_sum)
             rest = decode_context_sum - longest
@@ -444,7 +452,12 @@ class CalibratedCostModel(FittedCostModel):
                 # without the longest decode context, the mean is the bound the sum gives
                 longest = max_decode_context_len if max_decode_context_len is not None \
                     else decode_context_sum / num_decode_seqs
-                t += self._dtail * max(longest - self.mixed_walk_ratio * max(prefill_context_lens), 0)
+                if riding and self.mixed_walk_makespan:
+                    decodes = riding_decode_contexts(num_decode_seqs, decode_context_sum, longest)
+                    t += self._dtail * self.prefill_span_grid.riding_walk_keys(
+                        prefill_new_tokens, prefill_context_lens, decodes, 1.0 / self.mixed_walk_ratio)
+                else:
+                    t += self._dtail * max(longest - self.mixed_walk_ratio * max(prefill_context_lens), 0)
         return t + swap_s
 
     def _padded_tokens(self, tokens: int) -> int:
@@ -582,7 +595,7 @@ class CalibratedCostModel(FittedCostModel):
 
     def _design_options(self) -> tuple:
         return (self.knee_tokens, self.block_size, self.single_split_min_seqs, self.prefill_span_pairs,
-                self.prefill_graph_max_tokens, self.prefill_span_grid, self.mixed_walk_ratio)
+                self.prefill_graph_max_tokens, self.prefill_span_grid, self.mixed_walk_ratio, self.mixed_walk_makespan)
 
     def _design(self, steps) -> np.ndarray:
         return design_matrix(steps, *self._design_options())
@@ -657,9 +670,10 @@ class CalibratedCostModel(FittedCostModel):
         table = {c: np.asarray(steps[c])[keep] for c in steps.keys()}
         if block_size is None:
             block_size = int(table["block_size"][0]) if "block_size" in table else 16
+        makespan = prefill_span_grid is not None and bool(prefill_graph_max_tokens)     # mixed_walk_makespan
         coef, knee, offset, offset_per_key, walk_ratio, walk_errors = fit_coefficients(
             table, knee_candidates, block_size, objective, robust, single_split_min_seqs, run_share, prefill_span_pairs,
-            prefill_graph_max_tokens, prefill_span_grid, tuple(mixed_walk_ratios), kind_floor)
+            prefill_graph_max_tokens, prefill_span_grid, tuple(mixed_walk_ratios), kind_floor, makespan)
         rng = _fitted_range(table)
         meta = dict(metadata or {})
         meta.setdefault("fit_date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -675,7 +689,7 @@ class CalibratedCostModel(FittedCostModel):
                    metadata=meta, fitted_range=rng, envelope=envelope_of(table),
                    single_split_min_seqs=single_split_min_seqs, prefill_span_pairs=prefill_span_pairs,
                    prefill_graph_max_tokens=prefill_graph_max_tokens, prefill_span_grid=prefill_span_grid,
-                   mixed_walk_ratio=walk_ratio)
+                   mixed_walk_ratio=walk_ratio, mixed_walk_makespan=makespan)
 
     @classmethod
     def fit_device_plus_host(cls, steps: Any, device: "CalibratedCostModel",
@@ -701,7 +715,7 @@ class CalibratedCostModel(FittedCostModel):
                    single_split_min_seqs=device.single_split_min_seqs,
                    prefill_span_pairs=device.prefill_span_pairs, prefill_span_grid=device.prefill_span_grid,
                    prefill_graph_max_tokens=device.prefill_graph_max_tokens, device=device,
-                   mixed_walk_ratio=device.mixed_walk_ratio)
+                   mixed_walk_ratio=device.mixed_walk_ratio, mixed_walk_makespan=device.mixed_walk_makespan)
 
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "name": self.name, "coefficients": dict(self.coefficients),
@@ -709,6 +723,7 @@ class CalibratedCostModel(FittedCostModel):
              "single_split_min_seqs": self.single_split_min_seqs, "prefill_span_pairs": self.prefill_span_pairs,
              "prefill_graph_max_tokens": self.prefill_graph_max_tokens,
              "prefill_host_after_share": self.prefill_host_after_share, "mixed_walk_ratio": self.mixed_walk_ratio,
+             "mixed_walk_makespan": self.mixed_walk_makespan,
              "prefill_span_grid": None if self.prefill_span_grid is None else self.prefill_span_grid.to_dict(),
              "units": "seconds per unit of each feature (see sim/cost_model/calibrated.py)",
              "fitted_range": self.fitted_range, "envelope": self.envelope, "metadata": self.metadata}

@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.core.graph_sizes import decode_graph_sizes, prefill_graph_sizes
 from sim.cost_model.base import STEP_TABLE_COLUMNS
-from sim.cost_model.prefill_span import PrefillSpanGrid, table_makespan_keys
+from sim.cost_model.prefill_span import PrefillSpanGrid, table_makespan_keys, table_riding_walk_keys
 
 # the engine's smallest decode CUDA graph sizes: a batch pads to the next (none above 32 is priced apart)
 DECODE_GRAPH_BUCKETS = tuple(b for b in decode_graph_sizes(512) if b <= 32)
@@ -142,17 +142,30 @@ def serving_loop_flags(steps) -> np.ndarray:
 MIXED_WALK_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)
 
 
-def mixed_decode_tail_keys(steps, walk_ratio: float = 1.0) -> np.ndarray:
+def mixed_decode_tail_keys(steps, walk_ratio: float = 1.0, grid: PrefillSpanGrid | None = None,
+                           graph_max_tokens: int | None = None) -> np.ndarray:
     """Per row: keys by which a step's longest decode context exceeds walk_ratio times its longest prefill context,
     in steps with prefill entries (0 otherwise, and 0 for a table without the recorder's max_*_context_tokens
     columns). walk_ratio < 1: a decode entry's one program per KV head walks its keys alone, slower per key than
     the chunk's programs, which share theirs 16 a head, so the decode's walk becomes the step's critical path
-    before it is as long as the chunk's (on an H100's replays from about 0.9 of it: docs/validation.md)."""
+    before it is as long as the chunk's (on an H100's replays from about 0.9 of it: docs/validation.md).
+
+    With grid and graph_max_tokens (fits made since: CalibratedCostModel's mixed_walk_makespan), the steps run from
+    a padded prefill graph price instead the keys by which their decodes lengthen the prefill kernel's makespan
+    (PrefillSpanGrid.riding_walk_keys, a decode's key at 1 / walk_ratio of a prefill program's). Where every program
+    is resident that is the rule above, scaled; where the decodes outnumber the free program slots (tens of them
+    beside a chunk) they queue behind the chunk's programs, which the longest decode alone does not show: an H100's
+    512-token chunks carrying 9-64 decodes were priced 1.032 of their device seconds with the rule above, 1.012 with
+    this (benchmarks/results/generalize/h100_1207t/)."""
     p_seqs, d_seqs = _col(steps, "num_prefill_seqs"), _col(steps, "num_decode_seqs")
     if "max_decode_context_tokens" not in steps or "max_prefill_context_tokens" not in steps:
         return np.zeros_like(p_seqs)
     tail = _col(steps, "max_decode_context_tokens") - float(walk_ratio) * _col(steps, "max_prefill_context_tokens")
-    return np.where((p_seqs > 0) & (d_seqs > 0), np.maximum(np.nan_to_num(tail), 0.0), 0.0)
+    tail = np.where((p_seqs > 0) & (d_seqs > 0), np.maximum(np.nan_to_num(tail), 0.0), 0.0)
+    if grid is None or not graph_max_tokens:
+        return tail
+    riding = (p_seqs > 0) & (d_seqs > 0) & (_col(steps, "num_prefill_tokens") + d_seqs <= graph_max_tokens)
+    return np.where(riding, table_riding_walk_keys(steps, grid, riding, 1.0 / float(walk_ratio)), tail)
 
 
 def decode_single_split_min_seqs(num_sms: int | None, num_kv_heads: int | None) -> int | None:
@@ -255,7 +268,8 @@ def padded_step_tokens(tokens: np.ndarray, graph_max_tokens: int | None) -> np.n
 def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                   single_split_min_seqs: int | None = None, prefill_span_pairs: float | None = None,
                   prefill_graph_max_tokens: int | None = None,
-                  prefill_span_grid: PrefillSpanGrid | None = None, mixed_walk_ratio: float = 1.0) -> np.ndarray:
+                  prefill_span_grid: PrefillSpanGrid | None = None, mixed_walk_ratio: float = 1.0,
+                  mixed_walk_makespan: bool = False) -> np.ndarray:
     """[rows, len(FEATURES)] features of a step table (DataFrame or mapping of STEP_TABLE_COLUMNS columns).
 
     block_size: the block size the swap coefficients are per (rows with a `block_size` column are scaled
@@ -264,6 +278,7 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
     prefill_attention_span (both None: 0).
     prefill_graph_max_tokens: the engine's largest prefill CUDA graph; a step with prefill entries pays
     prefill_tokens and tokens_over_knee on its padded token count (padded_step_tokens; None or 0: its own).
+    mixed_walk_ratio, mixed_walk_makespan: see mixed_decode_tail_keys (the makespan needs prefill_span_grid).
     """
     missing = [c for c in STEP_TABLE_COLUMNS if c != "duration_s" and c not in steps]
     if missing:
@@ -297,7 +312,9 @@ def design_matrix(steps, knee_tokens: int | None, block_size: int | None = None,
                             longest, rows_sampled, over,
                             ((sw_out + sw_in) > 0).astype(np.float64), sw_out, sw_in, loop * nonempty, loop * seqs,
                             loop * p_tok, _col(steps, "prefill_context_sum"), loop * eager,
-                            mixed_decode_tail_keys(steps, mixed_walk_ratio),
+                            mixed_decode_tail_keys(steps, mixed_walk_ratio,
+                                                   *((prefill_span_grid, prefill_graph_max_tokens)
+                                                     if mixed_walk_makespan else ())),
                             ((tier_out + tier_in) > 0).astype(np.float64), tier_out,
                             tier_in, decode_tail_keys(steps, single_split_min_seqs),
                             decode_split_keys(steps, single_split_min_seqs),
@@ -548,13 +565,14 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
                      single_split_min_seqs: int | None = None, run_share: float = 0.5,
                      prefill_span_pairs: float | None = None, prefill_graph_max_tokens: int | None = None,
                      prefill_span_grid: PrefillSpanGrid | None = None,
-                     mixed_walk_ratios: Sequence[float] = (1.0,), kind_floor: float = 0.0) -> Fit:
+                     mixed_walk_ratios: Sequence[float] = (1.0,), kind_floor: float = 0.0,
+                     mixed_walk_makespan: bool = False) -> Fit:
     """Coefficients in FEATURES order, the knee with the least weighted error over the knee candidates,
     and the profile offset (profile_offset_columns) where the table mixes profile rows and run rows that
     keep their measured duration (the loop terms are then known; a joint fit's loop_step takes the offset),
     or a device-time table (a `fit_group` column) that mixes them: the runs' device seconds set the level.
     run_share: the real runs' share of the row weights, kind_floor each step kind's least share of it
-    (source_weights).
+    (source_weights). mixed_walk_makespan: see mixed_decode_tail_keys.
 
     steps: a table with STEP_TABLE_COLUMNS whose duration_s are all finite and > 0 (the caller filters).
     """
@@ -597,7 +615,7 @@ def fit_coefficients(steps, knee_candidates: Sequence[int | None] = KNEE_CANDIDA
 
     def fit(knee, ratio=1.0, rows=None):
         x = design_matrix(steps, knee, block_size, single_split_min_seqs, prefill_span_pairs, prefill_graph_max_tokens,
-                          prefill_span_grid, ratio)
+                          prefill_span_grid, ratio, mixed_walk_makespan)
         x[:, dropped] = 0.0
         if offset_cols is not None:
             x = np.column_stack([x, offset_cols])

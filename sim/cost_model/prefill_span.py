@@ -137,6 +137,26 @@ class PrefillSpanGrid:
                             if 2 * c >= longest) * self.num_kv_heads
         return float(keys), long_programs <= self.num_sms
 
+    def riding_walk_keys(self, new_tokens, context_tokens, decode_contexts, key_scale: float = 1.0) -> float:
+        """Keys (a prefill program's) by which a step's riding decodes lengthen the prefill kernel's makespan (module
+        docstring): a step run from a padded prefill graph launches each decode as an entry of one query row, one
+        program per KV head after the prefill entries' programs of that head, walking its whole context at key_scale
+        times a prefill program's time per key; 0 when they run beside the prefill programs and end first.
+        new_tokens, context_tokens: the prefill entries' (as span_entries); decode_contexts: the decodes' keys."""
+        if not len(decode_contexts) or not len(new_tokens):
+            return 0.0
+        alone = self.span_entries(new_tokens, context_tokens)[0]
+        t, b = self.tile_tokens, self.block_keys
+        entries = sorted(zip(map(int, new_tokens), map(int, context_tokens)), key=lambda e: (-e[1], -e[0])) \
+            if self.ragged_entries else [(max(1, int(round(sum(new_tokens) / len(new_tokens)))),
+                                          max(1, int(round(sum(context_tokens) / len(new_tokens)))))] * len(new_tokens)
+        # [programs of one KV head] key blocks each, +1 for a program's fixed work: the prefill tiles, then the decodes
+        work = [float(-(-(c - n + min(t * (i + 1), n)) // b) + 1) for n, c in entries for i in range(-(-n // t))]
+        work += [key_scale * (-(-int(d) // b) + 1) for d in sorted(decode_contexts, reverse=True)]
+        if len(work) * self.num_kv_heads <= self.slots:
+            return max(max(work) * b - alone, 0.0)       # all resident: the longest walk
+        return max(_makespan_work(self.slots, self.num_kv_heads, tuple(work)) * b - alone, 0.0)
+
 
 def table_entries(k: int, new_tokens: float, context_tokens: float, longest_context: float,
                   pairs: float) -> tuple[list[int], list[int]]:
@@ -180,6 +200,27 @@ def _makespan_ragged(grid: PrefillSpanGrid, entries: tuple[tuple[int, int], ...]
 
 
 @lru_cache(maxsize=65536)
+def _makespan_work(slots: int, heads: int, work: tuple[float, ...]) -> float:
+    """Greedy list schedule, in key blocks, of `heads` copies of one KV head's programs (work: key blocks each)."""
+    free = [0.0] * slots
+    for _ in range(heads):
+        for w in work:
+            heapq.heapreplace(free, free[0] + w)
+    return max(free)
+
+
+def riding_decode_contexts(num_decodes: int, decode_context_sum: float, longest: float) -> list[int]:
+    """[num_decodes] keys of a step's riding decodes as a step table row keeps them (sums and the longest): the
+    longest and num_decodes - 1 equal others of the rest (the simulator prices its batches by the same rule, so
+    that the fit's table form and its batch form agree)."""
+    nd = int(num_decodes)
+    if nd < 1:
+        return []
+    big = int(round(min(max(longest, 1.0), decode_context_sum)))
+    return [big] if nd == 1 else [big, *_split(int(round(decode_context_sum)) - big, nd - 1)]
+
+
+@lru_cache(maxsize=65536)
 def _makespan(grid: PrefillSpanGrid, k: int, n: int, c: int) -> int:
     """Greedy list schedule of k entries of n new tokens on c keys, in keys (grid.block_keys a work unit)."""
     t, b = grid.tile_tokens, grid.block_keys
@@ -216,3 +257,25 @@ def table_makespan_keys(num_prefill_seqs, num_prefill_tokens, prefill_context_su
             keys, lone = grid.span(int(k[i]), n[i], c[i], None if np.isnan(longest[i]) else longest[i])
         (alone if lone else shared)[i] = keys
     return shared, alone
+
+
+def table_riding_walk_keys(steps, grid: PrefillSpanGrid, riding: np.ndarray, key_scale: float) -> np.ndarray:
+    """[rows] PrefillSpanGrid.riding_walk_keys of each step table row marked `riding` (0 elsewhere): its prefill
+    entries as table_makespan_keys reads them, its decodes as riding_decode_contexts (longest
+    max_decode_context_tokens; the mean where a table lacks it)."""
+    def col(name):
+        return np.asarray(steps[name], dtype=np.float64) if name in steps else np.full(len(riding), np.nan)
+    k, n, c = col("num_prefill_seqs"), col("num_prefill_tokens"), col("prefill_context_sum")
+    longest, pairs = col("max_prefill_context_tokens"), col("prefill_attention_pairs")
+    nd, dsum, dmax = col("num_decode_seqs"), col("decode_context_sum"), col("max_decode_context_tokens")
+    out = np.zeros(len(riding))
+    for i in np.nonzero(riding)[0]:
+        if grid.ragged_entries and k[i] > 1 and np.isfinite(longest[i]) and np.isfinite(pairs[i]):
+            new, ctx = table_entries(k[i], n[i], c[i], longest[i], pairs[i])
+        else:
+            new, ctx = [n[i] / k[i]] * int(k[i]), [c[i] / k[i]] * int(k[i])
+            if np.isfinite(longest[i]):
+                ctx[0] = longest[i]
+        top = dmax[i] if np.isfinite(dmax[i]) and dmax[i] > 0 else dsum[i] / nd[i]
+        out[i] = grid.riding_walk_keys(new, ctx, riding_decode_contexts(nd[i], dsum[i], top), key_scale)
+    return out

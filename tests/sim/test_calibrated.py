@@ -919,6 +919,40 @@ def test_the_fit_finds_the_walk_ratio_a_riding_decode_costs_from():
         CalibratedCostModel(coefficients=dict(step=1.0), mixed_walk_ratio=1.5)
 
 
+def test_riding_decodes_are_priced_by_how_far_they_lengthen_the_prefill_makespan():
+    """mixed_walk_makespan (fits made with a grid and prefill graphs): a chunk's riding decodes pay
+    mixed_decode_tail_keys on PrefillSpanGrid.riding_walk_keys (at 1 / mixed_walk_ratio a key), so 24 decodes of
+    1,024 keys beside a 512-token chunk on 2,048 keys, which none outwalks, lengthen the step by their queue for
+    program slots; the batch form, the table form and a saved file agree; a fit recovers the ratio and the price;
+    a file without the key keeps the longest decode's rule."""
+    from sim.cost_model.prefill_span import PrefillSpanGrid
+    grid = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    coef = dict(step=1e-3, prefill_tokens=2e-6, num_seqs=1e-5, decode_context_sum=3e-8, lm_head_rows=4e-6,
+                prefill_attention_span=6e-7, prefill_attention_span_alone=5e-7, mixed_decode_tail_keys=6e-7)
+    opts = dict(prefill_span_grid=grid, prefill_graph_max_tokens=8192)
+    shapes = [Shape("mixed", ((512, c - 512),), (int(f * c),) + (1024,) * k) for c in (1024, 2048, 4096)
+              for f in (0.5, 0.9, 1.1, 1.6) for k in (0, 3, 12, 23, 40)]
+    shapes += [Shape("prefill", ((n, 0),)) for n in (100, 700, 2000, 5000)] + [Shape("decode", (), (c,) * 8)
+                                                                               for c in (100, 900)]
+    cm = CalibratedCostModel(coefficients=coef, mixed_walk_ratio=0.9, mixed_walk_makespan=True, **opts)
+    old = CalibratedCostModel(coefficients=coef, mixed_walk_ratio=0.9, **opts)
+    assert cm.mixed_walk_makespan and not old.mixed_walk_makespan
+    chunk = build_batch(Shape("mixed", ((512, 1536),), (1024,) * 24), 16, 1000, 0.0, np.random.default_rng(0))
+    walk = grid.riding_walk_keys([512], [2048], [1024] * 24, 1 / 0.9)
+    assert walk > 1000 and cm.step_time_s(chunk) - old.step_time_s(chunk) == pytest.approx(6e-7 * walk)
+    table, batches = _table(shapes, cm, loop=False)
+    np.testing.assert_allclose([cm.step_time_s(b) for b in batches], table["duration_s"], rtol=1e-9)
+    again = CalibratedCostModel.from_dict(json.loads(json.dumps(cm.to_dict())))
+    assert again.mixed_walk_makespan
+    np.testing.assert_allclose(again.predict_table(table), table["duration_s"], rtol=1e-9)
+    fitted = CalibratedCostModel.fit(table, knee_candidates=(None,), mixed_walk_ratios=MIXED_WALK_RATIOS, **opts)
+    assert fitted.mixed_walk_makespan and fitted.mixed_walk_ratio == 0.9
+    assert fitted.coefficients["mixed_decode_tail_keys"] == pytest.approx(6e-7, rel=1e-4)
+    saved = cm.to_dict()
+    del saved["mixed_walk_makespan"]                      # a file fitted before it
+    assert not CalibratedCostModel.from_dict(saved).mixed_walk_makespan
+
+
 def test_a_split_decode_batch_is_priced_by_its_longest_programs_keys():
     """decode_split_keys follows the engine's split rule (paged_decode.choose_num_splits, 33 sequences from which
     it stops splitting): 16 sequences split each context 9 ways into whole 64-key tiles of at least 256 keys, so a

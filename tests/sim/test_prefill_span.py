@@ -12,18 +12,22 @@ from sim.cost_model.prefill_span import (
     PREFILL_BLOCK_N,
     PREFILL_PROGRAMS_PER_SM,
     PrefillSpanGrid,
+    riding_decode_contexts,
     table_entries,
     table_makespan_keys,
+    table_riding_walk_keys,
 )
 
 
-def _reference(grid, entries):
+def _reference(grid, entries, decodes=(), scale=1.0):
     """The list schedule written out: programs in launch order (tiles fastest, then heads), each on the slot
-    that frees first (the lowest-numbered among ties), finishing at its start plus its key blocks."""
+    that frees first (the lowest-numbered among ties), finishing at its start plus its key blocks; decodes (their
+    keys) one program a head after the entries' tiles, scale times a block each."""
     work = []
     for n, c in entries:
         work += [math.ceil((c - n + min(grid.tile_tokens * (i + 1), n)) / grid.block_keys) + 1
                  for i in range(math.ceil(n / grid.tile_tokens))]
+    work += [scale * (math.ceil(d / grid.block_keys) + 1) for d in decodes]
     free_at = [0] * grid.slots
     end = 0
     for _ in range(grid.num_kv_heads):
@@ -158,3 +162,59 @@ def test_a_table_row_is_read_as_its_longest_entry_and_equal_others():
     # without the pairs (a table that lacks them) the row keeps the equal-entries rule
     shared, alone = table_makespan_keys([2], [7500], [7500], grid, [6000])
     assert shared[0] + alone[0] == grid.span(2, 7500, 7500, 6000)[0]
+
+
+def test_riding_decodes_lengthen_the_makespan_by_their_walk_or_their_queue():
+    """riding_walk_keys: the makespan with the decodes' programs after the chunk's, less the chunk's own. 4 slots,
+    1 head, 2-token tiles, 1 key a block: a 4-token chunk on 4 keys is 3 + 5 blocks; a decode of 6 keys (7 blocks)
+    beside it walks 2 past it, two of 6 at 1.5x run 10.5 blocks each: 5.5 past it. Five decodes of 2 keys (3 blocks)
+    outnumber the 2 free slots: three of them wait for the first to end (at 3) and end at 6, one past the chunk;
+    seven of them, 9."""
+    grid = PrefillSpanGrid(slots=4, num_kv_heads=1, tile_tokens=2, block_keys=1)
+    assert grid.riding_walk_keys([4], [4], [6]) == 2
+    assert grid.riding_walk_keys([4], [4], [6, 6], 1.5) == 5.5
+    assert grid.riding_walk_keys([4], [4], [3]) == 0                        # ends before the chunk's longest tile
+    assert grid.riding_walk_keys([4], [4], [2] * 5) == _reference(grid, [(4, 4)], [2] * 5) - 5 == 1
+    assert grid.riding_walk_keys([4], [4], [2] * 7) == 4
+    assert grid.riding_walk_keys([4], [4], []) == 0 and grid.riding_walk_keys([], [], [6]) == 0
+
+
+def test_riding_walk_matches_an_independent_list_schedule():
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        grid = PrefillSpanGrid(int(rng.integers(1, 24)), int(rng.integers(1, 4)), int(rng.integers(1, 9)),
+                               int(rng.integers(1, 9)), ragged_entries=True)
+        n = int(rng.integers(1, 60))
+        c = n + int(rng.integers(0, 80))
+        decodes = sorted((int(d) for d in rng.integers(1, 200, int(rng.integers(1, 12)))), reverse=True)
+        scale = float(rng.choice([1.0, 1.25]))
+        alone = grid.span_entries([n], [c])[0]
+        want = max(_reference(grid, [(n, c)], decodes, scale) - alone, 0)
+        assert grid.riding_walk_keys([n], [c], decodes, scale) == pytest.approx(want), (grid, n, c, decodes)
+
+
+def test_resident_riding_walk_is_the_longest_decode_past_the_chunk():
+    """Where every program is resident (an H200: a 512-token chunk's 128 programs and a few decodes' 8 each on 264
+    slots) the walk is the rule of files fitted before it, max(longest decode - ratio x chunk context, 0), over
+    the ratio, to a key block; 24 decodes beside the chunk (320 programs) queue and lengthen the step although
+    none walks past the chunk."""
+    h200 = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    for longest, ratio in ((6000, 0.9), (3000, 0.9), (9000, 1.0)):
+        got = h200.riding_walk_keys([512], [2048], [longest, 100], 1 / ratio)
+        assert got == pytest.approx(max(longest - ratio * 2048, 0) / ratio, abs=2 * 64 / ratio)
+    assert h200.riding_walk_keys([512], [2048], [1024] * 12) == 0
+    assert h200.riding_walk_keys([512], [2048], [1024] * 24) > 1000
+
+
+def test_a_table_row_reads_its_riding_decodes_as_the_longest_and_equal_others():
+    assert riding_decode_contexts(3, 3000, 2000) == [2000, 500, 500]
+    assert riding_decode_contexts(4, 1001, 500) == [500, 167, 167, 167]
+    assert riding_decode_contexts(1, 700, 700) == [700] and riding_decode_contexts(0, 0, 0) == []
+    h200 = PrefillSpanGrid.from_counts(num_sms=132, num_q_heads=16, num_kv_heads=8)
+    steps = dict(num_prefill_seqs=[1, 1, 0], num_prefill_tokens=[512, 512, 0], prefill_context_sum=[2048, 1024, 0],
+                 max_prefill_context_tokens=[2048, 1024, np.nan], prefill_attention_pairs=[np.nan] * 3,
+                 num_decode_seqs=[24, 1, 8], decode_context_sum=[24 * 1024, 6000, 8000],
+                 max_decode_context_tokens=[1024, 6000, 1000])
+    got = table_riding_walk_keys(steps, h200, np.array([True, True, False]), 1.0)
+    assert list(got) == [h200.riding_walk_keys([512], [2048], [1024] * 24), h200.riding_walk_keys([512], [1024],
+                                                                                                  [6000]), 0.0]
