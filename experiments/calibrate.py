@@ -136,7 +136,8 @@ def calibrate(table: pd.DataFrame, *, heldout_fraction: float = 0.2, seed: int =
     device_tables: tables fitted for the device model only (device_table): e.g. a replay with overlap
     scheduling, whose step times are not the synchronous loop's but whose device seconds are measured.
     mixed_walk_ratios: candidates for the ratio of a prefill entry's context from which a riding decode's keys
-    cost (calibrated_fit.mixed_decode_tail_keys), chosen by training error at the chosen knee.
+    cost (calibrated_fit.mixed_decode_tail_keys; with a grid and prefill graphs, a riding decode's key costs
+    1 / ratio of a prefill program's in the prefill kernel's makespan), chosen by training error at the chosen knee.
 
     With a device model (rows with device seconds) and the serving loop's synchronous rows, the step-time model
     is the device model plus host terms fitted on what it leaves of those rows

@@ -54,7 +54,14 @@ coefficient >= 0 (seconds per unit; fitted by sim/cost_model/calibrated_fit.py):
                              head that reads its whole context serially: beside a short chunk, a few long decodes
                              set the step's attention time, which the sums of keys do not show. On the H200 the
                              chunked-prefill (sarathi) steps of 512 new tokens beside 1-4 decodes of 3k-7k keys
-                             ran 1.2x as long as the fit without it priced them (0.89 of the real step sum)
+                             ran 1.2x as long as the fit without it priced them (0.89 of the real step sum).
+                             With mixed_walk_makespan (fits made since, with a prefill grid and prefill graphs) a step
+                             run from a padded prefill graph pays it on the keys by which its decodes lengthen the
+                             prefill kernel's makespan instead (PrefillSpanGrid.riding_walk_keys: each decode one
+                             program a KV head after the chunk's, a key at 1 / mixed_walk_ratio of a chunk
+                             program's): the same walk where every program is resident, and the decodes' queue for
+                             program slots where tens of them ride (an H100's chunks carrying 9-64 decodes: 1.032
+                             of their device seconds under the walk rule, 1.012 under the makespan)
     decode_tail_keys         per key by which the longest context of a pure-decode step exceeds the mean one, in
                              batches of at least `single_split_min_seqs` sequences: there the decode kernel reads
                              each context in one program per (sequence, KV head) without splitting it, so the
