@@ -199,7 +199,7 @@ def _makespan_ragged(grid: PrefillSpanGrid, entries: tuple[tuple[int, int], ...]
     return max(free) * b
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=4096)       # keys of up to ~300 floats (a chunk's tiles and its decodes): ~40 MB at most
 def _makespan_work(slots: int, heads: int, work: tuple[float, ...]) -> float:
     """Greedy list schedule, in key blocks, of `heads` copies of one KV head's programs (work: key blocks each)."""
     free = [0.0] * slots
