@@ -201,11 +201,13 @@ def _makespan_ragged(grid: PrefillSpanGrid, entries: tuple[tuple[int, int], ...]
 
 @lru_cache(maxsize=4096)       # keys of up to ~300 floats (a chunk's tiles and its decodes): ~40 MB at most
 def _makespan_work(slots: int, heads: int, work: tuple[float, ...]) -> float:
-    """Greedy list schedule, in key blocks, of `heads` copies of one KV head's programs (work: key blocks each)."""
-    free = [0.0] * slots
-    for _ in range(heads):
-        for w in work:
-            heapq.heapreplace(free, free[0] + w)
+    """Greedy list schedule, in key blocks, of `heads` copies of one KV head's programs (work: key blocks each).
+    The first `slots` programs start at once, each on a slot of its own: only the rest pass through the heap."""
+    jobs = work * heads
+    free = list(jobs[:slots])
+    heapq.heapify(free)
+    for w in jobs[slots:]:
+        heapq.heapreplace(free, free[0] + w)
     return max(free)
 
 
