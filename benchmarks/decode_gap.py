@@ -317,8 +317,6 @@ def main(argv=None) -> int:
             print(f"[{p}] {len(caps)} kept batches do not line up with its {len(steps)} step rows: skipped", flush=True)
             continue
         if args.chain:
-            # full: every kept batch; decodes: the pure decode batches alone, in their order (the steps with
-            # prefill entries between them left out)
             # full: every kept batch; decodes: the pure decode batches alone, in their order; spin: those, the steps
             # with prefill entries replaced by the device spinning for their live device seconds (busy, no memory
             # traffic: the pause without the work)

@@ -446,10 +446,12 @@ class CalibratedCostModel(FittedCostModel):
                   + self._pctx * sum(prefill_context_lens) + self._lm * samples)
             if samples or num_decode_seqs:
                 t += self._lm_step
+            span_keys = None            # the prefill entries' own makespan, where priced (riding_walk_keys reuses it)
             if self._span or self._span_alone:
                 grid = self.prefill_span_grid
                 if grid is not None:
                     keys, lone = grid.span_entries(prefill_new_tokens, prefill_context_lens)
+                    span_keys = keys
                     t += (self._span_alone if lone else self._span) * keys
                 else:
                     t += self._span * max(pairs / self.prefill_span_pairs, max(prefill_context_lens))
@@ -462,7 +464,7 @@ class CalibratedCostModel(FittedCostModel):
                 if riding and self.mixed_walk_makespan:
                     decodes = riding_decode_contexts(num_decode_seqs, decode_context_sum, longest)
                     t += self._dtail * self.prefill_span_grid.riding_walk_keys(
-                        prefill_new_tokens, prefill_context_lens, decodes, 1.0 / self.mixed_walk_ratio)
+                        prefill_new_tokens, prefill_context_lens, decodes, 1.0 / self.mixed_walk_ratio, span_keys)
                 else:
                     t += self._dtail * max(longest - self.mixed_walk_ratio * max(prefill_context_lens), 0)
         return t + swap_s

@@ -137,25 +137,24 @@ class PrefillSpanGrid:
                             if 2 * c >= longest) * self.num_kv_heads
         return float(keys), long_programs <= self.num_sms
 
-    def riding_walk_keys(self, new_tokens, context_tokens, decode_contexts, key_scale: float = 1.0) -> float:
+    def riding_walk_keys(self, new_tokens, context_tokens, decode_contexts, key_scale: float = 1.0,
+                         alone_keys: float | None = None) -> float:
         """Keys (a prefill program's) by which a step's riding decodes lengthen the prefill kernel's makespan (module
         docstring): a step run from a padded prefill graph launches each decode as an entry of one query row, one
         program per KV head after the prefill entries' programs of that head, walking its whole context at key_scale
         times a prefill program's time per key; 0 when they run beside the prefill programs and end first.
-        new_tokens, context_tokens: the prefill entries' (as span_entries); decode_contexts: the decodes' keys."""
+        new_tokens, context_tokens: the prefill entries' (as span_entries); decode_contexts: the decodes' keys;
+        alone_keys: span_entries(new_tokens, context_tokens)'s keys where the caller has them already."""
         if not len(decode_contexts) or not len(new_tokens):
             return 0.0
-        alone = self.span_entries(new_tokens, context_tokens)[0]
-        t, b = self.tile_tokens, self.block_keys
+        if alone_keys is None:
+            alone_keys = self.span_entries(new_tokens, context_tokens)[0]
         entries = sorted(zip(map(int, new_tokens), map(int, context_tokens)), key=lambda e: (-e[1], -e[0])) \
             if self.ragged_entries else [(max(1, int(round(sum(new_tokens) / len(new_tokens)))),
                                           max(1, int(round(sum(context_tokens) / len(new_tokens)))))] * len(new_tokens)
-        # [programs of one KV head] key blocks each, +1 for a program's fixed work: the prefill tiles, then the decodes
-        work = [float(-(-(c - n + min(t * (i + 1), n)) // b) + 1) for n, c in entries for i in range(-(-n // t))]
-        work += [key_scale * (-(-int(d) // b) + 1) for d in sorted(decode_contexts, reverse=True)]
-        if len(work) * self.num_kv_heads <= self.slots:
-            return max(max(work) * b - alone, 0.0)       # all resident: the longest walk
-        return max(_makespan_work(self.slots, self.num_kv_heads, tuple(work)) * b - alone, 0.0)
+        work = (*map(float, _tile_work(entries, self.tile_tokens, self.block_keys)),
+                *(key_scale * (-(-int(d) // self.block_keys) + 1) for d in sorted(decode_contexts, reverse=True)))
+        return max(_riding_schedule(self.slots, self.num_kv_heads, work) * self.block_keys - alone_keys, 0.0)
 
 
 def table_entries(k: int, new_tokens: float, context_tokens: float, longest_context: float,
@@ -186,29 +185,35 @@ def _split(total: int, parts: int) -> list[int]:
     return [q + 1] * r + [q] * (parts - r)
 
 
-@lru_cache(maxsize=65536)
-def _makespan_ragged(grid: PrefillSpanGrid, entries: tuple[tuple[int, int], ...]) -> int:
-    """Greedy list schedule of the programs of entries ((new tokens, keys) each) in launch order, in keys: the
-    tiles of every entry in turn (grid x), then the KV heads."""
-    t, b = grid.tile_tokens, grid.block_keys
-    work = [-(-(c - n + min(t * (i + 1), n)) // b) + 1 for n, c in entries for i in range(-(-n // t))]
-    free = [0] * grid.slots
-    for _ in range(grid.num_kv_heads):
-        for w in work:
-            heapq.heapreplace(free, free[0] + w)
-    return max(free) * b
+def _tile_work(entries, t: int, b: int) -> list[int]:
+    """[programs of one KV head] key blocks of the tiles of entries ((new tokens, keys) each) in launch order: tile i
+    of an entry of n new tokens on c keys reads c - n + t (i + 1) keys (its last token's causal limit), +1 block for a
+    program's fixed work."""
+    return [-(-(c - n + min(t * (i + 1), n)) // b) + 1 for n, c in entries for i in range(-(-n // t))]
 
 
-@lru_cache(maxsize=4096)       # keys of up to ~300 floats (a chunk's tiles and its decodes): ~40 MB at most
-def _makespan_work(slots: int, heads: int, work: tuple[float, ...]) -> float:
-    """Greedy list schedule, in key blocks, of `heads` copies of one KV head's programs (work: key blocks each).
-    The first `slots` programs start at once, each on a slot of its own: only the rest pass through the heap."""
-    jobs = work * heads
+def _list_schedule(slots: int, copies: int, work: tuple) -> float:
+    """Greedy list schedule, in key blocks, of `copies` runs of work in turn (the KV heads, or equal entries times
+    the heads), each program on the slot that frees first. The first `slots` start at once, each on a slot of its
+    own (all resident: the longest walk); only the rest pass through the heap."""
+    jobs = work * copies
     free = list(jobs[:slots])
     heapq.heapify(free)
     for w in jobs[slots:]:
         heapq.heapreplace(free, free[0] + w)
     return max(free)
+
+
+# riding_walk_keys' schedules: keys of up to ~300 floats (a chunk's tiles and its decodes), ~40 MB at most
+_riding_schedule = lru_cache(maxsize=4096)(_list_schedule)
+
+
+@lru_cache(maxsize=65536)
+def _makespan_ragged(grid: PrefillSpanGrid, entries: tuple[tuple[int, int], ...]) -> int:
+    """Greedy list schedule of the programs of entries ((new tokens, keys) each) in launch order, in keys: the
+    tiles of every entry in turn (grid x), then the KV heads."""
+    work = tuple(_tile_work(entries, grid.tile_tokens, grid.block_keys))
+    return _list_schedule(grid.slots, grid.num_kv_heads, work) * grid.block_keys
 
 
 def riding_decode_contexts(num_decodes: int, decode_context_sum: float, longest: float) -> list[int]:
@@ -225,17 +230,9 @@ def riding_decode_contexts(num_decodes: int, decode_context_sum: float, longest:
 @lru_cache(maxsize=65536)
 def _makespan(grid: PrefillSpanGrid, k: int, n: int, c: int) -> int:
     """Greedy list schedule of k entries of n new tokens on c keys, in keys (grid.block_keys a work unit)."""
-    t, b = grid.tile_tokens, grid.block_keys
-    tiles = -(-n // t)
-    # [tiles] key blocks of each tile of one entry, +1 for a program's fixed work; entries and heads repeat it
-    work = [-(-(c - n + min(t * (i + 1), n)) // b) + 1 for i in range(tiles)]
-    if k * tiles * grid.num_kv_heads <= grid.slots:
-        return work[-1] * b                  # every program resident at once: the longest walk
-    free = [0] * grid.slots                  # min-heap of the slots' finish times
-    for _ in range(k * grid.num_kv_heads):
-        for w in work:
-            heapq.heapreplace(free, free[0] + w)
-    return max(free) * b
+    # one entry's tiles; the entries and the heads repeat them
+    work = tuple(_tile_work([(n, c)], grid.tile_tokens, grid.block_keys))
+    return _list_schedule(grid.slots, k * grid.num_kv_heads, work) * grid.block_keys
 
 
 def table_makespan_keys(num_prefill_seqs, num_prefill_tokens, prefill_context_sum,
