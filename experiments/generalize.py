@@ -50,6 +50,7 @@ from experiments.saved_runs import saved_argv
 from experiments.sim_band import band_section
 from experiments.step_tables import run_was_overlapped
 from sim.cost_model.calibrated import PRICE_BAND
+from sim.cost_model.fit_trust import fit_concerns
 
 PREFILL_BINS = (0, 1024, 2048, 4096, 8192, 1 << 30)
 RIDING_BINS = (1, 3, 9, 1 << 30)       # mixed steps by the decodes riding their chunk: the mixed terms' reach
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
         raise FileNotFoundError(f"--profile {args.profile}: no such file (the fit experiments.calibrate wrote)")
     cm = CalibratedCostModel.load(args.profile)
     workloads = find_workloads(root, args.workloads.split(",") if args.workloads else None)
-    rows, kinds, diffs, commands, argvs = [], [], [], {}, {}
+    rows, kinds, diffs, commands, argvs, overlapped = [], [], [], {}, {}, []
     for name, wl_dir in workloads.items():
         wl_argv = saved_argv(wl_dir, name, args.traces_dir)
         if not wl_argv:
@@ -378,6 +379,7 @@ def main(argv=None) -> int:
                                              **errors_vs_repeats(wl_dir, name, policy, wl_argv, cm, pert)},
                                             sims[policy], perturbed[policy]))
             run = saved.run(policy)
+            overlapped.append(run_was_overlapped(run.info))
             kinds.append(step_kinds(run.steps, cm, run_was_overlapped(run.info)).assign(workload=name, policy=policy))
         diffs.append(policy_diff.policy_differences(real_summaries, sims, perturbed=perturbed).assign(workload=name))
     table = pd.DataFrame(rows)
@@ -400,6 +402,9 @@ def main(argv=None) -> int:
     atomic_write_text(out / "policy_diff.md", policy_diff.to_markdown(diff_df) + "\n")
     write_json(out / "divergence.json", divergences)
     summary = suite_summary(table)
+    # what the fit's own metadata says against it (sim/cost_model/fit_trust.py); host drift only where a run is
+    # synchronous
+    summary["fit_concerns"] = fit_concerns(cm.metadata, overlapped=bool(overlapped) and all(overlapped))
     plots.generalization(table, diff_df, out / "generalize.png", GOALS,
                          title=f"{Path(args.profile).name}: {len(table)} cells, "
                                f"{table['workload'].nunique()} workloads")
@@ -506,7 +511,8 @@ def summary_line(s: dict) -> str:
             + f"; at or below "
             f"the floor {s['cells_at_or_below_floor']}/{n}"
             + (f"; fragile (E2E moves > {FRAGILE_GAIN:g}% per 1% of step price: a ranking there rests on the fit's "
-               f"last percent): {', '.join(s['fragile_cells'])}" if s.get("fragile_cells") else ""))
+               f"last percent): {', '.join(s['fragile_cells'])}" if s.get("fragile_cells") else "")
+            + (f"; the fit's own concerns: {'; '.join(s['fit_concerns'])}" if s.get("fit_concerns") else ""))
 
 
 def _diff_summary(df: pd.DataFrame) -> dict:

@@ -454,24 +454,28 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
         **in_meta, **limits_meta(replicas[0].scheduler, max_len_source),
     }
     req_df = add_input_columns(req_df, wl)
-    meta.update(fitted_model_meta(cost_model, steps_df))
+    meta.update(fitted_model_meta(cost_model, steps_df, bool(cfg.overlap_scheduling)))
     meta["price_band"] = band if perturbed else None
     return RunResult(req_df, steps_df, token_times, meta, complete=not interrupted, perturbed=perturbed)
 
 
-def fitted_model_meta(cost_model, steps_df: pd.DataFrame) -> dict:
+def fitted_model_meta(cost_model, steps_df: pd.DataFrame, overlapped: bool = False) -> dict:
     """For a fitted cost model (one with an `envelope`): the run's coverage by its envelope (share of steps and of
-    simulated step time outside it; one WARNING line on stderr past envelope.WARN_OUTSIDE_SHARE) and, where the
-    run allowed a file made for another model or GPU, what differs. {} for other cost models."""
+    simulated step time outside it; one WARNING line on stderr past envelope.WARN_OUTSIDE_SHARE), the concerns
+    the file's own metadata raises (sim/cost_model/fit_trust.py; one WARNING line) and, where the run allowed a
+    file made for another model or GPU, what differs. {} for other cost models."""
     from sim.cost_model.envelope import coverage, coverage_warning
+    from sim.cost_model.fit_trust import fit_concerns, fit_warning
     if not hasattr(cost_model, "envelope"):
         return {}
-    out = {"cost_model_coverage": coverage(steps_df, cost_model.envelope) if cost_model.envelope else None}
+    out = {"cost_model_coverage": coverage(steps_df, cost_model.envelope) if cost_model.envelope else None,
+           "cost_model_fit_concerns": fit_concerns(getattr(cost_model, "metadata", None), overlapped)}
     if out["cost_model_coverage"] is None:
         out["cost_model_coverage_note"] = "the cost-model file records no envelope (fitted before format v3): refit it"
-    line = coverage_warning(out["cost_model_coverage"], "the calibrated cost model")
-    if line:
-        print(line, file=sys.stderr, flush=True)
+    for line in (coverage_warning(out["cost_model_coverage"], "the calibrated cost model"),
+                 fit_warning(getattr(cost_model, "metadata", None), "the calibrated cost model", overlapped)):
+        if line:
+            print(line, file=sys.stderr, flush=True)
     if getattr(cost_model, "allow_mismatch", False):
         out["cost_model_allow_mismatch"] = True
         out["cost_model_mismatch"] = cost_model.mismatch

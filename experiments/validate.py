@@ -59,6 +59,7 @@ from experiments.step_tables import priced_steps, run_was_overlapped
 from experiments.validation_plot import LATENCIES, overlay_plot
 from sim.cost_model.calibrated import CalibratedCostModel, relative_errors
 from sim.cost_model.envelope import coverage, coverage_warning
+from sim.cost_model.fit_trust import fit_concerns, fit_warning
 
 FORMAT = "servelab.validation/v1"
 # A nominal CPU for roofline pricing of CPU smoke runs (the roofline is a GPU model; on a CPU it is only a lower bound).
@@ -489,8 +490,16 @@ def main(argv=None) -> int:
                      "prompt_tokens_mean": float(np.mean(workload.num_prompt_tokens)),
                      "output_tokens_mean": float(np.mean(workload.num_output_tokens))},
         "cost_models": {k: (v.to_dict() if hasattr(v, "to_dict") else repr(v)) for k, v in cost_models.items()},
+        # what each fitted file's own metadata says against trusting it (sim/cost_model/fit_trust.py)
+        "cost_model_fit_concerns": {k: fit_concerns(getattr(v, "metadata", None), cfg.overlap_scheduling)
+                                    for k, v in cost_models.items() if hasattr(v, "envelope")},
         "policies": {},
     }
+    for name, cm in cost_models.items():
+        line = fit_warning(getattr(cm, "metadata", None), name, cfg.overlap_scheduling) \
+            if hasattr(cm, "envelope") else None
+        if line:
+            print(line, file=sys.stderr, flush=True)
     runs_by_policy, real_infos = {}, {}
     argv_list = list(argv if argv is not None else sys.argv[1:])
 
