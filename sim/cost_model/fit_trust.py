@@ -6,10 +6,10 @@ The envelope (sim/cost_model/envelope.py) says where a run's steps leave the fit
 itself is doubtful inside them, from two numbers the fit recorded about its own data:
 
 * `device_heldout.sum_pred_over_real`: the device model on its held-out rows (the profile grid's and the overlapped
-  replays'). Its sum sits within 0.3% of 1 where the grid and the live replays agree. On an H100 whose live decode
-  steps ran 2-4% slower than its grid timed the same shapes (2026-12-07, `h100_1207z/`) it was 0.974, and the fit
-  priced that machine's own unseen families 3-7% off (1 of 12 cells within 3%), where the fits of three other
-  machines (0.999-1.000) gave 6-7 of 12 on the same runs.
+  replays'). Its sum sits within 0.3% of 1 where the grid and the live replays agree. On an H100 whose grid matched
+  three others' within 0.4% but whose live decode steps ran 1-2% slower than theirs (2026-12-07, `h100_1207z/`: its
+  own replay's decodes priced 0.962) it was 0.974, and the fit priced that machine's own unseen families 3-7% off
+  (1 of 12 cells within 3%), where the fits of three other machines (0.999-1.000) gave 6-7 of 12 on the same runs.
 * `replay_drift`: per synchronous calibration replay, the range of the fit's median residual over the tenths of the
   run. A steady host keeps it within ~1%; a host whose step times moved leaves its state in the host terms, which
   synchronous steps pay in full and overlapped ones mostly hide (R, Y and Z drifted 7-10% on 2026-12-07, X 1%).
