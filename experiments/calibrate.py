@@ -23,9 +23,9 @@ workload).
 A replay's steps are also checked for drift: the fitted model's median relative residual in each tenth of
 the replay's run (`replay_drift`, in the saved metadata). On a steady host the tenths agree within about 1%;
 a host whose speed moves within one replay (another tenant, frequency scaling) spreads them further, and past
-DRIFT_WARN the command prints a WARNING: the fit's host terms carry that host's state, and its prices are a
-worse guide to other machines (benchmarks/results/generalize/h100_1207q/: 7-10% there, 0.5-1.5% on three
-other H100s).
+REPLAY_DRIFT_WARN (sim/cost_model/fit_trust.py) the command prints a WARNING: the fit's host terms carry that
+host's state, and its prices are a worse guide to other machines (benchmarks/results/generalize/h100_1207q/: 7-10%
+there, 0.5-1.5% on three other H100s). So does a device model off its own held-out steps (fit_trust).
 
 Where tables hold each step's device seconds (`device_time_s`: the profile's, a replay's with overlap
 scheduling), the same terms are also fitted to those alone and saved as the file's `device` model: the
@@ -52,10 +52,10 @@ from sim.cost_model.calibrated_fit import (
     prefill_host_after_share,
 )
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
+from sim.cost_model.fit_trust import REPLAY_DRIFT_WARN, fit_warning
 from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import table_restarts
 
-DRIFT_WARN = 0.03      # a replay whose residual medians by tenth of its run spread wider: its host was not steady
 DRIFT_MIN_ROWS = 100   # rows a replay needs for its tenths to mean anything
 
 
@@ -409,9 +409,12 @@ def main(argv=None) -> int:
     for name, d in drift.items():
         line = (f"drift within {name}: residual medians by tenth of its run span {100 * d['range']:.1f}% "
                 f"({', '.join(f'{100 * x:+.1f}' for x in d['tenths'])}%)")
-        if d["range"] > DRIFT_WARN:
+        if d["range"] > REPLAY_DRIFT_WARN:
             line = (f"WARNING: {line}: this host's step times moved within one replay, and the fit's host terms "
                     f"carry its state; repeat the replay on a quiet host, or expect the fit to transfer worse")
+        print(line)
+    line = fit_warning(model.metadata, "this fit", overlapped=True)    # the device model's own held-out bias
+    if line:
         print(line)
     print(f"wrote {args.out}")
     return 0

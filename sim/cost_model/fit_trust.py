@@ -20,7 +20,7 @@ import math
 from typing import Mapping
 
 DEVICE_BIAS_WARN = 0.015      # |device_heldout sum - 1| above this: the grid and the live replays disagree
-REPLAY_DRIFT_WARN = 0.05      # a synchronous replay's residual medians moved over more than this range
+REPLAY_DRIFT_WARN = 0.03      # a synchronous replay's residual medians by tenth spread wider: its host was not steady
 
 
 def fit_concerns(metadata: Mapping | None, overlapped: bool = False) -> list[str]:

@@ -218,7 +218,7 @@ def test_the_launch_gap_is_what_back_to_back_decode_cycles_outlast_their_device_
 
 def test_a_replay_whose_host_drifts_is_flagged(tmp_path, capsys):
     """Two replays of one model: one steady, one whose steps ran 10% slower from the middle of its run on (a
-    host that slowed down). Only the second spreads its residual medians by tenth past DRIFT_WARN."""
+    host that slowed down). Only the second spreads its residual medians by tenth past REPLAY_DRIFT_WARN."""
     steady, drifting = tmp_path / "steady.parquet", tmp_path / "drifting.parquet"
     _run_table(0).to_parquet(steady)
     t = _run_table(2)
@@ -228,7 +228,7 @@ def test_a_replay_whose_host_drifts_is_flagged(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert calibrate.main([str(steady), str(drifting), "--out", str(out)]) == 0
     drift = json.loads(out.read_text())["metadata"]["replay_drift"]
-    assert drift["steady.parquet"]["range"] < calibrate.DRIFT_WARN < drift["drifting.parquet"]["range"]
+    assert drift["steady.parquet"]["range"] < calibrate.REPLAY_DRIFT_WARN < drift["drifting.parquet"]["range"]
     assert len(drift["drifting.parquet"]["tenths"]) == 10
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("WARNING: drift within drifting.parquet") for line in lines)
