@@ -165,6 +165,9 @@ def format_summary(summary: dict) -> str:
     if "cost_model_coverage" in meta:
         from sim.cost_model.envelope import format_coverage
         rows.append(("cost-model coverage", format_coverage(meta["cost_model_coverage"])))
+    if meta.get("cost_model_fit_concerns"):     # sim/cost_model/fit_trust.py: the file's own doubts, counted
+        n = len(meta["cost_model_fit_concerns"])
+        rows.append(("cost-model doubts", f"{n} (the WARNING above; summary.json meta cost_model_fit_concerns)"))
     if meta.get("cost_model_mismatch"):
         rows.append(("cost-model file", f"made for another model or GPU ({meta['cost_model_mismatch']}); "
                                         "allow_mismatch=true"))

@@ -65,8 +65,10 @@ def test_a_simulation_with_a_doubtful_fit_warns_and_records_it(tmp_path, capsys,
             "progress=false", "plots=false", "workload.num_requests=20"]
     s = execute(compose("config", overrides=base), tmp_path / "sync")
     assert len(s["meta"]["cost_model_fit_concerns"]) == 2
-    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("WARNING")]
+    out = capsys.readouterr()
+    warnings = [ln for ln in out.err.splitlines() if ln.startswith("WARNING")]
     assert len(warnings) == 1 and "0.974" in warnings[0] and "8.7%" in warnings[0]
+    assert "cost-model doubts" in out.out and "2 (the WARNING above" in out.out
     saved = json.loads((tmp_path / "sync" / "summary.json").read_text())
     assert saved["meta"]["cost_model_fit_concerns"] == s["meta"]["cost_model_fit_concerns"]
     s = execute(compose("config", overrides=[*base, "overlap_scheduling=true"]), tmp_path / "overlap")
@@ -77,4 +79,5 @@ def test_a_simulation_with_a_doubtful_fit_warns_and_records_it(tmp_path, capsys,
     s = execute(compose("config", overrides=[*base[:2], f"backend.cost_model.profile={FIT}", *base[3:]]),
                 tmp_path / "plain")
     assert s["meta"]["cost_model_fit_concerns"] == []
-    assert "WARNING" not in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "WARNING" not in out.err and "cost-model doubts" not in out.out
