@@ -52,7 +52,7 @@ from sim.cost_model.calibrated_fit import (
     prefill_host_after_share,
 )
 from sim.cost_model.fit_identity import model_dims_of, resolve_model_name
-from sim.cost_model.fit_trust import REPLAY_DRIFT_WARN, fit_warning
+from sim.cost_model.fit_trust import REPLAY_DRIFT_WARN, fit_concerns, fit_warning
 from sim.cost_model.prefill_span import PrefillSpanGrid
 from sim.overlap_timeline import table_restarts
 
@@ -413,7 +413,7 @@ def main(argv=None) -> int:
             line = (f"WARNING: {line}: this host's step times moved within one replay, and the fit's host terms "
                     f"carry its state; repeat the replay on a quiet host, or expect the fit to transfer worse")
         print(line)
-    line = fit_warning(model.metadata, "this fit", overlapped=True)    # the device model's own held-out bias
+    line = fit_warning(fit_concerns(model.metadata, overlapped=True), "this fit")    # the device model's held-out bias
     if line:
         print(line)
     print(f"wrote {args.out}")

@@ -380,7 +380,7 @@ def main(argv=None) -> int:
                                             sims[policy], perturbed[policy]))
             run = saved.run(policy)
             overlapped.append(run_was_overlapped(run.info))
-            kinds.append(step_kinds(run.steps, cm, run_was_overlapped(run.info)).assign(workload=name, policy=policy))
+            kinds.append(step_kinds(run.steps, cm, overlapped[-1]).assign(workload=name, policy=policy))
         diffs.append(policy_diff.policy_differences(real_summaries, sims, perturbed=perturbed).assign(workload=name))
     table = pd.DataFrame(rows)
     kinds_df = pd.concat(kinds, ignore_index=True) if kinds else pd.DataFrame()

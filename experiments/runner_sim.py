@@ -468,12 +468,13 @@ def fitted_model_meta(cost_model, steps_df: pd.DataFrame, overlapped: bool = Fal
     from sim.cost_model.fit_trust import fit_concerns, fit_warning
     if not hasattr(cost_model, "envelope"):
         return {}
+    concerns = fit_concerns(getattr(cost_model, "metadata", None), overlapped)
     out = {"cost_model_coverage": coverage(steps_df, cost_model.envelope) if cost_model.envelope else None,
-           "cost_model_fit_concerns": fit_concerns(getattr(cost_model, "metadata", None), overlapped)}
+           "cost_model_fit_concerns": concerns}
     if out["cost_model_coverage"] is None:
         out["cost_model_coverage_note"] = "the cost-model file records no envelope (fitted before format v3): refit it"
     for line in (coverage_warning(out["cost_model_coverage"], "the calibrated cost model"),
-                 fit_warning(getattr(cost_model, "metadata", None), "the calibrated cost model", overlapped)):
+                 fit_warning(concerns, "the calibrated cost model")):
         if line:
             print(line, file=sys.stderr, flush=True)
     if getattr(cost_model, "allow_mismatch", False):

@@ -495,9 +495,8 @@ def main(argv=None) -> int:
                                     for k, v in cost_models.items() if hasattr(v, "envelope")},
         "policies": {},
     }
-    for name, cm in cost_models.items():
-        line = fit_warning(getattr(cm, "metadata", None), name, cfg.overlap_scheduling) \
-            if hasattr(cm, "envelope") else None
+    for name, concerns in report["cost_model_fit_concerns"].items():
+        line = fit_warning(concerns, name)
         if line:
             print(line, file=sys.stderr, flush=True)
     runs_by_policy, real_infos = {}, {}

@@ -46,8 +46,6 @@ def fit_concerns(metadata: Mapping | None, overlapped: bool = False) -> list[str
     return out
 
 
-def fit_warning(metadata: Mapping | None, what: str = "the calibrated cost model",
-                overlapped: bool = False) -> str | None:
-    """One WARNING line with every concern, or None."""
-    concerns = fit_concerns(metadata, overlapped)
+def fit_warning(concerns: list[str], what: str = "the calibrated cost model") -> str | None:
+    """One WARNING line with every concern of fit_concerns' list, or None for none."""
     return f"WARNING: {what}: " + "; ".join(concerns) if concerns else None

@@ -107,11 +107,10 @@ class PrefillSpanGrid:
         if not programs:
             return 0.0, False
         k = int(num_entries)
-        n = max(1, int(round(new_tokens / k)))
         if longest_context is not None and longest_context >= 1 and programs <= self.slots:
             keys = (-(-int(longest_context) // self.block_keys) + 1) * self.block_keys
         else:
-            keys = _makespan(self, k, n, max(n, int(round(context_tokens / k))))
+            keys = _makespan(self, k, *_equal_entry(k, new_tokens, context_tokens))
         return float(keys), programs <= self.num_sms
 
     def span_entries(self, new_tokens, context_tokens) -> tuple[float, bool]:
@@ -125,10 +124,7 @@ class PrefillSpanGrid:
         t, longest = self.tile_tokens, max(context_tokens)
         programs = sum(-(-int(n) // t) for n in new_tokens) * self.num_kv_heads
         if programs > self.slots:
-            # longest entry first: the order a step table row gives back (table_entries), so that the fit's table
-            # form and the simulator's batch form price a step alike (the launch order is not recorded)
-            entries = sorted(zip(map(int, new_tokens), map(int, context_tokens)), key=lambda e: (-e[1], -e[0]))
-            return float(_makespan_ragged(self, tuple(entries))), False
+            return float(_makespan_ragged(self, tuple(_longest_first(new_tokens, context_tokens)))), False
         # every program resident: the longest entry's walk, alone on its SM where the programs of long walks (half
         # the longest or more) fit one an SM (a short entry's programs beside them finish early: on the H200 a
         # 300-token tail on 6k cached keys beside a fresh 212-token prompt, 136 programs, walked as one alone)
@@ -149,12 +145,26 @@ class PrefillSpanGrid:
             return 0.0
         if alone_keys is None:
             alone_keys = self.span_entries(new_tokens, context_tokens)[0]
-        entries = sorted(zip(map(int, new_tokens), map(int, context_tokens)), key=lambda e: (-e[1], -e[0])) \
-            if self.ragged_entries else [(max(1, int(round(sum(new_tokens) / len(new_tokens)))),
-                                          max(1, int(round(sum(context_tokens) / len(new_tokens)))))] * len(new_tokens)
+        k = len(new_tokens)
+        entries = _longest_first(new_tokens, context_tokens) if self.ragged_entries \
+            else [_equal_entry(k, sum(new_tokens), sum(context_tokens))] * k
         work = (*map(float, _tile_work(entries, self.tile_tokens, self.block_keys)),
                 *(key_scale * (-(-int(d) // self.block_keys) + 1) for d in sorted(decode_contexts, reverse=True)))
         return max(_riding_schedule(self.slots, self.num_kv_heads, work) * self.block_keys - alone_keys, 0.0)
+
+
+def _equal_entry(k: int, new_tokens: float, context_tokens: float) -> tuple[int, int]:
+    """(new tokens, keys) of one of k equal entries holding new_tokens and context_tokens in all (at least 1 new
+    token, and never fewer keys than new tokens)."""
+    n = max(1, int(round(new_tokens / k)))
+    return n, max(n, int(round(context_tokens / k)))
+
+
+def _longest_first(new_tokens, context_tokens) -> list[tuple[int, int]]:
+    """[(new tokens, keys)] of the entries, longest context first: the order a step table row gives back
+    (table_entries), so that the fit's table form and the simulator's batch form price a step alike (the launch
+    order is not recorded)."""
+    return sorted(zip(map(int, new_tokens), map(int, context_tokens)), key=lambda e: (-e[1], -e[0]))
 
 
 def table_entries(k: int, new_tokens: float, context_tokens: float, longest_context: float,

@@ -39,12 +39,12 @@ def test_host_drift_concerns_synchronous_runs_only_and_names_the_worst_replay():
 
 def test_files_without_those_numbers_raise_nothing():
     assert fit_concerns(None) == [] and fit_concerns({}) == []
-    assert fit_warning({}) is None
+    assert fit_warning(fit_concerns({})) is None
     assert fit_concerns({"device_heldout": {"sum_pred_over_real": float("nan")}}) == []
 
 
 def test_one_warning_line_carries_every_concern():
-    line = fit_warning(meta(dev_sum=0.97, drift=0.09), "profile.json")
+    line = fit_warning(fit_concerns(meta(dev_sum=0.97, drift=0.09)), "profile.json")
     assert line.startswith("WARNING: profile.json: ") and "\n" not in line
     assert "0.970" in line and "9.0%" in line
 
