@@ -150,13 +150,16 @@ def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
     return dict(baseline_hf_tokens_per_s=useful / elapsed, baseline_hf_requests=n, baseline_hf_elapsed_s=elapsed)
 
 
-def roofline_tokens_per_s(prompts, output_lens, preset: str) -> float | None:
-    """Hook: the simulator's roofline lower bound for this workload on an H200, as output tokens/s."""
+def roofline_tokens_per_s(prompts, output_lens, preset: str, device_name: str | None = None) -> float | None:
+    """Hook: the simulator's roofline lower bound for this workload, as output tokens/s, on the card named
+    (torch's device name; an H200 where none or an unknown one is named)."""
     if preset != "qwen3-0.6b":
         return None
     try:
         from sim.lower_bound import workload_lower_bound
-        bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, output_lens)], "Qwen3-0.6B", "H200")
+        from sim.specs.hardware import get_hardware_spec, hardware_for_device_name
+        hardware = hardware_for_device_name(device_name) or get_hardware_spec("H200")
+        bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, output_lens)], "Qwen3-0.6B", hardware)
         return float(bound.output_tokens / bound.time_s)
     except Exception as exc:       # the simulator is optional for this benchmark
         print(f"roofline bound unavailable: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -219,8 +222,8 @@ def main(argv=None):
             result.update(run_hf_baseline(Path(tmp), args, prompts, output_lens))
         else:
             result["baseline_hf_tokens_per_s"] = None
-    result["roofline_tokens_per_s"] = roofline_tokens_per_s(prompts, output_lens, args.preset)
     result.update(environment(args.device))
+    result["roofline_tokens_per_s"] = roofline_tokens_per_s(prompts, output_lens, args.preset, result["gpu"])
     emit(result, args.out)
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The paged decode kernel's variants on one H200 (engine/kernels/decode_variants.py): the sweep, then the offline
+# The paged decode kernel's variants on one H200 or H100 (engine/kernels/decode_variants.py): the sweep, then the offline
 # throughput benchmark with the default kernel and with the sweep's table installed in-process (no code edit).
 # Or the sweep on CPU in the Triton interpreter (--smoke).
 #
-#   benchmarks/gpu_decode_tune.sh [--out DIR]            # H200: <= ~4.5 minutes sweep, <= ~4.5 minutes throughput
+#   benchmarks/gpu_decode_tune.sh [--out DIR]            # GPU (<tag> h200, h100): <= ~4.5 min sweep, <= ~4.5 throughput
 #   benchmarks/gpu_decode_tune.sh --smoke [--out DIR]    # CPU, tiny shapes, sweep only
 #
 # Stages (STAGES, default all; each logs, and a failing stage never stops the next):
@@ -11,8 +11,9 @@
 #               graphs of 28 calls on the throughput benchmark's decode batches and small ones
 #                                                                      -> decode_tune_<tag>.json (+ .rows.jsonl)
 #   throughput  benchmarks/engine_throughput.py (256 requests, 100-1,024 prompt and output tokens, no transformers
-#               baseline) with DECODE_TABLE as committed, then with the sweep's table; skipped when the sweep's
-#               table is the default one         -> engine_throughput_<tag>_default.json, ..._tuned.json
+#               baseline; overlap scheduling on, OVERLAP=off for the synchronous loop) with DECODE_TABLE as
+#               committed, then with the sweep's table; skipped when the sweep's table is the default one
+#                                                -> engine_throughput_<tag>_default.json, ..._tuned.json
 # Outputs (--out, default $OUT, else benchmarks/results/decode_tune): gpu_decode_tune.log and the files above.
 # To adopt the result: paste decode_tune_<tag>.json's summary.table_line (also printed last by the sweep) over the
 # DECODE_TABLE line of engine/kernels/decode_variants.py. Knobs (environment): STAGES, BUDGET_S (sweep seconds
@@ -28,9 +29,10 @@ select_stages "sweep throughput"
 if [ "$SMOKE" = 1 ]; then
   TAG=cpu_smoke; SWEEP=(--smoke); T_SWEEP=300
 else
-  TAG=h200; SWEEP=(--budget-s "${BUDGET_S:-190}"); T_SWEEP=280
+  TAG="$(gpu_card)"; SWEEP=(--budget-s "${BUDGET_S:-190}"); T_SWEEP=280
 fi
 T_BENCH=140
+export OVERLAP="${OVERLAP:-on}"
 SWEEP_OUT="$OUT_DIR/decode_tune_$TAG.json"
 TUNE="${TUNE_JSON:-$SWEEP_OUT}"
 
@@ -44,14 +46,15 @@ fi
 # $WORK/throughput_with.py TABLE_SOURCE OUT: engine_throughput.py in a process whose DECODE_TABLE is the committed
 # one ("committed") or the sweep's table line (a decode_tune JSON).
 cat > "$WORK/throughput_with.py" <<'EOF'
-import json, runpy, sys
+import json, os, runpy, sys
 sys.path.insert(0, ".")
 from engine.kernels import decode_variants as dv
 source, out = sys.argv[1], sys.argv[2]
 if source != "committed":
     exec(json.load(open(source))["summary"]["table_line"], vars(dv))
 print("DECODE_TABLE:", [(bound, variant.name) for bound, variant in dv.DECODE_TABLE], flush=True)
-sys.argv = ["benchmarks/engine_throughput.py", "--hf-requests", "0", "--out", out]
+sys.argv = ["benchmarks/engine_throughput.py", "--hf-requests", "0", "--overlap-scheduling", os.environ["OVERLAP"],
+            "--out", out]
 runpy.run_path("benchmarks/engine_throughput.py", run_name="__main__")
 EOF
 

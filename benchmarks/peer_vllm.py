@@ -129,10 +129,10 @@ def main(argv=None) -> int:
         # each servelab run over the vLLM runs' mean; the spread of either side is in the runs
         result["servelab_over_vllm"] = [o / (sum(peer) / len(peer)) for o in ours]
         print("servelab / vLLM: " + ", ".join(f"{x:.3f}" for x in result["servelab_over_vllm"]))
-    result["roofline_tokens_per_s"] = et.roofline_tokens_per_s(prompts, output_lens, args.preset)
+    result.update(et.environment(args.device))
+    result["roofline_tokens_per_s"] = et.roofline_tokens_per_s(prompts, output_lens, args.preset, result["gpu"])
     if ours and result["roofline_tokens_per_s"]:
         result["servelab_over_roofline"] = [o / result["roofline_tokens_per_s"] for o in ours]
-    result.update(et.environment(args.device))
     et.emit(result, args.out)
     return 0
 

@@ -120,3 +120,12 @@ def get_hardware_spec(name: str) -> HardwareSpec:
         raise ValueError(f"unknown hardware {name!r}; known hardware: {sorted(HARDWARE_SPECS)} "
                          f"(or construct a HardwareSpec with your card's rates)")
     return HARDWARE_SPECS[full]
+
+
+def hardware_for_device_name(device_name: str | None) -> HardwareSpec | None:
+    """The spec of a CUDA device as torch names it ("NVIDIA H100 80GB HBM3" -> H100-SXM), None if unknown."""
+    name = (device_name or "").upper()
+    for marker, spec in (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-80GB"), ("L40S", "L40S")):
+        if marker in name:
+            return HARDWARE_SPECS[spec]
+    return None

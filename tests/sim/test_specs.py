@@ -92,6 +92,16 @@ def test_hardware_specs_and_measured_ceilings():
         assert known in str(e.value)
 
 
+def test_hardware_for_device_name_reads_torch_names():
+    from sim.specs.hardware import hardware_for_device_name
+    assert hardware_for_device_name("NVIDIA H100 80GB HBM3").name == "H100-SXM"
+    assert hardware_for_device_name("NVIDIA H200").name == "H200"
+    assert hardware_for_device_name("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
+    assert hardware_for_device_name("NVIDIA L40S").name == "L40S"
+    assert hardware_for_device_name("NVIDIA GeForce RTX 4090") is None
+    assert hardware_for_device_name(None) is None
+
+
 def test_num_kv_blocks_by_hand():
     m, h = get_model_spec("Qwen3-0.6B"), get_hardware_spec("H200")
     # usable = 143771 MiB * 2^20 * 0.9 = 150,754,820,096 * 0.9 = 135,679,338,086.4 B;
