@@ -1,0 +1,223 @@
+"""Where the engine's offline time goes, against the roofline (GPU).
+
+nano-vllm's benchmark (engine_throughput.py's workload: 256 requests, prompts and outputs uniform in
+[100, 1024], all at once) with overlap scheduling, run twice on one engine: once untraced for its
+throughput, then with every kernel of the run traced (torch.profiler, CUDA activity only; the prompts
+shifted by one token id so that the prefix cache finds nothing of the first run). From the trace:
+
+* each kernel's group (KERNEL_GROUPS: decode attention, prefill attention, GEMMs, norms, RoPE and the
+  KV store, the activation, sampling, copies, the rest) and each group's seconds;
+* the device's idle time inside the run, split by gap length: gaps of at most LAUNCH_GAP_US between
+  kernels (launch gaps, inside a CUDA graph or between back-to-back launches) and longer ones (the
+  device waited for the host: host work the overlap did not hide, or a synchronisation);
+* the roofline's seconds for the same workload on this card (sim/lower_bound.py: linear layers, the
+  LM head, decode and prefill attention at the datasheet's rates) beside the measured groups, so each
+  says how far it is from its floor.
+
+    python benchmarks/engine_breakdown.py --out $OUT/engine_breakdown_h100.json     # ~2 minutes on one GPU
+
+The traced run is slower than the untraced one (the tracer's cost per kernel); its shares are what the
+JSON's `groups` give, and `traced_over_untraced` says by how much the tracing slowed the run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+LAUNCH_GAP_US = 5.0      # a device gap this short is a launch gap; a longer one waited for the host
+
+# (group, name fragments), matched in order on the kernel's name; copies are matched on the event category.
+KERNEL_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention_decode", ("_decode_split_kernel", "_decode_reduce_kernel")),
+    ("attention_prefill", ("_prefill_kernel", "flash_fwd", "flash::", "fmha")),
+    ("gemm", ("nvjet", "gemm", "cutlass", "xmma", "cublas", "sm90_")),
+    ("sampling", ("_race_argmax", "exponential", "distribution", "argmax", "softmax", "_resolve_kernel")),
+    ("norm_rope_kv_store", ("_qk_norm_rope_store", "_store_kvcache", "rsqrt", "rms_norm", "rotary")),
+    ("activation", ("silu", "gelu")),
+)
+COPY_CATEGORIES = {"gpu_memcpy": "copies", "gpu_memset": "copies"}
+# roofline groups (sim/lower_bound.py) compared with the measured groups that do their work
+ROOFLINE_OF = {"attention_decode": ("attention_decode",), "attention_prefill": ("attention_prefill",),
+               "gemm": ("linear", "lm_head")}
+
+
+def kernel_group(name: str, category: str = "kernel") -> str:
+    if category in COPY_CATEGORIES:
+        return COPY_CATEGORIES[category]
+    for group, fragments in KERNEL_GROUPS:
+        if any(f in name for f in fragments):
+            return group
+    return "other"
+
+
+def device_events(trace: dict) -> list[tuple[float, float, str, str]]:
+    """(start_us, end_us, name, group) of every kernel, copy and memset of a chrome trace, by start."""
+    out = []
+    for e in trace.get("traceEvents", []):
+        cat = e.get("cat", "")
+        if e.get("ph") != "X" or (cat != "kernel" and cat not in COPY_CATEGORIES):
+            continue
+        start, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        out.append((start, start + dur, e.get("name", ""), kernel_group(e.get("name", ""), cat)))
+    out.sort()
+    return out
+
+
+def idle_gaps(events, launch_gap_us: float = LAUNCH_GAP_US) -> dict:
+    """The device's busy time (union of the events' intervals) and its idle time between the first event's
+    start and the last one's end, split into launch gaps (<= launch_gap_us) and host waits (longer), in us."""
+    busy = launch = host = 0.0
+    n_launch = n_host = 0
+    cur_start = cur_end = None
+    for start, end, *_ in events:
+        if cur_end is None:
+            cur_start, cur_end = start, end
+            continue
+        if start > cur_end:
+            busy += cur_end - cur_start
+            gap = start - cur_end
+            if gap <= launch_gap_us:
+                launch, n_launch = launch + gap, n_launch + 1
+            else:
+                host, n_host = host + gap, n_host + 1
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        busy += cur_end - cur_start
+    span = max((e[1] for e in events), default=0.0) - (events[0][0] if events else 0.0)
+    return dict(span_us=span, busy_us=busy, launch_gaps_us=launch, launch_gaps=n_launch, host_gaps_us=host,
+                host_gaps=n_host)
+
+
+def breakdown(events, roofline_s: dict | None = None, steps: int | None = None, top: int = 15) -> dict:
+    """Per group: seconds of kernel time (summed durations), share of the summed time, calls; the idle split;
+    each roofline-comparable group's floor and floor / measured; the top kernels by time."""
+    groups: dict[str, dict] = {}
+    kernels: dict[str, dict] = {}
+    for start, end, name, group in events:
+        g = groups.setdefault(group, dict(s=0.0, calls=0))
+        g["s"] += (end - start) / 1e6
+        g["calls"] += 1
+        k = kernels.setdefault(name, dict(group=group, s=0.0, calls=0))
+        k["s"] += (end - start) / 1e6
+        k["calls"] += 1
+    total = sum(g["s"] for g in groups.values()) or 1.0
+    for g in groups.values():
+        g["share"] = g["s"] / total
+    idle = {(k.removesuffix("_us") + "_s" if k.endswith("_us") else k): (v / 1e6 if k.endswith("_us") else v)
+            for k, v in idle_gaps(events).items()}
+    out = dict(kernel_s=sum(g["s"] for g in groups.values()), groups=dict(sorted(groups.items(),
+               key=lambda kv: -kv[1]["s"])), device=idle)
+    if steps:
+        out["steps"] = steps
+        out["per_step_ms"] = {name: 1e3 * g["s"] / steps for name, g in out["groups"].items()}
+        out["per_step_ms"].update(launch_gaps=1e3 * idle["launch_gaps_s"] / steps,
+                                  host_gaps=1e3 * idle["host_gaps_s"] / steps)
+    if roofline_s:
+        out["roofline"] = {}
+        for group, parts in ROOFLINE_OF.items():
+            floor = sum(roofline_s.get(p, 0.0) for p in parts)
+            measured = groups.get(group, {}).get("s", 0.0)
+            out["roofline"][group] = dict(floor_s=floor, measured_s=measured,
+                                          floor_over_measured=floor / measured if measured else None)
+    out["top_kernels"] = [dict(name=n[:90], **k) for n, k in sorted(kernels.items(), key=lambda kv: -kv[1]["s"])[:top]]
+    return out
+
+
+def table(result: dict) -> str:
+    """Markdown: group, seconds, share, per step, roofline floor, floor / measured; then the idle split."""
+    b = result["traced"]
+    roof = b.get("roofline", {})
+    lines = ["| group | kernel s | share | ms per step | roofline s | roofline / measured |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, g in b["groups"].items():
+        r = roof.get(name)
+        lines.append(f"| {name} | {g['s']:.3f} | {g['share']:.1%} | {b.get('per_step_ms', {}).get(name, 0):.3f} | "
+                     + (f"{r['floor_s']:.3f} | {r['floor_over_measured']:.1%} |" if r and r["floor_over_measured"]
+                        else "| |"))
+    d = b["device"]
+    lines += ["", f"device span {d['span_s']:.3f} s: busy {d['busy_s']:.3f} s, launch gaps {d['launch_gaps_s']:.3f} s "
+              f"({d['launch_gaps']:,} gaps <= {LAUNCH_GAP_US:g} us), host waits {d['host_gaps_s']:.3f} s "
+              f"({d['host_gaps']:,} longer gaps)"]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--overlap-scheduling", choices=["on", "off"], default="on")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    import torch
+    from engine_throughput import QWEN3_0P6B, environment, make_checkpoint, make_workload, roofline_tokens_per_s
+
+    from engine.core.sequence import SamplingParams
+    from engine.llm import LLM
+    from sim.lower_bound import workload_lower_bound
+    from sim.specs.hardware import get_hardware_spec, hardware_for_device_name
+
+    if not torch.cuda.is_available():
+        sys.exit("engine_breakdown needs a CUDA GPU")
+    prompts, outs = make_workload(args.num_requests, 100, args.max_len, QWEN3_0P6B["vocab_size"], 0)
+    shifted = [[(t + 1) % 10000 for t in p] for p in prompts]           # no prefix-cache hits on the first run
+    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in outs]
+    tmp = Path(tempfile.mkdtemp())
+    make_checkpoint("qwen3-0.6b", tmp, "cuda", torch.bfloat16)
+    llm = LLM(tmp, device="cuda", dtype="bfloat16", max_num_seqs=512, max_num_batched_tokens=16384,
+              max_model_len=2 * args.max_len, overlap_scheduling=args.overlap_scheduling == "on")
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)          # warm-up
+    steps = [0]
+    step = llm.step_batch
+
+    def counted():
+        out = step()
+        steps[0] += llm.last_step is not None
+        return out
+    llm.step_batch = counted
+
+    def timed_run(p):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        llm.generate(p, params, use_tqdm=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    untraced_s = timed_run(prompts)
+    untraced_steps, steps[0] = steps[0], 0
+    trace_path = tmp / "trace.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        traced_s = timed_run(shifted)
+    prof.export_chrome_trace(str(trace_path))
+    events = device_events(json.loads(trace_path.read_text()))
+    env = environment("cuda")
+    hardware = hardware_for_device_name(env["gpu"]) or get_hardware_spec("H200")
+    bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, outs)], "Qwen3-0.6B", hardware)
+    result = dict(workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
+                  overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
+                  untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s),
+                  roofline_tokens_per_s=roofline_tokens_per_s(prompts, outs, "qwen3-0.6b", env["gpu"]),
+                  roofline_groups_s=bound.time_by_group_s,
+                  traced=dict(elapsed_s=traced_s, **breakdown(events, bound.time_by_group_s, steps[0])))
+    result["untraced_over_roofline"] = result["untraced"]["output_tokens_per_s"] / result["roofline_tokens_per_s"]
+    result["traced_over_untraced"] = traced_s / untraced_s
+    result.update(env)
+    print(f"untraced: {result['untraced']['output_tokens_per_s']:,.0f} output tok/s, "
+          f"{result['untraced_over_roofline']:.1%} of the roofline ({result['roofline_tokens_per_s']:,.0f}, "
+          f"{hardware.name}); traced run {result['traced_over_untraced']:.3f}x as long")
+    print(table(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
