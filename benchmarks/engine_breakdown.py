@@ -15,6 +15,7 @@ shifted by one token id so that the prefix cache finds nothing of the first run)
   says how far it is from its floor.
 
     python benchmarks/engine_breakdown.py --out $OUT/engine_breakdown_h100.json     # ~2 minutes on one GPU
+    python benchmarks/engine_breakdown.py --decode-table decode_tune_h100.json ...  # a sweep's decode table
 
 The traced run is slower than the untraced one (the tracer's cost per kernel); its shares are what the
 JSON's `groups` give, and `traced_over_untraced` says by how much the tracing slowed the run.
@@ -156,8 +157,13 @@ def main(argv=None):
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--overlap-scheduling", choices=["on", "off"], default="on")
+    ap.add_argument("--decode-table", type=Path, default=None,
+                    help="a benchmarks/decode_tune.py JSON whose DECODE_TABLE line is installed for this run")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.decode_table is not None:
+        from engine.kernels import decode_variants
+        exec(json.loads(args.decode_table.read_text())["summary"]["table_line"], vars(decode_variants))
     import torch
     from engine_throughput import QWEN3_0P6B, environment, make_checkpoint, make_workload, roofline_tokens_per_s
 
@@ -201,7 +207,9 @@ def main(argv=None):
     env = environment("cuda")
     hardware = hardware_for_device_name(env["gpu"]) or get_hardware_spec("H200")
     bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, outs)], "Qwen3-0.6B", hardware)
-    result = dict(workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
+    from engine.kernels.decode_variants import DECODE_TABLE
+    result = dict(decode_table=[(limit, variant.name) for limit, variant in DECODE_TABLE],
+                  workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
                   overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
                   untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s),
                   roofline_tokens_per_s=roofline_tokens_per_s(prompts, outs, "qwen3-0.6b", env["gpu"]),
