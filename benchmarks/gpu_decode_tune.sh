@@ -18,7 +18,8 @@
 # To adopt the result: paste decode_tune_<tag>.json's summary.table_line (also printed last by the sweep) over the
 # DECODE_TABLE line of engine/kernels/decode_variants.py. Knobs (environment): STAGES, BUDGET_S (sweep seconds
 # after which no new variant starts, default 190), TUNE_JSON (the throughput stage's sweep result when the sweep
-# ran in an earlier call, e.g. STAGES=throughput TUNE_JSON=decode_tune_h200.json).
+# ran in an earlier call, e.g. STAGES=throughput TUNE_JSON=decode_tune_h200.json), REPEATS (default/tuned pairs,
+# alternating: _2, _3, ... after the first pair's files; default 1).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -33,6 +34,7 @@ else
 fi
 T_BENCH=140
 export OVERLAP="${OVERLAP:-on}"
+REPEATS="${REPEATS:-1}"
 SWEEP_OUT="$OUT_DIR/decode_tune_$TAG.json"
 TUNE="${TUNE_JSON:-$SWEEP_OUT}"
 
@@ -64,15 +66,21 @@ if has_stage throughput && [ "$SMOKE" = 0 ]; then
   elif "$PY" -c "import json, sys; t = json.load(open(sys.argv[1]))['summary']['table']; sys.exit(0 if t == [[None, 'default']] else 1)" "$TUNE"; then
     log "=== [throughput] skipped: the sweep's table is the default one (nothing to compare)"
   else
-    stage throughput_default "$T_BENCH" "$PY" "$WORK/throughput_with.py" committed "$OUT_DIR/engine_throughput_${TAG}_default.json"
-    stage throughput_tuned "$T_BENCH" "$PY" "$WORK/throughput_with.py" "$TUNE" "$OUT_DIR/engine_throughput_${TAG}_tuned.json"
-    "$PY" - "$OUT_DIR/engine_throughput_${TAG}_default.json" "$OUT_DIR/engine_throughput_${TAG}_tuned.json" <<'EOF' 2>&1 | tee -a "$LOG"
+    PAIRS=()
+    for i in $(seq 1 "$REPEATS"); do       # alternating, so that drift between runs falls on both sides
+      suffix=""; [ "$i" -gt 1 ] && suffix="_$i"
+      stage "throughput_default$suffix" "$T_BENCH" "$PY" "$WORK/throughput_with.py" committed "$OUT_DIR/engine_throughput_${TAG}_default$suffix.json"
+      stage "throughput_tuned$suffix" "$T_BENCH" "$PY" "$WORK/throughput_with.py" "$TUNE" "$OUT_DIR/engine_throughput_${TAG}_tuned$suffix.json"
+      PAIRS+=("$OUT_DIR/engine_throughput_${TAG}_default$suffix.json" "$OUT_DIR/engine_throughput_${TAG}_tuned$suffix.json")
+    done
+    "$PY" - "${PAIRS[@]}" <<'EOF' 2>&1 | tee -a "$LOG"
 import json, sys
-try:
-    a, b = (json.load(open(p))["output_tokens_per_s"] for p in sys.argv[1:3])
-    print(f"throughput: default {a:,.0f} tok/s, tuned {b:,.0f} tok/s ({b / a:.3f}x)")
-except (OSError, KeyError, ValueError) as e:
-    print(f"throughput: no comparison ({e!r})")
+for a_path, b_path in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        a, b = (json.load(open(p))["output_tokens_per_s"] for p in (a_path, b_path))
+        print(f"throughput: default {a:,.0f} tok/s, tuned {b:,.0f} tok/s ({b / a:.3f}x)")
+    except (OSError, KeyError, ValueError) as e:
+        print(f"throughput: no comparison ({e!r})")
 EOF
   fi
 fi
