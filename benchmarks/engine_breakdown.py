@@ -157,13 +157,16 @@ def main(argv=None):
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--overlap-scheduling", choices=["on", "off"], default="on")
-    ap.add_argument("--decode-table", type=Path, default=None,
-                    help="a benchmarks/decode_tune.py JSON whose DECODE_TABLE line is installed for this run")
+    ap.add_argument("--decode-table", default=None,
+                    help="'default' (the default variant for every batch) or a benchmarks/decode_tune.py JSON whose "
+                         "table is installed for this run (default: the tables on main)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    if args.decode_table is not None:
-        from engine.kernels import decode_variants
-        exec(json.loads(args.decode_table.read_text())["summary"]["table_line"], vars(decode_variants))
+    from engine.kernels import decode_variants
+    if args.decode_table == "default":
+        decode_variants.install(((None, decode_variants.DecodeVariant()),))
+    elif args.decode_table is not None:
+        decode_variants.install_line(json.loads(Path(args.decode_table).read_text())["summary"]["table_line"])
     import torch
     from engine_throughput import QWEN3_0P6B, environment, make_checkpoint, make_workload, roofline_tokens_per_s
 
@@ -207,8 +210,8 @@ def main(argv=None):
     env = environment("cuda")
     hardware = hardware_for_device_name(env["gpu"]) or get_hardware_spec("H200")
     bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, outs)], "Qwen3-0.6B", hardware)
-    from engine.kernels.decode_variants import DECODE_TABLE
-    result = dict(decode_table=[(limit, variant.name) for limit, variant in DECODE_TABLE],
+    table = decode_variants.table_for_device(env["gpu"])
+    result = dict(decode_table=[(limit, variant.name) for limit, variant in table],
                   workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
                   overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
                   untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s),

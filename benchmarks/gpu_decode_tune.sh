@@ -11,15 +11,16 @@
 #               graphs of 28 calls on the throughput benchmark's decode batches and small ones
 #                                                                      -> decode_tune_<tag>.json (+ .rows.jsonl)
 #   throughput  benchmarks/engine_throughput.py (256 requests, 100-1,024 prompt and output tokens, no transformers
-#               baseline; overlap scheduling on, OVERLAP=off for the synchronous loop) with DECODE_TABLE as
-#               committed, then with the sweep's table; skipped when the sweep's table is the default one
+#               baseline; overlap scheduling on, OVERLAP=off for the synchronous loop) with the default variant
+#               for every batch, then with the sweep's table; skipped when the sweep's table is the default one
 #                                                -> engine_throughput_<tag>_default.json, ..._tuned.json
 # Outputs (--out, default $OUT, else benchmarks/results/decode_tune): gpu_decode_tune.log and the files above.
-# To adopt the result: paste decode_tune_<tag>.json's summary.table_line (also printed last by the sweep) over the
-# DECODE_TABLE line of engine/kernels/decode_variants.py. Knobs (environment): STAGES, BUDGET_S (sweep seconds
+# To adopt the result: add the table of decode_tune_<tag>.json's summary.table_line (also printed last by the
+# sweep) under the card's name in DECODE_TABLES_BY_CARD (engine/kernels/decode_variants.py). Knobs (environment): STAGES, BUDGET_S (sweep seconds
 # after which no new variant starts, default 190), TUNE_JSON (the throughput stage's sweep result when the sweep
 # ran in an earlier call, e.g. STAGES=throughput TUNE_JSON=decode_tune_h200.json), REPEATS (default/tuned pairs,
-# alternating: _2, _3, ... after the first pair's files; default 1).
+# alternating: _2, _3, ... after the first pair's files; default 1), BASE_TABLE (what the sweep's table is timed
+# against: "default", the default variant for every batch, or "committed", the tables on main for this card).
 set -uo pipefail
 
 # shellcheck source=benchmarks/gpu_lib.sh
@@ -35,6 +36,7 @@ fi
 T_BENCH=140
 export OVERLAP="${OVERLAP:-on}"
 REPEATS="${REPEATS:-1}"
+BASE_TABLE="${BASE_TABLE:-default}"
 SWEEP_OUT="$OUT_DIR/decode_tune_$TAG.json"
 TUNE="${TUNE_JSON:-$SWEEP_OUT}"
 
@@ -45,16 +47,21 @@ if has_stage sweep; then
   stage sweep "$T_SWEEP" "$PY" benchmarks/decode_tune.py --out "$SWEEP_OUT" "${SWEEP[@]}"
 fi
 
-# $WORK/throughput_with.py TABLE_SOURCE OUT: engine_throughput.py in a process whose DECODE_TABLE is the committed
-# one ("committed") or the sweep's table line (a decode_tune JSON).
+# $WORK/throughput_with.py TABLE_SOURCE OUT: engine_throughput.py in a process whose decode tables are the committed
+# ones ("committed": the card's own, else DECODE_TABLE), the default variant alone ("default") or the sweep's table
+# line (a decode_tune JSON) on every card.
 cat > "$WORK/throughput_with.py" <<'EOF'
 import json, os, runpy, sys
 sys.path.insert(0, ".")
+import torch
 from engine.kernels import decode_variants as dv
 source, out = sys.argv[1], sys.argv[2]
-if source != "committed":
-    exec(json.load(open(source))["summary"]["table_line"], vars(dv))
-print("DECODE_TABLE:", [(bound, variant.name) for bound, variant in dv.DECODE_TABLE], flush=True)
+if source == "default":
+    dv.install(((None, dv.DecodeVariant()),))
+elif source != "committed":
+    dv.install_line(json.load(open(source))["summary"]["table_line"])
+table = dv.table_for_device(torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+print("decode table:", [(bound, variant.name) for bound, variant in table], flush=True)
 sys.argv = ["benchmarks/engine_throughput.py", "--hf-requests", "0", "--overlap-scheduling", os.environ["OVERLAP"],
             "--out", out]
 runpy.run_path("benchmarks/engine_throughput.py", run_name="__main__")
@@ -69,7 +76,7 @@ if has_stage throughput && [ "$SMOKE" = 0 ]; then
     PAIRS=()
     for i in $(seq 1 "$REPEATS"); do       # alternating, so that drift between runs falls on both sides
       suffix=""; [ "$i" -gt 1 ] && suffix="_$i"
-      stage "throughput_default$suffix" "$T_BENCH" "$PY" "$WORK/throughput_with.py" committed "$OUT_DIR/engine_throughput_${TAG}_default$suffix.json"
+      stage "throughput_default$suffix" "$T_BENCH" "$PY" "$WORK/throughput_with.py" "$BASE_TABLE" "$OUT_DIR/engine_throughput_${TAG}_default$suffix.json"
       stage "throughput_tuned$suffix" "$T_BENCH" "$PY" "$WORK/throughput_with.py" "$TUNE" "$OUT_DIR/engine_throughput_${TAG}_tuned$suffix.json"
       PAIRS+=("$OUT_DIR/engine_throughput_${TAG}_default$suffix.json" "$OUT_DIR/engine_throughput_${TAG}_tuned$suffix.json")
     done

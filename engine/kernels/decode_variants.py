@@ -4,8 +4,9 @@ the candidates benchmarks/decode_tune.py times.
 A variant is a set of tile sizes, launch options and code paths of engine/kernels/paged_decode.py's kernels;
 `DecodeVariant()` is the kernel as measured before the variants existed (64-key tiles, 4 warps, 3 stages for
 one split and 2 otherwise, one program per (sequence, kv head), `choose_num_splits`). The engine picks a
-variant per decode batch from DECODE_TABLE (the batch size is fixed per captured CUDA graph, so is the
-variant). To adopt a sweep's result, replace the DECODE_TABLE line with the one decode_tune.py prints.
+variant per decode batch from its card's table in DECODE_TABLES_BY_CARD, else from DECODE_TABLE (the batch size is
+fixed per captured CUDA graph, so is the variant). To adopt a sweep's result for a card, add the table of the
+DECODE_TABLE line decode_tune.py prints under the card's name in DECODE_TABLES_BY_CARD.
 
 Torch-free: the sweep, the tests and the table read it without a GPU.
 """
@@ -89,13 +90,44 @@ class DecodeVariant:
 # (largest batch size of the bucket or None for any larger batch, variant), in increasing batch size.
 DECODE_TABLE: tuple[tuple[int | None, DecodeVariant], ...] = ((None, DecodeVariant()),)
 
+# A card's own table (a part of torch's device name -> table), where a sweep on that card measured one.
+DECODE_TABLES_BY_CARD: dict[str, tuple[tuple[int | None, DecodeVariant], ...]] = {
+    # benchmarks/results/engine_speed/h100_1207/decode_tune_h100.json: per bucket 0.91, 0.94, 0.97, 1, 0.98, 0.96,
+    # 1 of the default's time; nano-vllm's benchmark (overlap on) 1.009x (docs/engine_speed.md)
+    "H100": ((4, DecodeVariant(block_n=128, num_warps=8, num_stages=2)), (16, DecodeVariant(block_n=128, num_stages=2)),
+             (32, DecodeVariant()), (64, DecodeVariant(num_splits=4, min_partition=512, direct_single=True)),
+             (128, DecodeVariant(heads_fastest=True, longest_first=True)), (None, DecodeVariant())),
+}
 
-def variant_for_batch(num_seqs: int, table=None) -> DecodeVariant:
-    """The variant of the first bucket whose bound is >= num_seqs (None bounds everything)."""
-    for bound, variant in (DECODE_TABLE if table is None else table):
+
+def table_for_device(device_name: str | None):
+    """The table of the card torch names device_name ("NVIDIA H100 80GB HBM3"), else DECODE_TABLE."""
+    for card, table in DECODE_TABLES_BY_CARD.items():
+        if device_name and card in device_name:
+            return table
+    return DECODE_TABLE
+
+
+def variant_for_batch(num_seqs: int, table=None, device_name: str | None = None) -> DecodeVariant:
+    """The variant of the first bucket whose bound is >= num_seqs (None bounds everything) in `table`, by default
+    the table of the card named device_name."""
+    for bound, variant in (table_for_device(device_name) if table is None else table):
         if bound is None or num_seqs <= bound:
             return variant
     return DecodeVariant()
+
+
+def install(table) -> None:
+    """Use `table` on every card in this process (benchmarks that time one table against another)."""
+    global DECODE_TABLE, DECODE_TABLES_BY_CARD
+    DECODE_TABLE, DECODE_TABLES_BY_CARD = tuple(table), {}
+
+
+def install_line(line: str) -> None:
+    """install() the table of a DECODE_TABLE line (table_literal's, which benchmarks/decode_tune.py prints)."""
+    ns = {"DecodeVariant": DecodeVariant}
+    exec(line, ns)
+    install(ns["DECODE_TABLE"])
 
 
 def table_literal(table) -> str:

@@ -23,10 +23,12 @@ sequences (one program per sequence and KV head), where splitting too would cost
 
 Variants (engine/kernels/decode_variants.py, timed by benchmarks/decode_tune.py) change the tiles, the
 launch options, the kv heads per program, the grid order, the inner loop (paged_decode_tile.py) and the
-split rule; decode_variants.DECODE_TABLE picks one per batch size, by default the kernel described above.
+split rule; the card's table (decode_variants.table_for_device) picks one per batch size, by default the kernel
+described above.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -201,6 +203,11 @@ def _decode_reduce_kernel(
     tl.store(out_ptr + b * stride_ob + head * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty), mask=dmask)
 
 
+@functools.lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str | None:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -257,8 +264,8 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     block_tables [B, max_blocks] int32 -> out [B, Hq, D] in q's dtype.
 
     variant (engine/kernels/decode_variants.py): tiles, launch options, code paths and split rule; None: the
-    one decode_variants.DECODE_TABLE gives this batch size. num_splits, block_n, num_warps, num_stages and
-    min_partition, when given, override the variant's field of that name.
+    one the card's decode table gives this batch size (decode_variants.table_for_device). num_splits,
+    block_n, num_warps, num_stages and min_partition, when given, override the variant's field of that name.
     num_splits None picks it from the batch and the block-table width (max_blocks * bs bounds every
     context); num_stages None: 3 for one split, 2 otherwise (measured on an H200, bf16, head_dim 128).
     fixed_partition: partitions of width / num_splits keys for every sequence (the earlier scheme, kept
@@ -270,7 +277,7 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, context_
     q, out = contiguous_q_and_out(q, out)
     if B == 0:
         return out
-    var = variant_for_batch(B) if variant is None else variant
+    var = variant_for_batch(B, device_name=_device_name(q.device)) if variant is None else variant
     block_n = var.block_n if block_n is None else block_n
     num_warps = var.num_warps if num_warps is None else num_warps
     num_stages = var.num_stages if num_stages is None else num_stages

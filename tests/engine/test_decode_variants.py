@@ -128,6 +128,32 @@ def test_default_table_is_the_default_variant(monkeypatch):
     assert seen == [DecodeVariant(kv_heads_per_program=2)]
 
 
+def test_card_tables_by_device_name(monkeypatch):
+    """A card with a measured table gets it, by torch's device name; any other card (and the CPU) DECODE_TABLE's."""
+    h100 = decode_variants.DECODE_TABLES_BY_CARD["H100"]
+    assert decode_variants.table_for_device("NVIDIA H100 80GB HBM3") is h100
+    assert decode_variants.table_for_device("NVIDIA H200") is decode_variants.DECODE_TABLE
+    assert decode_variants.table_for_device(None) is decode_variants.DECODE_TABLE
+    assert variant_for_batch(128, device_name="NVIDIA H100 80GB HBM3") == DecodeVariant(heads_fastest=True,
+                                                                                         longest_first=True)
+    assert variant_for_batch(128, device_name="NVIDIA H200") == DecodeVariant()
+    # every card table ends with a bucket for any larger batch, in increasing bounds
+    for table in decode_variants.DECODE_TABLES_BY_CARD.values():
+        bounds = [b for b, _ in table]
+        assert bounds[-1] is None and bounds[:-1] == sorted(bounds[:-1])
+    monkeypatch.setattr(decode_variants, "DECODE_TABLES_BY_CARD", {"H100": ((None, DecodeVariant(num_warps=8)),)})
+    assert variant_for_batch(3, device_name="NVIDIA H100 PCIe") == DecodeVariant(num_warps=8)
+
+
+def test_install_line_overrides_every_card(monkeypatch):
+    monkeypatch.setattr(decode_variants, "DECODE_TABLE", decode_variants.DECODE_TABLE)       # restored after
+    monkeypatch.setattr(decode_variants, "DECODE_TABLES_BY_CARD", decode_variants.DECODE_TABLES_BY_CARD)
+    table = ((8, DecodeVariant(num_warps=8)), (None, DecodeVariant(block_n=32)))
+    decode_variants.install_line(table_literal(table))
+    assert decode_variants.table_for_device("NVIDIA H100 80GB HBM3") == table
+    assert variant_for_batch(9, device_name="NVIDIA H200") == DecodeVariant(block_n=32)
+
+
 def test_table_lookup_and_literal_round_trip():
     table = ((4, DecodeVariant(num_warps=8)), (256, DecodeVariant()), (None, DecodeVariant(block_n=128, num_stages=2)))
     assert [variant_for_batch(b, table).name for b in (1, 4, 5, 256, 257)] == \
