@@ -93,7 +93,7 @@ DECODE_TABLE: tuple[tuple[int | None, DecodeVariant], ...] = ((None, DecodeVaria
 # A card's own table (a part of torch's device name -> table), where a sweep on that card measured one.
 DECODE_TABLES_BY_CARD: dict[str, tuple[tuple[int | None, DecodeVariant], ...]] = {
     # benchmarks/results/engine_speed/h100_1207/decode_tune_h100.json: per bucket 0.91, 0.94, 0.97, 1, 0.98, 0.96,
-    # 1 of the default's time; nano-vllm's benchmark (overlap on) 1.009x (docs/engine_speed.md)
+    # 1 of the default's time; nano-vllm's benchmark: decode steps 0.2% and 1.2% shorter (docs/engine_speed.md)
     "H100": ((4, DecodeVariant(block_n=128, num_warps=8, num_stages=2)), (16, DecodeVariant(block_n=128, num_stages=2)),
              (32, DecodeVariant()), (64, DecodeVariant(num_splits=4, min_partition=512, direct_single=True)),
              (128, DecodeVariant(heads_fastest=True, longest_first=True)), (None, DecodeVariant())),
