@@ -12,7 +12,9 @@ shifted by one token id so that the prefix cache finds nothing of the first run)
   device waited for the host: host work the overlap did not hide, or a synchronisation);
 * the roofline's seconds for the same workload on this card (sim/lower_bound.py: linear layers, the
   LM head, decode and prefill attention at the datasheet's rates) beside the measured groups, so each
-  says how far it is from its floor.
+  says how far it is from its floor;
+* decode attention's KV bandwidth per batch-size bucket (`attention_by_batch`: each step's split-kernel
+  calls matched to the step's decode entries and context sum, in execution order).
 
     python benchmarks/engine_breakdown.py --out $OUT/engine_breakdown_h100.json     # ~2 minutes on one GPU
     python benchmarks/engine_breakdown.py --decode-table decode_tune_h100.json ...  # a sweep's decode table
@@ -134,6 +136,43 @@ def breakdown(events, roofline_s: dict | None = None, steps: int | None = None, 
     return out
 
 
+DECODE_KERNELS = ("_decode_split_kernel", "_decode_reduce_kernel")
+BATCH_BUCKETS = (16, 32, 64, 128, 256, None)      # upper bounds of the batch-size buckets (None: any larger)
+
+
+def attention_by_batch(events, decode_steps, layers: int, kv_bytes_per_token: int, bytes_per_s: float) -> list:
+    """Decode attention's achieved bandwidth per batch-size bucket.
+
+    decode_steps: (num_decode_seqs, decode context sum) of every step with decode entries, in execution order.
+    Each such step ran `layers` split-kernel calls (each with its reduce, when split) in order, so the i-th call
+    belongs to step i // layers (calls past the last step, the drained step's discarded tokens, are left out).
+    A call reads K and V of every context: context sum x kv_bytes_per_token (both, per layer)."""
+    calls, at = [], -1
+    for start, end, name, _ in events:
+        if name == DECODE_KERNELS[0]:
+            calls.append(end - start)
+            at = len(calls) - 1
+        elif name == DECODE_KERNELS[1] and at >= 0:
+            calls[at] += end - start
+    rows = {}
+    for i, us in enumerate(calls[:len(decode_steps) * layers]):
+        n, context_sum = decode_steps[i // layers]
+        bound = next(b for b in BATCH_BUCKETS if b is None or n <= b)
+        r = rows.setdefault(bound, dict(calls=0, s=0.0, bytes=0.0))
+        r["calls"] += 1
+        r["s"] += us / 1e6
+        r["bytes"] += context_sum * kv_bytes_per_token
+    out, lo = [], 1
+    for bound in BATCH_BUCKETS:
+        if bound in rows:
+            r = rows[bound]
+            tbps = r["bytes"] / r["s"] / 1e12 if r["s"] else 0.0
+            out.append(dict(batch=f"{lo}-{bound}" if bound else f">= {lo}", calls=r["calls"], s=r["s"],
+                            tb_per_s=tbps, of_datasheet=tbps * 1e12 / bytes_per_s))
+        lo = (bound or 0) + 1
+    return out
+
+
 def table(result: dict) -> str:
     """Markdown: group, seconds, share, per step, roofline floor, floor / measured; then the idle split."""
     b = result["traced"]
@@ -149,6 +188,10 @@ def table(result: dict) -> str:
     lines += ["", f"device span {d['span_s']:.3f} s: busy {d['busy_s']:.3f} s, launch gaps {d['launch_gaps_s']:.3f} s "
               f"({d['launch_gaps']:,} gaps <= {LAUNCH_GAP_US:g} us), host waits {d['host_gaps_s']:.3f} s "
               f"({d['host_gaps']:,} longer gaps)"]
+    by_batch = result["traced"].get("attention_by_batch")
+    if by_batch:
+        lines += ["", "| decode batch | attention s | KV read TB/s | of the datasheet's |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r['batch']} | {r['s']:.3f} | {r['tb_per_s']:.2f} | {r['of_datasheet']:.1%} |" for r in by_batch]
     return "\n".join(lines)
 
 
@@ -186,11 +229,15 @@ def main(argv=None):
               max_model_len=2 * args.max_len, overlap_scheduling=args.overlap_scheduling == "on")
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)          # warm-up
     steps = [0]
+    decode_steps = []           # (decode entries, their context sum) of each step with decodes, in order
     step = llm.step_batch
 
     def counted():
         out = step()
         steps[0] += llm.last_step is not None
+        batch = out[0]
+        if batch is not None and batch.num_decode_seqs:
+            decode_steps.append((batch.num_decode_seqs, sum(batch.context_lens[batch.num_prefill_seqs:])))
         return out
     llm.step_batch = counted
 
@@ -202,6 +249,7 @@ def main(argv=None):
         return time.perf_counter() - t0
     untraced_s = timed_run(prompts)
     untraced_steps, steps[0] = steps[0], 0
+    decode_steps.clear()
     trace_path = tmp / "trace.json"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         traced_s = timed_run(shifted)
@@ -218,6 +266,10 @@ def main(argv=None):
                   roofline_tokens_per_s=roofline_tokens_per_s(prompts, outs, "qwen3-0.6b", env["gpu"]),
                   roofline_groups_s=bound.time_by_group_s,
                   traced=dict(elapsed_s=traced_s, **breakdown(events, bound.time_by_group_s, steps[0])))
+    mc = llm.runner.model.config
+    kv_bytes = 2 * mc.num_key_value_heads * mc.head_dim * llm.runner.kv_cache.element_size()   # K and V, one layer
+    result["traced"]["attention_by_batch"] = attention_by_batch(events, decode_steps, mc.num_hidden_layers, kv_bytes,
+                                                                hardware.bytes_per_s(use_measured=False))
     result["untraced_over_roofline"] = result["untraced"]["output_tokens_per_s"] / result["roofline_tokens_per_s"]
     result["traced_over_untraced"] = traced_s / untraced_s
     result.update(env)

@@ -44,3 +44,23 @@ def test_idle_split_and_groups_exact():
     assert b["per_step_ms"]["host_gaps"] == pytest.approx(0.032)
     assert b["top_kernels"][0]["name"] == "_decode_split_kernel"
     assert "| attention_decode | 0.000 |" in eb.table({"traced": b})
+
+
+def test_attention_by_batch_assigns_calls_to_steps_in_order():
+    """Two layers: step 1 (8 sequences, 1,000 keys) ran calls 0-1, step 2 (200 sequences, 50,000 keys) calls 2-3
+    (the second with a reduce); a fifth call (the drained step) is left out."""
+    k = [("kernel", "_decode_split_kernel", 0, 10), ("kernel", "nvjet", 10, 5),
+         ("kernel", "_decode_split_kernel", 20, 10),
+         ("kernel", "_decode_split_kernel", 40, 100), ("kernel", "_decode_split_kernel", 150, 90),
+         ("kernel", "_decode_reduce_kernel", 240, 10), ("kernel", "_decode_split_kernel", 300, 50)]
+    events = eb.device_events(_trace(*k))
+    rows = eb.attention_by_batch(events, [(8, 1000), (200, 50_000)], layers=2, kv_bytes_per_token=4096,
+                                 bytes_per_s=4e12)
+    assert [r["batch"] for r in rows] == ["1-16", "129-256"]
+    small, big = rows
+    assert small["calls"] == 2 and small["s"] == pytest.approx(20e-6)
+    assert small["tb_per_s"] == pytest.approx(2 * 1000 * 4096 / 20e-6 / 1e12)
+    assert big["calls"] == 2 and big["s"] == pytest.approx(200e-6)          # 100 + 90 + the reduce's 10
+    assert big["of_datasheet"] == pytest.approx(2 * 50_000 * 4096 / 200e-6 / 4e12)
+    text = eb.table({"traced": dict(eb.breakdown(events), attention_by_batch=rows)})
+    assert "| 129-256 | 0.000 |" in text
