@@ -19,9 +19,9 @@ def test_smoke_checks_every_split(tmp_path):
     assert proc.stdout.count('"rel_err"') == 6
 
 
-def test_roofline_is_the_slower_of_bytes_and_flops():
+def test_roofline_is_the_slower_of_bytes_and_flops(monkeypatch):
     spec = importlib.util.spec_from_file_location("gemm_shapes", ROOT / "benchmarks" / "gemm_shapes.py")
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     # M=1: the weight's bytes (4096 x 1024 x 2) at 4 TB/s; M=4096: 2 x M x N x K flops at 1 PFLOP/s
