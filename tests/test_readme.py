@@ -187,6 +187,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "servelab-report sweeps/slo_vs_load": Run("report", needs="servelab -m experiment=slo_vs_load"),
     "benchmarks/gpu_tenants.sh": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_peer.sh": Excluded(NEEDS_CUDA),
+    "python benchmarks/engine_breakdown.py": Excluded(NEEDS_CUDA),
     "bash benchmarks/gpu_peer.sh --trace PATH --out DIR": Excluded(NEEDS_CUDA),
     "benchmarks/gpu_vllm_serve.sh": Excluded(NEEDS_CUDA),
     "servelab workload=shared_prefix num_kvcache_blocks=3000 cpu_cache_num_blocks=50000 cpu_cache_eviction=lru":
