@@ -13,6 +13,8 @@ shifted by one token id so that the prefix cache finds nothing of the first run)
 * the roofline's seconds for the same workload on this card (sim/lower_bound.py: linear layers, the
   LM head, decode and prefill attention at the datasheet's rates) beside the measured groups, so each
   says how far it is from its floor;
+* each run's prefill and decode seconds and its longest step (`time_split`: a one-time cost of the first run
+  shows as a long prefill step in `untraced` and not in `traced`);
 * decode attention's KV bandwidth per batch-size bucket (`attention_by_batch`: each step's split-kernel
   calls matched to the step's decode entries and context sum, in execution order).
 
@@ -136,6 +138,14 @@ def breakdown(events, roofline_s: dict | None = None, steps: int | None = None, 
     return out
 
 
+def time_split(step_times) -> dict:
+    """Prefill and decode steps' seconds and the longest step of a run, from (prefill tokens, seconds) per step (a
+    first run's one-time costs show as a long prefill step)."""
+    prefill = [d for p, d in step_times if p]
+    return dict(prefill_steps=len(prefill), prefill_s=sum(prefill), decode_s=sum(d for p, d in step_times if not p),
+                longest_step_s=max((d for _, d in step_times), default=0.0))
+
+
 DECODE_KERNELS = ("_decode_split_kernel", "_decode_reduce_kernel")
 BATCH_BUCKETS = (16, 32, 64, 128, 256, None)      # upper bounds of the batch-size buckets (None: any larger)
 
@@ -232,9 +242,13 @@ def main(argv=None):
     decode_steps = []           # (decode entries, their context sum) of each step with decodes, in order
     step = llm.step_batch
 
+    step_times = []             # (prefill tokens, seconds) of every step of the current run
+
     def counted():
         out = step()
         steps[0] += llm.last_step is not None
+        if llm.last_step is not None:
+            step_times.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
         batch = out[0]
         if batch is not None and batch.num_decode_seqs:
             decode_steps.append((batch.num_decode_seqs, sum(batch.context_lens[batch.num_prefill_seqs:])))
@@ -249,7 +263,9 @@ def main(argv=None):
         return time.perf_counter() - t0
     untraced_s = timed_run(prompts)
     untraced_steps, steps[0] = steps[0], 0
+    untraced_split = time_split(step_times)
     decode_steps.clear()
+    step_times.clear()
     trace_path = tmp / "trace.json"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         traced_s = timed_run(shifted)
@@ -262,10 +278,12 @@ def main(argv=None):
     result = dict(decode_table=[(limit, variant.name) for limit, variant in table],
                   workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
                   overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
-                  untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s),
+                  untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s,
+                                time_split=untraced_split),
                   roofline_tokens_per_s=roofline_tokens_per_s(prompts, outs, "qwen3-0.6b", env["gpu"]),
                   roofline_groups_s=bound.time_by_group_s,
-                  traced=dict(elapsed_s=traced_s, **breakdown(events, bound.time_by_group_s, steps[0])))
+                  traced=dict(elapsed_s=traced_s, time_split=time_split(step_times),
+                              **breakdown(events, bound.time_by_group_s, steps[0])))
     mc = llm.runner.model.config
     kv_bytes = 2 * mc.num_key_value_heads * mc.head_dim * llm.runner.kv_cache.element_size()   # K and V, one layer
     result["traced"]["attention_by_batch"] = attention_by_batch(events, decode_steps, mc.num_hidden_layers, kv_bytes,

@@ -64,3 +64,9 @@ def test_attention_by_batch_assigns_calls_to_steps_in_order():
     assert big["of_datasheet"] == pytest.approx(2 * 50_000 * 4096 / 200e-6 / 4e12)
     text = eb.table({"traced": dict(eb.breakdown(events), attention_by_batch=rows)})
     assert "| 129-256 | 0.000 |" in text
+
+
+def test_time_split():
+    assert eb.time_split([(100, 0.3), (0, 0.01), (5, 0.02), (0, 0.01)]) == dict(
+        prefill_steps=2, prefill_s=pytest.approx(0.32), decode_s=pytest.approx(0.02), longest_step_s=0.3)
+    assert eb.time_split([]) == dict(prefill_steps=0, prefill_s=0, decode_s=0, longest_step_s=0.0)
