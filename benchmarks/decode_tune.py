@@ -145,22 +145,11 @@ def settle_clocks(fn, seconds: float) -> None:
 def graph_us(fn, warmup: int, iters: int, budget_s: float) -> float:
     """Microseconds per call: LAYERS calls of fn in one CUDA graph, median over replays (at least 3, at most
     iters, fewer once budget_s is spent)."""
-    import torch
-    from gpu_attention_check import layer_graph
+    from gpu_attention_check import layer_graph, replay_us
     graph = layer_graph(fn, LAYERS)
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    times, t_end = [], time.perf_counter() + budget_s
-    while len(times) < iters and (len(times) < 3 or time.perf_counter() < t_end):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / LAYERS)
+    us = replay_us(graph, LAYERS, iters, warmup, budget_s)
     del graph
-    return statistics.median(times)
+    return us
 
 
 def wall_us(fn, iters: int) -> float:

@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from engine_throughput import time_split  # noqa: E402  (torch-free: its imports are lazy)
+
 LAUNCH_GAP_US = 5.0      # a device gap this short is a launch gap; a longer one waited for the host
 
 # (group, name fragments), matched in order on the kernel's name; copies are matched on the event category.
@@ -115,12 +117,13 @@ def breakdown(events, roofline_s: dict | None = None, steps: int | None = None, 
         k = kernels.setdefault(name, dict(group=group, s=0.0, calls=0))
         k["s"] += (end - start) / 1e6
         k["calls"] += 1
-    total = sum(g["s"] for g in groups.values()) or 1.0
+    kernel_s = sum(g["s"] for g in groups.values())
     for g in groups.values():
-        g["share"] = g["s"] / total
-    idle = {(k.removesuffix("_us") + "_s" if k.endswith("_us") else k): (v / 1e6 if k.endswith("_us") else v)
-            for k, v in idle_gaps(events).items()}
-    out = dict(kernel_s=sum(g["s"] for g in groups.values()), groups=dict(sorted(groups.items(),
+        g["share"] = g["s"] / kernel_s
+    gaps = idle_gaps(events)
+    idle = dict(span_s=gaps["span_us"] / 1e6, busy_s=gaps["busy_us"] / 1e6, launch_gaps_s=gaps["launch_gaps_us"] / 1e6,
+                launch_gaps=gaps["launch_gaps"], host_gaps_s=gaps["host_gaps_us"] / 1e6, host_gaps=gaps["host_gaps"])
+    out = dict(kernel_s=kernel_s, groups=dict(sorted(groups.items(),
                key=lambda kv: -kv[1]["s"])), device=idle)
     if steps:
         out["steps"] = steps
@@ -136,14 +139,6 @@ def breakdown(events, roofline_s: dict | None = None, steps: int | None = None, 
                                           floor_over_measured=floor / measured if measured else None)
     out["top_kernels"] = [dict(name=n[:90], **k) for n, k in sorted(kernels.items(), key=lambda kv: -kv[1]["s"])[:top]]
     return out
-
-
-def time_split(step_times) -> dict:
-    """Prefill and decode steps' seconds and the longest step of a run, from (prefill tokens, seconds) per step (a
-    first run's one-time costs show as a long prefill step)."""
-    prefill = [d for p, d in step_times if p]
-    return dict(prefill_steps=len(prefill), prefill_s=sum(prefill), decode_s=sum(d for p, d in step_times if not p),
-                longest_step_s=max((d for _, d in step_times), default=0.0))
 
 
 DECODE_KERNELS = ("_decode_split_kernel", "_decode_reduce_kernel")
@@ -221,12 +216,10 @@ def main(argv=None):
     elif args.decode_table is not None:
         decode_variants.install_line(json.loads(Path(args.decode_table).read_text())["summary"]["table_line"])
     import torch
-    from engine_throughput import QWEN3_0P6B, environment, make_checkpoint, make_workload, roofline_tokens_per_s
+    from engine_throughput import QWEN3_0P6B, card_hardware, environment, make_checkpoint, make_workload, roofline_bound
 
     from engine.core.sequence import SamplingParams
     from engine.llm import LLM
-    from sim.lower_bound import workload_lower_bound
-    from sim.specs.hardware import get_hardware_spec, hardware_for_device_name
 
     if not torch.cuda.is_available():
         sys.exit("engine_breakdown needs a CUDA GPU")
@@ -238,7 +231,6 @@ def main(argv=None):
     llm = LLM(tmp, device="cuda", dtype="bfloat16", max_num_seqs=512, max_num_batched_tokens=16384,
               max_model_len=2 * args.max_len, overlap_scheduling=args.overlap_scheduling == "on")
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)          # warm-up
-    steps = [0]
     decode_steps = []           # (decode entries, their context sum) of each step with decodes, in order
     step = llm.step_batch
 
@@ -246,7 +238,6 @@ def main(argv=None):
 
     def counted():
         out = step()
-        steps[0] += llm.last_step is not None
         if llm.last_step is not None:
             step_times.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
         batch = out[0]
@@ -262,8 +253,7 @@ def main(argv=None):
         torch.cuda.synchronize()
         return time.perf_counter() - t0
     untraced_s = timed_run(prompts)
-    untraced_steps, steps[0] = steps[0], 0
-    untraced_split = time_split(step_times)
+    untraced_steps, untraced_split = len(step_times), time_split(step_times)
     decode_steps.clear()
     step_times.clear()
     trace_path = tmp / "trace.json"
@@ -272,18 +262,18 @@ def main(argv=None):
     prof.export_chrome_trace(str(trace_path))
     events = device_events(json.loads(trace_path.read_text()))
     env = environment("cuda")
-    hardware = hardware_for_device_name(env["gpu"]) or get_hardware_spec("H200")
-    bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, outs)], "Qwen3-0.6B", hardware)
+    hardware = card_hardware(env["gpu"])
+    bound = roofline_bound(prompts, outs, env["gpu"])
     table = decode_variants.table_for_device(env["gpu"])
     result = dict(decode_table=[(limit, variant.name) for limit, variant in table],
                   workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
                   overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
                   untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s,
                                 time_split=untraced_split),
-                  roofline_tokens_per_s=roofline_tokens_per_s(prompts, outs, "qwen3-0.6b", env["gpu"]),
+                  roofline_tokens_per_s=bound.output_tokens / bound.time_s,
                   roofline_groups_s=bound.time_by_group_s,
                   traced=dict(elapsed_s=traced_s, time_split=time_split(step_times),
-                              **breakdown(events, bound.time_by_group_s, steps[0])))
+                              **breakdown(events, bound.time_by_group_s, len(step_times))))
     mc = llm.runner.model.config
     kv_bytes = 2 * mc.num_key_value_heads * mc.head_dim * llm.runner.kv_cache.element_size()   # K and V, one layer
     result["traced"]["attention_by_batch"] = attention_by_batch(events, decode_steps, mc.num_hidden_layers, kv_bytes,

@@ -113,11 +113,8 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
     del llm.step_batch                  # drop the llm -> closure -> llm cycle: the KV cache is freed on return
     produced = sum(len(o.token_ids) for o in outs)
     assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
-    prefill_s = sum(d for p, d in steps if p)
-    decode_s = sum(d for p, d in steps if not p)
-    breakdown = dict(steps=len(steps), prefill_steps=sum(1 for p, _ in steps if p), prefill_s=prefill_s,
-                     decode_s=decode_s, outside_steps_s=elapsed - prefill_s - decode_s,
-                     longest_step_s=max((d for _, d in steps), default=0.0))
+    split = time_split(steps)
+    breakdown = dict(steps=len(steps), **split, outside_steps_s=elapsed - split["prefill_s"] - split["decode_s"])
     return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced, time_split=breakdown,
                 num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
                 cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."),
@@ -150,16 +147,34 @@ def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
     return dict(baseline_hf_tokens_per_s=useful / elapsed, baseline_hf_requests=n, baseline_hf_elapsed_s=elapsed)
 
 
+def time_split(step_times) -> dict:
+    """Prefill and decode steps' seconds and the longest step of a run, from (prefill tokens, seconds) per step (a
+    first run's one-time costs show as a long prefill step)."""
+    prefill = [d for p, d in step_times if p]
+    return dict(prefill_steps=len(prefill), prefill_s=sum(prefill), decode_s=sum(d for p, d in step_times if not p),
+                longest_step_s=max((d for _, d in step_times), default=0.0))
+
+
+def card_hardware(device_name: str | None):
+    """The simulator's spec of the card torch names device_name; an H200's where none or an unknown one is named."""
+    from sim.specs.hardware import get_hardware_spec, hardware_for_device_name
+    return hardware_for_device_name(device_name) or get_hardware_spec("H200")
+
+
+def roofline_bound(prompts, output_lens, device_name: str | None = None):
+    """The simulator's roofline lower bound (sim.lower_bound.WorkloadBound) of this workload for Qwen3-0.6B on the
+    card named (card_hardware)."""
+    from sim.lower_bound import workload_lower_bound
+    return workload_lower_bound([(len(p), o) for p, o in zip(prompts, output_lens)], "Qwen3-0.6B",
+                                card_hardware(device_name))
+
+
 def roofline_tokens_per_s(prompts, output_lens, preset: str, device_name: str | None = None) -> float | None:
-    """Hook: the simulator's roofline lower bound for this workload, as output tokens/s, on the card named
-    (torch's device name; an H200 where none or an unknown one is named)."""
+    """Hook: the roofline lower bound's output tokens/s for this workload on the card named (roofline_bound)."""
     if preset != "qwen3-0.6b":
         return None
     try:
-        from sim.lower_bound import workload_lower_bound
-        from sim.specs.hardware import get_hardware_spec, hardware_for_device_name
-        hardware = hardware_for_device_name(device_name) or get_hardware_spec("H200")
-        bound = workload_lower_bound([(len(p), o) for p, o in zip(prompts, output_lens)], "Qwen3-0.6B", hardware)
+        bound = roofline_bound(prompts, output_lens, device_name)
         return float(bound.output_tokens / bound.time_s)
     except Exception as exc:       # the simulator is optional for this benchmark
         print(f"roofline bound unavailable: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))   # gpu_attention_check's and engine_throughput's helpers
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -111,28 +111,11 @@ def rel_err(y, ref) -> float:
 
 def graph_us(fn, reps: int = 20, warmup: int = 3) -> float:
     """Median microseconds per call of fn() (LAYERS calls) replayed as one CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(warmup):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3 / LAYERS)
-    del g
-    return statistics.median(times)
+    from gpu_attention_check import layer_graph, replay_us
+    graph = layer_graph(fn, 1)
+    us = replay_us(graph, LAYERS, reps, warmup)
+    del graph
+    return us
 
 
 def roofline_us(M, K, N, bytes_per_s, flops_per_s) -> float:
@@ -158,21 +141,21 @@ def main(argv=None):
         print(json.dumps(rows, indent=1))
         assert all(r["rel_err"] < 1e-5 for r in rows), rows
         return
-    from sim.specs.hardware import get_hardware_spec, hardware_for_device_name
+    from engine_throughput import card_hardware
     name = torch.cuda.get_device_name()
-    hw = hardware_for_device_name(name) or get_hardware_spec("H200")
+    hw = card_hardware(name)
     bw, fl = hw.bytes_per_s(use_measured=False), hw.flops_per_s(use_measured=False)
     torch.manual_seed(0)
-    weights = {s: [torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(LAYERS if s != "lm_head"
-                                                                                       else 2)]
-               for s, (K, N) in SHAPES.items()}
+    # LAYERS distinct weights per layer shape (two of the LM head's 311 MB), so each call reads its own from HBM
+    weights = {s: [torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.02
+                   for _ in range(2 if s == "lm_head" else LAYERS)] for s, (K, N) in SHAPES.items()}
+    weights_kn = {s: [w.t().contiguous() for w in ws] for s, ws in weights.items()}      # [K, N] copies
     rows, t0 = [], time.perf_counter()
     for M in BATCHES:
         for s, (K, N) in SHAPES.items():
             if time.perf_counter() - t0 > args.budget_s:
                 break
-            ws = weights[s]
-            ws_kn = [w.t().contiguous() for w in ws]
+            ws, ws_kn = weights[s], weights_kn[s]
             x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
             ref = x.float() @ ws[0].float().T
             row = dict(shape=s, M=M, K=K, N=N, roofline_us=roofline_us(M, K, N, bw, fl))

@@ -103,6 +103,25 @@ def layer_graph(fn: Callable[[], object], layers: int) -> "torch.cuda.CUDAGraph"
     return graph
 
 
+def replay_us(graph: "torch.cuda.CUDAGraph", calls: int, iters: int, warmup: int = 0,
+              budget_s: float | None = None) -> float:
+    """Median microseconds per call of a graph holding `calls` calls, over replays timed by CUDA events: `warmup`
+    untimed replays, then at most `iters` timed ones (with budget_s, at least 3 and none started after it)."""
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    t_end = None if budget_s is None else time.perf_counter() + budget_s
+    while len(times) < iters and (t_end is None or len(times) < 3 or time.perf_counter() < t_end):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
 def guarded(records: list, name: str, fn: Callable[[], dict], **info) -> None:
     """Runs one check/measurement; an exception is recorded, never raised."""
     t0 = time.time()
