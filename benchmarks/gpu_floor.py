@@ -30,27 +30,13 @@ def main(argv=None):
     dev = torch.device("cuda")
     n = args.kernels
 
+    from gpu_attention_check import layer_graph, replay_us
+
     def graph_of(body):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            body()                                   # warm-up outside the graph
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
-        return g
+        return layer_graph(body, 1)              # one eager call outside the graph, then body captured
 
     def per_kernel_us(g) -> float:
-        times = []
-        for _ in range(args.reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            g.replay()
-            e1.record()
-            e1.synchronize()
-            times.append(e0.elapsed_time(e1) * 1e3 / n)
-        return statistics.median(times)
+        return replay_us(g, n, args.reps)
 
     x = torch.zeros(1024, dtype=torch.bfloat16, device=dev)
 
