@@ -219,6 +219,7 @@ def main(argv=None):
     from engine_throughput import QWEN3_0P6B, card_hardware, environment, make_checkpoint, make_workload, roofline_bound
 
     from engine.core.sequence import SamplingParams
+    from engine.kernels.compile_log import CompileLog
     from engine.llm import LLM
 
     if not torch.cuda.is_available():
@@ -246,19 +247,21 @@ def main(argv=None):
         return out
     llm.step_batch = counted
 
-    def timed_run(p):
+    def timed_run(p, compiles: CompileLog):
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        llm.generate(p, params, use_tqdm=False)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
-    untraced_s = timed_run(prompts)
+        with compiles:
+            t0 = time.perf_counter()
+            llm.generate(p, params, use_tqdm=False)
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
+    untraced_compiles, traced_compiles = CompileLog(), CompileLog()
+    untraced_s = timed_run(prompts, untraced_compiles)
     untraced_steps, untraced_split = len(step_times), time_split(step_times)
     decode_steps.clear()
     step_times.clear()
     trace_path = tmp / "trace.json"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        traced_s = timed_run(shifted)
+        traced_s = timed_run(shifted, traced_compiles)
     prof.export_chrome_trace(str(trace_path))
     events = device_events(json.loads(trace_path.read_text()))
     env = environment("cuda")
@@ -269,10 +272,10 @@ def main(argv=None):
                   workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
                   overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
                   untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s,
-                                time_split=untraced_split),
+                                time_split=untraced_split, **untraced_compiles.summary()),
                   roofline_tokens_per_s=bound.output_tokens / bound.time_s,
                   roofline_groups_s=bound.time_by_group_s,
-                  traced=dict(elapsed_s=traced_s, time_split=time_split(step_times),
+                  traced=dict(elapsed_s=traced_s, time_split=time_split(step_times), **traced_compiles.summary(),
                               **breakdown(events, bound.time_by_group_s, len(step_times))))
     mc = llm.runner.model.config
     kv_bytes = 2 * mc.num_key_value_heads * mc.head_dim * llm.runner.kv_cache.element_size()   # K and V, one layer

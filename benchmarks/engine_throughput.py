@@ -86,6 +86,7 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
     import torch
 
     from engine.core.sequence import SamplingParams
+    from engine.kernels.compile_log import CompileLog
     from engine.llm import LLM
 
     max_model_len = 2 * args.max_len
@@ -106,10 +107,11 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
         return out
     llm.step_batch = recorded_step
     sync()
-    t0 = time.perf_counter()
-    outs = llm.generate(prompts, params)
-    sync()
-    elapsed = time.perf_counter() - t0
+    with CompileLog() as compiles:      # a Triton compile inside the timed run stalls a step: none is expected
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts, params)
+        sync()
+        elapsed = time.perf_counter() - t0
     del llm.step_batch                  # drop the llm -> closure -> llm cycle: the KV cache is freed on return
     produced = sum(len(o.token_ids) for o in outs)
     assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
@@ -118,7 +120,7 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
     return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced, time_split=breakdown,
                 num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
                 cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."),
-                overlap_scheduling=overlap)
+                overlap_scheduling=overlap, **compiles.summary())
 
 
 def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
@@ -149,10 +151,11 @@ def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
 
 def time_split(step_times) -> dict:
     """Prefill and decode steps' seconds and the longest step of a run, from (prefill tokens, seconds) per step (a
-    first run's one-time costs show as a long prefill step)."""
+    first run's one-time costs show as a long step; its index counts from the run's first step)."""
     prefill = [d for p, d in step_times if p]
+    longest = max(range(len(step_times)), key=lambda i: step_times[i][1], default=None)
     return dict(prefill_steps=len(prefill), prefill_s=sum(prefill), decode_s=sum(d for p, d in step_times if not p),
-                longest_step_s=max((d for _, d in step_times), default=0.0))
+                longest_step_s=step_times[longest][1] if step_times else 0.0, longest_step_index=longest)
 
 
 def card_hardware(device_name: str | None):

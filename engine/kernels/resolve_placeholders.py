@@ -18,7 +18,7 @@ from engine.core.in_flight import PLACEHOLDER_BASE
 BLOCK = 256
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_ids", "num_prev"])      # both change with every step's batch
 def _resolve_kernel(
     ids_ptr,                       # [T] int64, in place
     prev_ptr,                      # [num_prev] int64, the previous step's sampled tokens

@@ -68,5 +68,8 @@ def test_attention_by_batch_assigns_calls_to_steps_in_order():
 
 def test_time_split():
     assert eb.time_split([(100, 0.3), (0, 0.01), (5, 0.02), (0, 0.01)]) == dict(
-        prefill_steps=2, prefill_s=pytest.approx(0.32), decode_s=pytest.approx(0.02), longest_step_s=0.3)
-    assert eb.time_split([]) == dict(prefill_steps=0, prefill_s=0, decode_s=0, longest_step_s=0.0)
+        prefill_steps=2, prefill_s=pytest.approx(0.32), decode_s=pytest.approx(0.02), longest_step_s=0.3,
+        longest_step_index=0)
+    assert eb.time_split([(0, 0.01), (0, 0.5), (3, 0.1)])["longest_step_index"] == 1
+    assert eb.time_split([]) == dict(prefill_steps=0, prefill_s=0, decode_s=0, longest_step_s=0.0,
+                                                longest_step_index=None)

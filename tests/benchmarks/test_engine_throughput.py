@@ -23,3 +23,5 @@ def test_time_split_counts_every_step(tmp_path):
         split = run["time_split"]
         assert split["steps"] >= 8 and split["prefill_steps"] >= 1      # outputs of >= 8 tokens each
         assert 0 < split["prefill_s"] + split["decode_s"] <= run["elapsed_s"]
+        assert 0 <= split["longest_step_index"] < split["steps"]
+        assert run["triton_compiles"] == 0          # the CPU runs no Triton kernel
