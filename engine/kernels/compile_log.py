@@ -1,28 +1,35 @@
-"""The Triton compilations begun while a block of code runs, through Triton's JIT hooks.
+"""The Triton and torch.compile compilations begun while a block of code runs.
 
 A Triton kernel compiles the first time the process launches it with a new specialization: argument dtypes,
 constexprs, pointer alignment and the value class (== 1, divisible by 16, other) of every integer argument not
 marked do_not_specialize. A compile inside a timed run stalls the step that launches it: milliseconds when
 Triton's disk cache holds the binary, 0.1-1 s when it does not (a fresh machine). Benchmarks wrap their timed
-runs in a CompileLog and record what compiled; a steady run compiles nothing.
+runs in a CompileLog and record what compiled; a steady run compiles nothing. torch.compile'd functions
+(engine/layers/fused.py, dynamic shapes) compile again when a guard fails, e.g. for a first dimension of 1;
+those are counted from torch._dynamo's frame counter, and their Inductor kernels do not pass Triton's JIT hooks.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 
 class CompileLog:
-    """Context manager: `events` lists (kernel name, seconds) for each compile begun inside the block, `supported`
-    says whether this Triton has the hooks (knobs.runtime.jit_cache_hook and jit_post_compile_hook); without
-    them nothing is recorded. Hooks installed before are kept and called first."""
+    """Context manager: `events` lists (kernel name, seconds) for each Triton compile begun inside the block,
+    `supported` says whether this Triton has the hooks (knobs.runtime.jit_cache_hook and jit_post_compile_hook;
+    without them no Triton compile is recorded), `torch_compiles` counts torch.compile's frame compiles (None
+    where torch._dynamo was never imported). Hooks installed before are kept and called first."""
 
     def __init__(self):
         self.events: list[tuple[str, float]] = []
         self.supported = False
+        self.torch_compiles: int | None = None
         self._open: list[tuple[str, float]] = []       # compiles begun, not yet finished (name, start time)
         self._saved = None
+        self._frames_before: int | None = None
 
     def __enter__(self) -> "CompileLog":
+        self._frames_before = _dynamo_frames()
         try:
             from triton import knobs
             runtime = knobs.runtime
@@ -50,17 +57,28 @@ class CompileLog:
         return self
 
     def __exit__(self, *exc) -> None:
+        frames = _dynamo_frames()
+        if frames is not None:
+            self.torch_compiles = frames - (self._frames_before or 0)
         if self._saved is not None:
             self._runtime.jit_cache_hook, self._runtime.jit_post_compile_hook = self._saved
             self._saved = None
 
     def summary(self) -> dict:
-        """For a result file: the number of compiles, their seconds and kernel names in order (None where this
-        Triton cannot tell)."""
+        """For a result file: the number of Triton compiles, their seconds and kernel names in order (None where
+        this Triton cannot tell), and torch.compile's frame compiles."""
         if not self.supported:
-            return dict(triton_compiles=None, triton_compile_s=None, triton_compiled_kernels=None)
-        return dict(triton_compiles=len(self.events), triton_compile_s=sum(s for _, s in self.events),
-                    triton_compiled_kernels=[name for name, _ in self.events])
+            triton = dict(triton_compiles=None, triton_compile_s=None, triton_compiled_kernels=None)
+        else:
+            triton = dict(triton_compiles=len(self.events), triton_compile_s=sum(s for _, s in self.events),
+                          triton_compiled_kernels=[name for name, _ in self.events])
+        return dict(triton, torch_compiles=self.torch_compiles)
+
+
+def _dynamo_frames() -> int | None:
+    """torch.compile's count of frames compiled in this process so far; None where it was never imported."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return None if utils is None else utils.counters["frames"]["ok"]
 
 
 def _kernel_name(hook_kwargs: dict) -> str:

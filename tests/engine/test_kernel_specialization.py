@@ -89,3 +89,16 @@ def test_compile_log_records_compiles_chains_earlier_hooks_and_restores_them():
     finally:
         runtime.jit_cache_hook, runtime.jit_post_compile_hook = before
     assert CompileLog().summary()["triton_compiles"] is None          # never entered: nothing known
+
+
+def test_compile_log_counts_torch_compile_recompiles():
+    import torch
+    fn = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=True)
+    fn(torch.ones(4))
+    with CompileLog() as log:
+        fn(torch.ones(5))                   # dynamic shapes: no new compile
+    assert log.torch_compiles == 0
+    with CompileLog() as log:
+        fn(torch.ones(1))                   # a size of 1 is specialized: a second compile
+        fn(torch.ones(1, 2))                # another rank: a third
+    assert log.summary()["torch_compiles"] == 2
