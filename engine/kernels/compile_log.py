@@ -6,7 +6,9 @@ marked do_not_specialize. A compile inside a timed run stalls the step that laun
 Triton's disk cache holds the binary, 0.1-1 s when it does not (a fresh machine). Benchmarks wrap their timed
 runs in a CompileLog and record what compiled; a steady run compiles nothing. torch.compile'd functions
 (engine/layers/fused.py, dynamic shapes) compile again when a guard fails, e.g. for a first dimension of 1;
-those are counted from torch._dynamo's frame counter, and their Inductor kernels do not pass Triton's JIT hooks.
+those are counted from torch._dynamo's frame counter; the Inductor kernels such a compile makes count with it,
+not one by one (newer torch calls Triton's post-compile hook for them with no cache hook before: ignored here).
+Triton's hooks fire for a load from its disk cache as for a fresh compile; the seconds tell them apart.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ class CompileLog:
         def on_compiled(*args, **kwargs):
             if after is not None:
                 after(*args, **kwargs)
-            if self._open:
+            if self._open:      # else an Inductor kernel's (module docstring)
                 name, start = self._open.pop()
                 self.events.append((name, time.perf_counter() - start))
 

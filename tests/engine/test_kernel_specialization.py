@@ -72,18 +72,20 @@ def test_compile_log_records_compiles_chains_earlier_hooks_and_restores_them():
     calls = []
     before = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
     runtime.jit_cache_hook = lambda **kw: calls.append(("cache", kw["fn"].name)) or kw["fn"].name == "skipped"
-    runtime.jit_post_compile_hook = lambda **kw: calls.append(("post", kw["fn"].name))
+    runtime.jit_post_compile_hook = lambda **kw: calls.append(("post", getattr(kw["fn"], "name", None)))
     earlier = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
     try:
         with CompileLog() as log:
             assert _fire(runtime, "_a_kernel")
             assert not _fire(runtime, "skipped")         # the earlier hook's skip is kept, and nothing compiled
             assert _fire(runtime, "_b_kernel")
+            runtime.jit_post_compile_hook(key=None, repr="", fn=None, compile={}, is_manual_warmup=False,
+                                          already_compiled=False)      # Inductor's: no cache hook before it
         assert (runtime.jit_cache_hook, runtime.jit_post_compile_hook) == earlier
         assert [n for n, _ in log.events] == ["_a_kernel", "_b_kernel"]
         assert all(s >= 0 for _, s in log.events)
         assert calls == [("cache", "_a_kernel"), ("post", "_a_kernel"), ("cache", "skipped"),
-                         ("cache", "_b_kernel"), ("post", "_b_kernel")]
+                         ("cache", "_b_kernel"), ("post", "_b_kernel"), ("post", None)]
         summary = log.summary()
         assert summary["triton_compiles"] == 2 and summary["triton_compiled_kernels"] == ["_a_kernel", "_b_kernel"]
     finally:
