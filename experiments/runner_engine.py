@@ -32,6 +32,7 @@ blocks of the prefix cache (EngineRunConfig.cpu_cache_num_blocks; 0: none).
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -42,6 +43,7 @@ from engine.config import EngineConfig
 from engine.core.recorder import Recorder
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
+from engine.kernels.compile_log import CompileLog
 from experiments.workloads import RequestSpec, prompt_token_ids
 
 
@@ -214,13 +216,19 @@ class EngineReplayer:
         self.runner.time_device = getattr(self.runner, "is_cuda", False) and bool(self.config.overlap_scheduling)
         device_time = (lambda: self.runner.last_device_time_s) if self.runner.time_device else None
         copy_time = lambda: getattr(self.runner, "last_copy_host_s", None)    # noqa: E731
-        if self.config.overlap_scheduling:
-            return run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
-                                       release=self.runner.release, max_wall_s=max_wall_s, device_time=device_time,
-                                       drained=lambda: getattr(self.runner, "drained_at_s", None),
-                                       copy_time=copy_time)
-        return run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
-                        max_wall_s=max_wall_s, device_time=device_time, copy_time=copy_time)
+        # A kernel compiled inside the run stretches the step that launched it: the run's info says how many.
+        with CompileLog() as compiles:
+            if self.config.overlap_scheduling:
+                info = run_loop_overlapped(sched, self.runner.launch, self.runner.collect, seqs, rec,
+                                           release=self.runner.release, max_wall_s=max_wall_s,
+                                           device_time=device_time,
+                                           drained=lambda: getattr(self.runner, "drained_at_s", None),
+                                           copy_time=copy_time)
+            else:
+                info = run_loop(sched, self.runner.execute, self._sync, seqs, rec, release=self.runner.release,
+                                max_wall_s=max_wall_s, device_time=device_time, copy_time=copy_time)
+        info.update(compiles.summary())
+        return info
 
 
 # An idle replay spins the last millisecond before an arrival: time.sleep wakes 50-200 us late (a sleep's median
@@ -488,10 +496,26 @@ def run_engine(cfg, desc: str = "engine"):
             "request_rate_rps": offered_rate_rps(cfg, wl), "warmup_s": warm_s,
             "overlap_scheduling": bool(rcfg.overlap_scheduling),
             "interrupted": interrupted, **info, **in_meta, **limits_meta(sched, max_len_source)}
+    note_compiles(meta)
     req = add_input_columns(rec.requests_frame(), wl)
     meta["num_unfinished"] = len(wl) - len(req)
     token_times = rec.token_times_frame() if cfg.record_token_times else None
     return TableResult(req, rec.steps_frame(), token_times, meta, complete=not interrupted)
+
+
+def note_compiles(info: dict, file=None) -> str | None:
+    """Prints (stderr) and returns the NOTE line for a run that compiled kernels after its warm-up, else None: the
+    steps that launched them took longer than the kernels' own time (info: EngineReplayer.run's)."""
+    triton, torch_frames = info.get("triton_compiles") or 0, info.get("torch_compiles") or 0
+    if not (triton or torch_frames):
+        return None
+    kernels = ", ".join(sorted(set(info.get("triton_compiled_kernels") or ())))
+    seconds = info.get("triton_compile_s") or 0.0
+    text = (f"NOTE the engine compiled during the run: {triton} Triton kernel(s) ({seconds:.2f} s"
+            f"{': ' + kernels if kernels else ''}) and {torch_frames} torch.compile frame(s); the steps that "
+            f"launched them are longer by that time (triton_compiles, torch_compiles in the run's meta)")
+    print(text, file=file or sys.stderr, flush=True)
+    return text
 
 
 def _device_label(runner) -> str:

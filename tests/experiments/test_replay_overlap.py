@@ -65,6 +65,7 @@ def test_cpu_replay_takes_the_simulators_steps(tiny):
     specs = [RequestSpec(i, 0.0, p, o) for i, (p, o) in enumerate([(20, 20), (30, 6), (25, 14), (12, 20), (28, 9)])]
     run = rep.replay(specs, "vllm")
     assert (run.requests["status"] == "finished").all()
+    assert run.info["triton_compiles"] == 0         # recorded (the CPU runs no Triton kernel)
     sim = Simulator(Replica(Scheduler(rep.scheduler_config()), ConstantCostModel(step_s=0.01), overlap_scheduling=True),
                     fast_path=False)
     res = sim.run(rep.sequences(specs))
@@ -106,3 +107,15 @@ def test_servelab_setting_reaches_the_simulated_replicas():
     # both take the decode fast path (with overlap: sim/fast_path.py's _overlap_fast)
     assert runs[False].meta["num_fast_steps"] > 0 and runs[True].meta["num_fast_steps"] > 0
     assert runs[True].requests["num_output_tokens"].tolist() == runs[False].requests["num_output_tokens"].tolist()
+
+
+def test_a_run_that_compiled_says_so_and_a_steady_one_stays_quiet(capsys):
+    from experiments.runner_engine import note_compiles
+    assert note_compiles(dict(triton_compiles=0, torch_compiles=None)) is None
+    assert note_compiles({}) is None
+    text = note_compiles(dict(triton_compiles=3, triton_compile_s=0.412, torch_compiles=0,
+                              triton_compiled_kernels=["_resolve_kernel", "_resolve_kernel", "_prefill_kernel"]))
+    assert text.startswith("NOTE the engine compiled during the run: 3 Triton kernel(s) (0.41 s: _prefill_kernel, "
+                           "_resolve_kernel) and 0 torch.compile frame(s)")
+    assert capsys.readouterr().err.strip() == text
+    assert "1 torch.compile frame(s)" in note_compiles(dict(triton_compiles=None, torch_compiles=1))
