@@ -204,9 +204,10 @@ def environment(device: str) -> dict:
                 command="python " + " ".join(shlex.quote(a) for a in sys.argv))
 
 
-def emit(result: dict, out: Path | None) -> None:
-    """Prints the result and, with --out, writes it as JSON."""
-    print(json.dumps(result, indent=2))
+def emit(result: dict, out: Path | None, show: bool = True) -> None:
+    """Prints the result (if show: the final one) and, with --out, writes it as JSON (each part as it comes)."""
+    if show:
+        print(json.dumps(result, indent=2))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
@@ -225,14 +226,14 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         make_checkpoint(args.preset, Path(tmp), args.device, getattr(torch, args.dtype))
         result.update(run_engine(Path(tmp), args, prompts, output_lens, args.overlap_scheduling == "on"))
-        emit(result, args.out)          # the engine's figure survives a failing baseline
+        emit(result, args.out, show=False)      # the engine's figure survives a failing baseline
         if args.device.startswith("cuda"):
             gc.collect()
             torch.cuda.empty_cache()
         if args.overlap_scheduling == "both":
             on = result["overlap_on"] = run_engine(Path(tmp), args, prompts, output_lens, True)
             result["overlap_speedup"] = on["output_tokens_per_s"] / result["output_tokens_per_s"]
-            emit(result, args.out)
+            emit(result, args.out, show=False)
             if args.device.startswith("cuda"):
                 gc.collect()
                 torch.cuda.empty_cache()

@@ -84,11 +84,11 @@ def get_runner(backend_name: str):
     raise ValueError(f"backend.name must be 'sim', 'engine' or 'http', got {backend_name!r}")
 
 
-def chose_model(overrides: list) -> bool:
-    """Whether the command line picked or changed the model (then the engine checks it against its checkpoint;
-    left at its default, the model is whatever the checkpoint holds)."""
-    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    return any(k == "model" or k.startswith("model.") for k in keys)
+def chose_model(overrides: list) -> list:
+    """The command line's overrides that picked or changed the model (then the engine checks it against its
+    checkpoint; left at its default, the model is whatever the checkpoint holds)."""
+    keys = [(o, o.split("=", 1)[0].lstrip("+~")) for o in overrides]
+    return [o for o, k in keys if k == "model" or k.startswith("model.")]
 
 
 def slo_of(cfg: DictConfig) -> dict | None:
@@ -317,9 +317,10 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
         record_start(out_dir)
     t0 = time.perf_counter()
     runner = get_runner(cfg.backend.name)
-    if cfg.backend.name == "engine" and chose_model(overrides or []):
+    chosen = chose_model(overrides or [])
+    if cfg.backend.name == "engine" and chosen:
         from experiments.runner_engine import check_model_matches
-        check_model_matches(cfg)
+        check_model_matches(cfg, chosen)
     try:
         result = runner(cfg, desc=label)
     except USER_ERRORS + (InstantiationException,) as e:

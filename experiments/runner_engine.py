@@ -418,9 +418,10 @@ def run_loop_overlapped(sched: Scheduler, launch, collect, seqs: list[Sequence],
                 num_rejected=intake.num_rejected, num_steps=rec.num_steps)
 
 
-def check_model_matches(cfg) -> None:
+def check_model_matches(cfg, chosen_by: list | None = None) -> None:
     """ValueError when the run's `model=` entry does not have the dimensions of the checkpoint the engine
-    loads (backend.model_path): the simulator would price one model and the engine run another."""
+    loads (backend.model_path): the simulator would price one model and the engine run another. chosen_by: the
+    command line's overrides that picked or changed the model, named in the error."""
     from hydra.utils import to_absolute_path
     from omegaconf import OmegaConf
 
@@ -434,9 +435,11 @@ def check_model_matches(cfg) -> None:
     diff = spec.shape_mismatches(ckpt)
     if diff:
         same = [s.name for s in MODEL_SPECS.values() if not s.shape_mismatches(ckpt)]
+        given = ", ".join(chosen_by or ["model="])
         fix = (f"use the entry of that checkpoint (model.name={same[0]})" if same else
-               "leave model= out, or give that checkpoint's dimensions (model.num_layers=... etc.)")
-        raise ValueError(f"model={spec.name} does not match the checkpoint {path} ({'; '.join(diff)}); {fix}")
+               f"leave {given} out, or give that checkpoint's dimensions (model.num_layers=... etc.)")
+        by = f" (from {given})" if chosen_by else ""
+        raise ValueError(f"model={spec.name}{by} does not match the checkpoint {path} ({'; '.join(diff)}); {fix}")
 
 
 def run_engine(cfg, desc: str = "engine"):

@@ -300,8 +300,13 @@ def test_engine_refuses_a_chosen_model_that_is_not_its_checkpoint(in_tmp, monkey
     capsys.readouterr()                     # the checkpoint writer's progress bar
     line = error_line(monkeypatch, capsys, *QUIET, "backend=engine", f"backend.model_path={tmp_path / 'ckpt'}",
                       "model=llama3_8b")
-    assert line.startswith("error: model=Llama-3.1-8B does not match the checkpoint") and \
-        "num_layers: 32 vs 2" in line and "leave model= out" in line
+    assert line.startswith("error: model=Llama-3.1-8B (from model=llama3_8b) does not match the checkpoint") and \
+        "num_layers: 32 vs 2" in line and "leave model=llama3_8b out" in line
+    # a model.* override alone changes the default entry: the error names the override, not a model= never given
+    line = error_line(monkeypatch, capsys, *QUIET, "backend=engine", f"backend.model_path={tmp_path / 'ckpt'}",
+                      "model.vocab_size=512")
+    assert "(from model.vocab_size=512) does not match the checkpoint" in line and \
+        "leave model.vocab_size=512 out" in line
 
 
 def test_a_refused_run_leaves_no_folder(in_tmp, monkeypatch, capsys):
