@@ -52,7 +52,7 @@ from experiments.metrics import summary
 from experiments.policy_conf import make_eviction, make_policy, parse_label, policy_names, swaps
 from experiments.profile import set_threads
 from experiments.results import atomic_write_text, write_json, write_parquet
-from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences
+from experiments.runner_engine import EngineReplayer, EngineRunConfig, RunResult, make_sequences, note_compiles
 from experiments.runner_sim import make_cpu_cache_eviction
 from experiments.saved_runs import SavedReplays, save_real_meta, save_real_run, saved_argv
 from experiments.step_tables import priced_steps, run_was_overlapped
@@ -522,6 +522,7 @@ def main(argv=None) -> int:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             print(f"[{policy}] real run failed: {entry['error']}", flush=True)
             continue
+        note_compiles(real.info)
         entry["real"] = {"summary": run_summary(real), "info": real.info}
         if args.real_dir:
             save_real_run(args.real_dir, args.name, policy, real)
