@@ -3,7 +3,7 @@
 # placeholder kernel as it was before it marked num_ids and num_prev do_not_specialize and as it is now, in the same
 # call. Or the same on CPU with the tiny model (--smoke: the script's own check; the CPU runs no Triton kernel).
 #
-#   benchmarks/gpu_compile_stall.sh [--out DIR]           # GPU (<tag> h200, h100): ~2.5 min on a fresh machine
+#   benchmarks/gpu_compile_stall.sh [--out DIR]           # GPU (<tag> h200, h100): ~4.5 min on a fresh machine
 #   benchmarks/gpu_compile_stall.sh --smoke [--out DIR]   # CPU, tiny model, a few seconds a run
 #
 # Stages (STAGES, default all; each logs, and a failing stage never stops the next):
