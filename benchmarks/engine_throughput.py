@@ -98,25 +98,37 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in output_lens]
     sync = torch.cuda.synchronize if llm.runner.is_cuda else (lambda: None)
     steps = []                          # (prefill tokens, seconds) of every step, to say where the time went
-    step = llm.step_batch               # what generate() calls once per step
+    launch_s = []                       # host seconds in the runner's launch() during each of those calls
+    step, launch = llm.step_batch, llm.runner.launch       # what generate() calls once per step, and it calls
+    in_launch = [0.0]
+
+    def timed_launch(batch):
+        t = time.perf_counter()
+        try:
+            return launch(batch)
+        finally:
+            in_launch[0] += time.perf_counter() - t
 
     def recorded_step():
+        in_launch[0] = 0.0
         out = step()
         if llm.last_step is not None:
             steps.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
+            launch_s.append(in_launch[0])
         return out
-    llm.step_batch = recorded_step
+    llm.step_batch, llm.runner.launch = recorded_step, timed_launch
     sync()
     with CompileLog() as compiles:      # a Triton compile inside the timed run stalls a step: none is expected
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params)
         sync()
         elapsed = time.perf_counter() - t0
-    del llm.step_batch                  # drop the llm -> closure -> llm cycle: the KV cache is freed on return
+    del llm.step_batch, llm.runner.launch       # drop the llm -> closure -> llm cycles: the KV cache is freed on return
     produced = sum(len(o.token_ids) for o in outs)
     assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
     split = time_split(steps)
-    breakdown = dict(steps=len(steps), **split, outside_steps_s=elapsed - split["prefill_s"] - split["decode_s"])
+    breakdown = dict(steps=len(steps), **split, outside_steps_s=elapsed - split["prefill_s"] - split["decode_s"],
+                     slowest_steps=slowest_steps(steps, launch_s))
     return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced, time_split=breakdown,
                 num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
                 cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."),
@@ -156,6 +168,15 @@ def time_split(step_times) -> dict:
     longest = max(range(len(step_times)), key=lambda i: step_times[i][1], default=None)
     return dict(prefill_steps=len(prefill), prefill_s=sum(prefill), decode_s=sum(d for p, d in step_times if not p),
                 longest_step_s=step_times[longest][1] if step_times else 0.0, longest_step_index=longest)
+
+
+def slowest_steps(step_times, launch_s, k: int = 5) -> list[dict]:
+    """The k longest steps, longest first: index, seconds, prefill tokens, and the host seconds that step's call
+    spent launching (with overlap scheduling the call launches the next step before collecting this one). A stall
+    spent launching is the host's (a compile, a first use); one that is not was spent waiting for the device."""
+    order = sorted(range(len(step_times)), key=lambda i: -step_times[i][1])[:k]
+    return [dict(index=i, seconds=step_times[i][1], prefill_tokens=step_times[i][0], launch_s=launch_s[i])
+            for i in order]
 
 
 def card_hardware(device_name: str | None):

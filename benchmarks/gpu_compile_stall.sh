@@ -13,7 +13,7 @@
 #               2). On a fresh machine the first "before" compiles the kernel's variants on an empty Triton cache,
 #               later ones load them from Triton's disk cache. Each run records its Triton compiles (name, seconds)
 #               and torch.compile frame compiles inside the timed run (engine/kernels/compile_log.py), its prefill
-#               and decode seconds and its longest step (time_split)
+#               and decode seconds, its five longest steps and the host seconds each spent launching (time_split)
 #                          -> compile_stall_<tag>_before_<i>.json, ..._after_<i>.json, summary compile_stall_<tag>.json
 #   breakdown   benchmarks/engine_breakdown.py on the code as it is (GPU only)          -> engine_breakdown_<tag>.json
 # Outputs (--out, default $OUT, else benchmarks/results/compile_stall): gpu_compile_stall.log and the files above.
@@ -79,6 +79,10 @@ for path in sys.argv[2:]:
           f"{x['decode_s']:.3f} s, longest step {x['longest_step_s']:.3f} s (#{x['longest_step_index']}), "
           f"Triton compiles {x['triton_compiles']} ({x['triton_compile_s'] or 0:.3f} s: "
           f"{x['triton_compiled_kernels']}), torch.compile {x['torch_compiles']}")
+    x["slowest_steps"] = split.get("slowest_steps")
+    for st in x["slowest_steps"] or ():
+        print(f"    step #{st['index']}: {st['seconds']:.4f} s, {st['prefill_tokens']} prefill tokens, "
+              f"{st['launch_s']:.4f} s launching")
 mean = {s: [x["output_tokens_per_s"] for x in rows if x["side"] == s] for s in ("before", "after")}
 ratio = (sum(mean["after"]) / len(mean["after"])) / (sum(mean["before"]) / len(mean["before"])) \
     if mean["after"] and mean["before"] else None

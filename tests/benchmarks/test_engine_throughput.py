@@ -25,3 +25,8 @@ def test_time_split_counts_every_step(tmp_path):
         assert 0 < split["prefill_s"] + split["decode_s"] <= run["elapsed_s"]
         assert 0 <= split["longest_step_index"] < split["steps"]
         assert run["triton_compiles"] == 0          # the CPU runs no Triton kernel
+        slow = split["slowest_steps"]
+        assert len(slow) == 5 and slow[0]["index"] == split["longest_step_index"]
+        assert [x["seconds"] for x in slow] == sorted((x["seconds"] for x in slow), reverse=True)
+        # a step's call launches within the step's own row (overlap: the next step's launch, still inside it)
+        assert all(0 < x["launch_s"] <= x["seconds"] for x in slow)
