@@ -72,4 +72,4 @@ def test_time_split():
         longest_step_index=0)
     assert eb.time_split([(0, 0.01), (0, 0.5), (3, 0.1)])["longest_step_index"] == 1
     assert eb.time_split([]) == dict(prefill_steps=0, prefill_s=0, decode_s=0, longest_step_s=0.0,
-                                                longest_step_index=None)
+                                     longest_step_index=None)
