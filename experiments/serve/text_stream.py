@@ -12,9 +12,11 @@ and keeps the part past the text of tokens [prefix, read)); either way a word sp
 tokens, or a multi-byte character, comes out once whole. The first output token is decoded after
 the prompt's last tokens, so a leading space that depends on the context is right. A stop string is
 not part of the text (OpenAI's rule); with `hold_back` (streaming) the last len(longest stop) - 1
-characters wait until they cannot start one. Without stop strings and without `hold_back`
-(non-streaming) nothing is decoded before `flush`, which decodes the whole output once (after the
-same prompt tokens, so the text equals the incremental one).
+characters wait until they cannot start one. Without `hold_back` (non-streaming) no text is handed out
+before the output ends: a stop string completed by a later token may begin inside text an earlier one
+made, and handed-out text cannot be taken back. Without stop strings and without `hold_back` nothing is
+decoded before `flush`, which decodes the whole output once (after the same prompt tokens, so the text
+equals the incremental one).
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ class TextStream:
         self.tokenizer = tokenizer
         self.stop = [s for s in stop]
         self.stop_token_ids = frozenset(stop_token_ids)
-        self.hold = max(map(len, self.stop)) - 1 if self.stop and hold_back else 0
+        # characters kept back until the output ends or they cannot start a stop string; None: all of them
+        self.hold = (max(map(len, self.stop)) - 1 if self.stop else 0) if hold_back else None
         self.lazy = tokenizer is not None and not self.stop and not hold_back
         context = list(prompt_token_ids[-_CONTEXT_TOKENS:]) if tokenizer is not None else []
         self._ids = context
@@ -74,7 +77,10 @@ class TextStream:
         return self._ready(True)
 
     def _ready(self, final: bool) -> str:
-        end = len(self.text) if final else max(self._sent, len(self.text) - self.hold)
+        if final:
+            end = len(self.text)
+        else:
+            end = self._sent if self.hold is None else max(self._sent, len(self.text) - self.hold)
         out = self.text[self._sent:end]
         self._sent = end
         return out

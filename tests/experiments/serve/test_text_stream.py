@@ -69,3 +69,14 @@ def test_a_stop_token_ends_the_output(tok):
 def test_without_a_tokenizer_tokens_are_counted_and_the_text_is_empty():
     ts = TextStream(None, [1, 2], stop=["x"], hold_back=True)
     assert ts.push([3, 4]) == "" and ts.flush() == "" and ts.token_ids == [3, 4]
+
+
+@pytest.mark.parametrize("stop,expected", [("5 w1", " w"), ("w5 w", " "), ("w1 w", " w5 ")])
+def test_without_hold_back_no_text_leaves_before_the_end(tok, stop, expected):
+    """Non-streaming: a stop string that begins inside an earlier token's text and ends in a later one is cut from
+    what the response gets (the pieces pushed out), as in streaming, not only from ts.text."""
+    streamed = TextStream(tok, [9], stop=[stop], hold_back=True)
+    whole = TextStream(tok, [9], stop=[stop])
+    s_pieces, w_pieces = stream_all(streamed, [5, 1, 2]), stream_all(whole, [5, 1, 2])
+    assert "".join(w_pieces) == "".join(s_pieces) == whole.text == expected and whole.stopped
+    assert w_pieces[0] == ""            # the first token's text waited: a later one could start a stop string in it
