@@ -230,10 +230,15 @@ class _Server:
                 texts.append(ids)
         return entries, texts
 
-    def _admit_or_429(self, count: int) -> None:
+    def _admit_or_429(self, count: int, n: int) -> None:
+        """count: the request's sequences (n per prompt), each waiting until the engine admits it."""
         limit = self.options.max_waiting_requests
         if limit is None:
             return
+        if 0 < limit < count:       # no wait would help: say so, not "retry"
+            raise APIError(400, f"the request has {count} sequences (n={n} for each of {count // n} prompts), more "
+                                f"than serve.max_waiting_requests={limit} lets wait at once; lower n or send fewer "
+                                f"prompts per request", param="n" if n > 1 else "prompt")
         waiting = self.engine.num_waiting()
         if waiting + count > limit:
             self.metrics.rejected.inc()
@@ -289,7 +294,7 @@ class _Server:
         return self._token_ids(tok.encode(text, add_special_tokens=False), "messages")
 
     async def _respond(self, request, req, rid, kind, entries, prompt_ids, prompts, common):
-        self._admit_or_429(len(entries))
+        self._admit_or_429(len(entries), req.n)
         queue: asyncio.Queue = asyncio.Queue()
         # queued first: the engine can admit the request while its text streams are set up here
         choices = self.engine.submit(entries, queue)

@@ -129,6 +129,18 @@ def test_over_the_waiting_limit_gets_429_with_retry_after(ckpt):
         assert 'servelab_request_rejected_total{model_name="tiny"} 2.0' in metrics
 
 
+def test_a_request_larger_than_the_waiting_limit_gets_400_naming_n(ckpt):
+    """n x prompts sequences that no wait would let in: a 400 that says so, not a 429 to retry for ever."""
+    with running_server(ckpt, serve_options=ServeOptions(max_waiting_requests=3)) as s:
+        r = httpx.post(f"{s.url}/completions", json={**OK, "n": 4}, timeout=30)
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "n" and "max_waiting_requests=3" in err["message"]
+        r = httpx.post(f"{s.url}/completions", json={**OK, "prompt": [[1], [2], [3], [4]]}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+        r = httpx.post(f"{s.url}/completions", json={**OK, "n": 3}, timeout=30)      # fits: served
+        assert r.status_code == 200 and len(r.json()["choices"]) == 3
+
+
 def test_an_api_key_is_required_when_set(ckpt):
     with running_server(ckpt, serve_options=ServeOptions(api_key="s3cret")) as s:
         r = httpx.post(f"{s.url}/completions", json=OK, timeout=30)
