@@ -82,7 +82,8 @@ class SamplingParams:
 
     `max_tokens` is the output length cap; with `ignore_eos` the sequence
     produces exactly `max_tokens` tokens (what the simulator assumes and what
-    experiments use by default). temperature == 0 means greedy.
+    experiments use by default). temperature == 0 means greedy; so does any below 1e-5
+    (engine.layers.sampler.GREEDY_BELOW, as vLLM: smaller ones overflow the scaled logits).
     """
 
     __slots__ = ("temperature", "top_k", "top_p", "max_tokens", "ignore_eos", "seed")

@@ -143,6 +143,19 @@ def test_seeded_sampling_reproducible_across_batches(ckpt):
     assert llm.generate([p], other_seed, use_tqdm=False)[0].token_ids != alone
 
 
+def test_a_vanishing_temperature_samples_greedily(ckpt):
+    """Temperatures below GREEDY_BELOW are greedy: 1e-38 overflowed logits / T to inf and gave token 0 every step."""
+    path, _ = ckpt
+    llm = LLM(path, num_kvcache_blocks=64, max_model_len=128, seed=3)
+    p = _prompts(9, [12])[0]
+    greedy = llm.generate([p], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    for t in (1e-38, 1e-45, 1e-6):
+        for top_k in (0, 5):         # the race path and the top-k path
+            out = llm.generate([p], SamplingParams(temperature=t, top_k=top_k, max_tokens=8, ignore_eos=True, seed=1),
+                               use_tqdm=False)
+            assert out[0].token_ids == greedy[0].token_ids, (t, top_k)
+
+
 def test_bad_requests_fail_before_any_work(ckpt, tmp_path):
     path, _ = ckpt
     llm = LLM(path, num_kvcache_blocks=3, max_model_len=64)
