@@ -191,11 +191,13 @@ class _Server:
         if room_len < 1:
             raise APIError(400, f"{prompt_field} has {num_prompt} tokens, max_model_len is {self.max_model_len}; "
                                 f"shorten it to at most {self.max_model_len - 1} tokens", param=prompt_field)
+        if room_kv < 1:         # the prompt alone fills the cache: no max_tokens could help
+            raise APIError(400, f"{prompt_field} has {num_prompt} tokens, more than the KV cache holds "
+                                f"({self.num_kv_blocks} blocks of {self.block_size}) with room for one output "
+                                f"token; shorten it to at most {self.num_kv_blocks * self.block_size - 1} tokens",
+                           param=prompt_field)
         if given is None:
             room = min(room_len, room_kv)
-            if room < 1:
-                raise APIError(400, f"{prompt_field} has {num_prompt} tokens, more than the KV cache holds "
-                                    f"({self.num_kv_blocks} blocks of {self.block_size})", param=prompt_field)
             return room if default is None else min(default, room)
         if given < 1:
             raise APIError(400, f"{field} must be >= 1, got {given}", param=field)

@@ -141,6 +141,17 @@ def test_a_request_larger_than_the_waiting_limit_gets_400_naming_n(ckpt):
         assert r.status_code == 200 and len(r.json()["choices"]) == 3
 
 
+def test_a_prompt_the_kv_cache_cannot_hold_names_the_prompt(ckpt):
+    """A prompt that fills the whole KV cache (8 blocks of 16 tokens here): no max_tokens could help, so the error
+    names the prompt, with and without max_tokens (it blamed max_tokens, advising "at most -72")."""
+    with running_server(ckpt, max_model_len=256, num_kvcache_blocks=8) as s:
+        for body in ({"prompt": list(range(1, 201)), "max_tokens": 1}, {"prompt": list(range(1, 129))}):
+            err = httpx.post(f"{s.url}/completions", json=body, timeout=30).json()["error"]
+            assert err["param"] == "prompt" and "at most 127 tokens" in err["message"], err
+        r = httpx.post(f"{s.url}/completions", json={"prompt": list(range(1, 128)), "max_tokens": 1}, timeout=30)
+        assert r.status_code == 200
+
+
 def test_an_api_key_is_required_when_set(ckpt):
     with running_server(ckpt, serve_options=ServeOptions(api_key="s3cret")) as s:
         r = httpx.post(f"{s.url}/completions", json=OK, timeout=30)
