@@ -225,9 +225,9 @@ def run(llm, name: str, options, sock=None) -> None:
 
 
 def _signal_server_class(sock):
-    import uvicorn
+    from experiments.serve.graceful import GracefulServer
 
-    class QuietExitServer(uvicorn.Server):
+    class QuietExitServer(GracefulServer):
         """uvicorn's server, less the re-raise of SIGINT / SIGTERM after its graceful shutdown (which
         would end the process by the signal, or with a KeyboardInterrupt traceback, before the engine
         is closed): a signal is a request to shut down, and the shutdown is clean. It serves `sock` and

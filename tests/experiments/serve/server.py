@@ -106,9 +106,11 @@ def running_server(ckpt: str, name: str = "tiny", serve_options=None, llm=None, 
 def _serving(app, llm, grace_s):
     import uvicorn
 
+    from experiments.serve.graceful import GracefulServer
+
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=grace_s)
-    server = uvicorn.Server(config)
+    server = GracefulServer(config)         # the shutdown servelab-serve has
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -1,5 +1,5 @@
 """Shutdown: SIGTERM lets in-flight requests finish within serve.shutdown_grace_s and exits 0; past the grace
-they are aborted and their KV blocks freed."""
+they are aborted (a last chunk with finish_reason "abort") and their KV blocks freed."""
 from __future__ import annotations
 
 import os
@@ -76,20 +76,23 @@ def test_past_the_grace_in_flight_requests_are_aborted(ckpt, monkeypatch):
         monkeypatch.setattr(srv.llm, "submit", lambda seq: (seqs.append(seq), submit(seq)))
         body = {"prompt": [1, 2, 3], "max_tokens": 100, "ignore_eos": True, "stream": True}
         ended = threading.Event()
+        lines, failures = [], []
 
         def client():
             try:
                 with httpx.stream("POST", f"{srv.url}/completions", json=body, timeout=30) as r:
-                    for _ in r.iter_lines():
-                        pass
-            except httpx.HTTPError:
-                pass            # the server closed the connection mid-stream
+                    lines.extend(line for line in r.iter_lines() if line)
+            except httpx.HTTPError as e:
+                failures.append(repr(e))    # the server closed the connection mid-stream
             ended.set()
         threading.Thread(target=client, daemon=True).start()
         while not seqs or seqs[0].num_output_tokens < 2:
             time.sleep(0.005)
         srv.stop()
         assert ended.wait(30)
+        # the stream ends as a request does: a last chunk saying "abort", then [DONE]; not cut mid-body
+        assert not failures and lines[-1] == "data: [DONE]" and '"finish_reason":"abort"' in lines[-2], (failures,
+                                                                                                          lines[-3:])
         assert not srv.engine.alive
         (seq,) = seqs
         assert seq.status is SequenceStatus.ABORTED and seq.num_output_tokens < 100
