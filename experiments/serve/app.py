@@ -82,7 +82,7 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
     for kind in (APIError, StarletteHTTPException, ClientDisconnect, Exception):
         app.add_exception_handler(kind, error)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])     # HEAD: what some load balancers' probes send
     async def health():
         if not server.engine.alive:
             raise APIError(503, f"the engine is not running ({server.engine.error or 'shutting down'})")
@@ -92,6 +92,14 @@ def create_app(llm, served_model_name: str, options: ServeOptions | None = None)
     async def models(request: Request):
         server.authorize(request)
         return {"object": "list", "data": [server.model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")      # the openai package's models.retrieve; ids may hold slashes
+    async def model(model_id: str, request: Request):
+        server.authorize(request)
+        if model_id != server.name:
+            raise APIError(404, f"model {model_id!r} is not served here; this server serves {server.name!r}",
+                           param="model", code="model_not_found")
+        return server.model_card()
 
     @app.get("/metrics")
     async def metrics():
@@ -138,7 +146,8 @@ class _Server:
 
     def authorize(self, request: Request) -> None:
         key = self.options.api_key
-        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+        scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
+        if key is not None and (scheme.lower() != "bearer" or given.strip() != key):    # scheme: any case (RFC 7235)
             raise APIError(401, "missing or wrong API key: send the header Authorization: Bearer <serve.api_key>",
                            code="invalid_api_key")
 

@@ -161,6 +161,20 @@ def test_an_api_key_is_required_when_set(ckpt):
             openai.OpenAI(base_url=s.url, api_key="wrong", max_retries=0).models.list()
         client = openai.OpenAI(base_url=s.url, api_key="s3cret", max_retries=0)
         assert client.completions.create(model="tiny", prompt=[1], max_tokens=2).usage.completion_tokens == 2
+        # the scheme's case is free (RFC 7235); the key is not
+        for header, status in (("bearer s3cret", 200), ("BEARER s3cret", 200), ("Bearer S3CRET", 401),
+                               ("Basic s3cret", 401), ("s3cret", 401)):
+            r = httpx.get(f"{s.url}/models", headers={"authorization": header}, timeout=30)
+            assert r.status_code == status, header
+
+
+def test_one_model_is_retrieved_by_id_and_health_answers_head(srv):
+    client = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0)
+    card = client.models.retrieve("tiny")
+    assert card.id == "tiny" and card.object == "model"
+    with pytest.raises(openai.NotFoundError, match="not served"):
+        client.models.retrieve("other/model")
+    assert httpx.head(f"{srv.base}/health", timeout=30).status_code == 200
 
 
 def test_priority_reaches_the_scheduler(ckpt, monkeypatch):
