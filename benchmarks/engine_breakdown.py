@@ -216,7 +216,15 @@ def main(argv=None):
     elif args.decode_table is not None:
         decode_variants.install_line(json.loads(Path(args.decode_table).read_text())["summary"]["table_line"])
     import torch
-    from engine_throughput import QWEN3_0P6B, card_hardware, environment, make_checkpoint, make_workload, roofline_bound
+    from engine_throughput import (
+        QWEN3_0P6B,
+        StepRecorder,
+        card_hardware,
+        environment,
+        make_checkpoint,
+        make_workload,
+        roofline_bound,
+    )
 
     from engine.core.sequence import SamplingParams
     from engine.kernels.compile_log import CompileLog
@@ -233,19 +241,11 @@ def main(argv=None):
               max_model_len=2 * args.max_len, overlap_scheduling=args.overlap_scheduling == "on")
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)          # warm-up
     decode_steps = []           # (decode entries, their context sum) of each step with decodes, in order
-    step = llm.step_batch
 
-    step_times = []             # (prefill tokens, seconds) of every step of the current run
-
-    def counted():
-        out = step()
-        if llm.last_step is not None:
-            step_times.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
-        batch = out[0]
+    def on_batch(batch):
         if batch is not None and batch.num_decode_seqs:
             decode_steps.append((batch.num_decode_seqs, sum(batch.context_lens[batch.num_prefill_seqs:])))
-        return out
-    llm.step_batch = counted
+    rec = StepRecorder(llm, on_batch)       # rec.steps: (prefill tokens, seconds) of every step of the current run
 
     def timed_run(p, compiles: CompileLog):
         torch.cuda.synchronize()
@@ -256,9 +256,9 @@ def main(argv=None):
             return time.perf_counter() - t0
     untraced_compiles, traced_compiles = CompileLog(), CompileLog()
     untraced_s = timed_run(prompts, untraced_compiles)
-    untraced_steps, untraced_split = len(step_times), time_split(step_times)
+    untraced_steps, untraced_split = len(rec.steps), time_split(rec.steps)
     decode_steps.clear()
-    step_times.clear()
+    rec.clear()
     trace_path = tmp / "trace.json"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         traced_s = timed_run(shifted, traced_compiles)
@@ -275,8 +275,8 @@ def main(argv=None):
                                 time_split=untraced_split, **untraced_compiles.summary()),
                   roofline_tokens_per_s=bound.output_tokens / bound.time_s,
                   roofline_groups_s=bound.time_by_group_s,
-                  traced=dict(elapsed_s=traced_s, time_split=time_split(step_times), **traced_compiles.summary(),
-                              **breakdown(events, bound.time_by_group_s, len(step_times))))
+                  traced=dict(elapsed_s=traced_s, time_split=time_split(rec.steps), **traced_compiles.summary(),
+                              **breakdown(events, bound.time_by_group_s, len(rec.steps))))
     mc = llm.runner.model.config
     kv_bytes = 2 * mc.num_key_value_heads * mc.head_dim * llm.runner.kv_cache.element_size()   # K and V, one layer
     result["traced"]["attention_by_batch"] = attention_by_batch(events, decode_steps, mc.num_hidden_layers, kv_bytes,

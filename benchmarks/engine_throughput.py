@@ -97,38 +97,19 @@ def run_engine(path: Path, args, prompts, output_lens, overlap: bool = False) ->
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)        # warm-up
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=o) for o in output_lens]
     sync = torch.cuda.synchronize if llm.runner.is_cuda else (lambda: None)
-    steps = []                          # (prefill tokens, seconds) of every step, to say where the time went
-    launch_s = []                       # host seconds in the runner's launch() during each of those calls
-    step, launch = llm.step_batch, llm.runner.launch       # what generate() calls once per step, and it calls
-    in_launch = [0.0]
-
-    def timed_launch(batch):
-        t = time.perf_counter()
-        try:
-            return launch(batch)
-        finally:
-            in_launch[0] += time.perf_counter() - t
-
-    def recorded_step():
-        in_launch[0] = 0.0
-        out = step()
-        if llm.last_step is not None:
-            steps.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
-            launch_s.append(in_launch[0])
-        return out
-    llm.step_batch, llm.runner.launch = recorded_step, timed_launch
+    rec = StepRecorder(llm)
     sync()
     with CompileLog() as compiles:      # a Triton compile inside the timed run stalls a step: none is expected
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params)
         sync()
         elapsed = time.perf_counter() - t0
-    del llm.step_batch, llm.runner.launch       # drop the llm -> closure -> llm cycles: the KV cache is freed on return
+    rec.close()                         # the KV cache is freed on return
     produced = sum(len(o.token_ids) for o in outs)
     assert produced == sum(output_lens), "ignore_eos requests must produce exactly max_tokens tokens"
-    split = time_split(steps)
-    breakdown = dict(steps=len(steps), **split, outside_steps_s=elapsed - split["prefill_s"] - split["decode_s"],
-                     slowest_steps=slowest_steps(steps, launch_s))
+    split = time_split(rec.steps)
+    breakdown = dict(steps=len(rec.steps), **split, outside_steps_s=elapsed - split["prefill_s"] - split["decode_s"],
+                     slowest_steps=slowest_steps(rec.steps, rec.launch_s))
     return dict(output_tokens_per_s=produced / elapsed, elapsed_s=elapsed, output_tokens=produced, time_split=breakdown,
                 num_kvcache_blocks=llm.runner.num_kvcache_blocks, attention_backend=llm.runner.attn_backend.name,
                 cuda_graphs=bool(llm.runner.graphs), dtype=str(llm.runner.dtype).removeprefix("torch."),
@@ -159,6 +140,45 @@ def run_hf_baseline(path: Path, args, prompts, output_lens) -> dict:
     sync()
     elapsed = time.perf_counter() - t0
     return dict(baseline_hf_tokens_per_s=useful / elapsed, baseline_hf_requests=n, baseline_hf_elapsed_s=elapsed)
+
+
+class StepRecorder:
+    """Records each step an LLM's generate() runs: `steps` (prefill tokens, seconds) and `launch_s`, the host seconds
+    the step's call spent in the runner's launch(); on_batch(batch) sees each call's Batch (None when none ran).
+    It wraps llm.step_batch and llm.runner.launch; close() drops the wrappers (an llm -> closure -> llm cycle)."""
+
+    def __init__(self, llm, on_batch=None):
+        self.steps: list[tuple[int, float]] = []
+        self.launch_s: list[float] = []
+        step, launch = llm.step_batch, llm.runner.launch
+        in_launch = [0.0]
+
+        def timed_launch(batch):
+            t = time.perf_counter()
+            try:
+                return launch(batch)
+            finally:
+                in_launch[0] += time.perf_counter() - t
+
+        def recorded_step():
+            in_launch[0] = 0.0
+            out = step()
+            if llm.last_step is not None:
+                self.steps.append((llm.last_step.num_prefill_tokens, llm.last_step.duration_s))
+                self.launch_s.append(in_launch[0])
+            if on_batch is not None:
+                on_batch(out[0])
+            return out
+        self._llm = llm
+        llm.step_batch, llm.runner.launch = recorded_step, timed_launch
+
+    def clear(self) -> None:
+        self.steps.clear()
+        self.launch_s.clear()
+
+    def close(self) -> None:
+        del self._llm.step_batch, self._llm.runner.launch
+        self._llm = None
 
 
 def time_split(step_times) -> dict:

@@ -35,7 +35,7 @@ from engine.graph_warmup import replay_once, warm_lm_head
 from engine.layers import fused
 from engine.layers.attention_backends import get_attention_backend
 from engine.layers.attention_metadata import AttentionMetadata
-from engine.layers.sampler import GREEDY_BELOW, Sampler, SamplingTensors
+from engine.layers.sampler import Sampler, SamplingTensors
 from engine.loader import build_model
 from engine.models import load_hf_config
 from engine.prefill_graphs import PrefillGraphs
@@ -463,7 +463,7 @@ class ModelRunner:
 
     def _sampling_tensors(self, seqs) -> SamplingTensors:
         params = [s.sampling_params for s in seqs]
-        temps = [p.temperature if p.temperature >= GREEDY_BELOW else 0.0 for p in params]
+        temps = [p.sample_temperature for p in params]
         all_greedy = not any(temps)
         top_ks = top_ps = None
         gens: list[torch.Generator | None] = [None] * len(seqs)
@@ -473,7 +473,7 @@ class ModelRunner:
             if any(p.top_p < 1.0 for p in params):
                 top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32).to(self.device, non_blocking=True)
             for i, (seq, p) in enumerate(zip(seqs, params)):
-                if p.seed is not None and p.temperature >= GREEDY_BELOW:
+                if p.seed is not None and p.sample_temperature > 0:
                     gen = self.generators.get(seq.request_id)
                     if gen is None:
                         gen = self.generators[seq.request_id] = torch.Generator(self.device).manual_seed(p.seed)

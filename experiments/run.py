@@ -87,8 +87,7 @@ def get_runner(backend_name: str):
 def chose_model(overrides: list) -> list:
     """The command line's overrides that picked or changed the model (then the engine checks it against its
     checkpoint; left at its default, the model is whatever the checkpoint holds)."""
-    keys = [(o, o.split("=", 1)[0].lstrip("+~")) for o in overrides]
-    return [o for o, k in keys if k == "model" or k.startswith("model.")]
+    return [o for o in overrides if (k := o.split("=", 1)[0].lstrip("+~")) == "model" or k.startswith("model.")]
 
 
 def slo_of(cfg: DictConfig) -> dict | None:

@@ -77,16 +77,22 @@ def _integer(name: str, value) -> int:
     raise ValueError(f"SamplingParams.{name} must be an integer, got {value!r}")
 
 
+# Temperatures below this sample greedily (vLLM's _SAMPLING_EPS): logits / T overflows float32 to inf below ~1e-37
+# and the argmax of a row of infinities is token 0; well before that the draw is greedy but for exact ties.
+GREEDY_BELOW = 1e-5
+
+
 class SamplingParams:
     """How tokens are chosen and when a sequence stops.
 
     `max_tokens` is the output length cap; with `ignore_eos` the sequence
     produces exactly `max_tokens` tokens (what the simulator assumes and what
-    experiments use by default). temperature == 0 means greedy; so does any below 1e-5
-    (engine.layers.sampler.GREEDY_BELOW, as vLLM: smaller ones overflow the scaled logits).
+    experiments use by default). temperature == 0 means greedy; so does any below GREEDY_BELOW
+    (`sample_temperature`, what the sampler uses: 0 there).
     """
 
-    __slots__ = ("temperature", "top_k", "top_p", "max_tokens", "ignore_eos", "seed")
+    FIELDS = ("temperature", "top_k", "top_p", "max_tokens", "ignore_eos", "seed")
+    __slots__ = (*FIELDS, "sample_temperature")
 
     def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  max_tokens: int = 64, ignore_eos: bool = False, seed: int | None = None):
@@ -108,6 +114,7 @@ class SamplingParams:
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {top_p}")
         self.temperature = temperature
+        self.sample_temperature = temperature if temperature >= GREEDY_BELOW else 0.0    # once, not every step
         self.top_k = top_k
         self.top_p = top_p
         self.max_tokens = max_tokens
@@ -115,7 +122,7 @@ class SamplingParams:
         self.seed = seed
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.FIELDS)
         return f"SamplingParams({fields})"
 
 

@@ -16,9 +16,6 @@ import torch
 from torch import Tensor
 
 NOISE_FLOOR = 1e-10         # Exp(1) draws are clamped here (also in the kernel) so log() stays finite
-# Temperatures below this sample greedily (vLLM's _SAMPLING_EPS): logits / T overflows float32 to inf below ~1e-37
-# and the argmax of a row of infinities is token 0; well before that the draw is greedy but for exact ties.
-GREEDY_BELOW = 1e-5
 
 
 @dataclass
