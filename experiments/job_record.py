@@ -16,7 +16,10 @@ Each sweep job writes `job.json` into its folder when it starts, and again with 
 `*** JOB 12 ON node17 CANCELLED AT ... ***`), and those a submitit launcher submitted (its
 `.submitit/<id>/<id>_submitted.pkl`) that never got as far: no result file (never started, or killed as it
 started), or one holding an error raised before servelab's job began. A submission is unpickled only then, and
-left out when a later launch ran the same overrides. A job still running looks the same as one that was killed.
+left out when a later launch ran the same overrides. Then the jobs of the sweep's last launch (its multirun.yaml:
+the basic sweeper's parameters and the command line's overrides, expanded as Hydra's basic sweeper expands them)
+that have no folder and no submission: a sweep stopped (Ctrl-C, a killed launcher) before they ran. A job still
+running looks the same as one that was killed.
 `lost_job_line(exc)` turns submitit's error about such a job, raised in the submitting command, into one line.
 """
 from __future__ import annotations
@@ -197,7 +200,33 @@ def failed_jobs(sweep_dir) -> list[FailedJob]:
                or ("ended without results and without an error line in its log (killed?)" if log else
                    "never started (cancelled or failed before it ran)"))
         failed.append(FailedJob(None, overrides, job_id, log, why))
+    named = seen | {tuple(sorted(j.overrides)) for j in failed}
+    for overrides in launched_jobs(sweep_dir):
+        if tuple(sorted(overrides)) not in named:
+            failed.append(FailedJob(None, overrides, None, None, NOT_RUN))
     return failed
+
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+NOT_RUN = "never started: the sweep stopped before it ran (no folder; the sweep's multirun.yaml lists it)"
+
+
+def launched_jobs(sweep_dir) -> list[tuple[str, ...]]:
+    """Each job's overrides of the sweep's last launch, from its multirun.yaml, in launch order; [] when there is
+    none, or its sweeper is not Hydra's basic one (another sweeper's jobs cannot be listed in advance)."""
+    try:
+        cfg = yaml.safe_load((Path(sweep_dir) / "multirun.yaml").read_text())
+        hydra = cfg["hydra"]
+        if hydra["sweeper"]["_target_"] != BASIC_SWEEPER:
+            return []
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = [f"{k}={v}" for k, v in (hydra["sweeper"].get("params") or {}).items()]
+        parsed = OverridesParser.create().parse_overrides(params + list(hydra["overrides"]["task"]))
+        return [tuple(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    except Exception:       # no multirun.yaml, a torn or hand-edited one: its jobs cannot be listed
+        return []
 
 
 def lost_job_line(exc: BaseException) -> str | None:
