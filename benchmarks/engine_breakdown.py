@@ -267,8 +267,8 @@ def main(argv=None):
     env = environment("cuda")
     hardware = card_hardware(env["gpu"])
     bound = roofline_bound(prompts, outs, env["gpu"])
-    table = decode_variants.table_for_device(env["gpu"])
-    result = dict(decode_table=[(limit, variant.name) for limit, variant in table],
+    decode_table = decode_variants.table_for_device(env["gpu"])
+    result = dict(decode_table=[(limit, variant.name) for limit, variant in decode_table],
                   workload=dict(num_requests=args.num_requests, max_len=args.max_len, output_tokens=sum(outs)),
                   overlap_scheduling=args.overlap_scheduling == "on", hardware=hardware.name,
                   untraced=dict(elapsed_s=untraced_s, steps=untraced_steps, output_tokens_per_s=sum(outs) / untraced_s,
@@ -284,13 +284,13 @@ def main(argv=None):
     result["untraced_over_roofline"] = result["untraced"]["output_tokens_per_s"] / result["roofline_tokens_per_s"]
     result["traced_over_untraced"] = traced_s / untraced_s
     result.update(env)
+    if args.out:                # first, so that nothing after the runs can lose them
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"untraced: {result['untraced']['output_tokens_per_s']:,.0f} output tok/s, "
           f"{result['untraced_over_roofline']:.1%} of the roofline ({result['roofline_tokens_per_s']:,.0f}, "
           f"{hardware.name}); traced run {result['traced_over_untraced']:.3f}x as long")
     print(table(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
