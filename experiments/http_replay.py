@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from experiments.ctrl_c import interruptible
+
 PROMPT_FORMATS = ("token_ids", "text")
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -449,7 +451,8 @@ def replay(requests: list[HttpRequest], target: HttpTarget, *, max_wall_s: float
     started: list = []
     interrupted = False
     try:
-        _run(_replay(requests, target, model, records, started, max_wall_s))
+        with interruptible():
+            _run(_replay(requests, target, model, records, started, max_wall_s))
     except KeyboardInterrupt:
         interrupted = True
         for rec in records:

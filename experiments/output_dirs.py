@@ -313,6 +313,8 @@ def interrupted_message() -> str:
     if "run" in _last_output:
         run_dir = Path(_last_output["run"])
         s = read_summary(run_dir)
+        if s is not None and s.get("complete") is True:
+            return f"interrupted after the run finished: its complete results are in {run_dir}"
         if s is not None and s.get("complete") is False:
             n = (s.get("metrics") or {}).get("num_finished")
             return (f"interrupted: the {n} requests finished so far were written to {run_dir} "

@@ -31,17 +31,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.compose import CONF_DIR  # (registers the schema before Hydra composes)
 from experiments.config_check import check_config, null_group_choice, trace_format_hint
+from experiments.ctrl_c import held
 from experiments.job_record import lost_job_line, record_failure, record_start
 from experiments.job_warnings import job_label, named_warnings
 from experiments.output_dirs import interrupted_message, remove_unused_run, remove_unused_sweep, sweep_folder
 from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
+from experiments.sweep_stop import NOT_RUN as STOP_NOT_RUN
+from experiments.sweep_stop import in_sweep_worker, stop_requested, stopped_by_user
 from experiments.user_errors import (
     TRACEBACK_ENV,
     USER_ERRORS,
     MissingExtraError,
     fail,
     is_user_error,
+    nearest,
     one_line,
     tracebacks_wanted,
 )
@@ -296,9 +300,6 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
             label: str | None = None, record_job: bool = False) -> dict:
     """Run one composed config into out_dir (or skip it when already complete); returns its summary.
     record_job: write out_dir/job.json (what runs the job: host, SLURM ids, log) once the job is not skipped."""
-    from experiments.metrics import per_replica
-    from experiments.metrics import summary as summarize
-
     out_dir = Path(out_dir)
     choices = {k: v for k, v in (choices or {}).items() if k in GROUPS}
     label = label or choices.get("scheduler") or "run"
@@ -320,13 +321,25 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     if cfg.backend.name == "engine" and chosen:
         from experiments.runner_engine import check_model_matches
         check_model_matches(cfg, chosen)
-    try:
-        result = runner(cfg, desc=label)
-    except USER_ERRORS + (InstantiationException,) as e:
-        hint = trace_format_hint(cfg)
-        if hint is None:
-            raise
-        raise ValueError(f"{one_line(e)}; {hint}") from e
+    with held("stopping once the results so far are written"):     # the runner's loop stops at once
+        try:
+            result = runner(cfg, desc=label)
+        except USER_ERRORS + (InstantiationException,) as e:
+            hint = trace_format_hint(cfg)
+            if hint is None:
+                raise
+            raise ValueError(f"{one_line(e)}; {hint}") from e
+        summary = _summarize_and_save(cfg, out_dir, result, config_yaml, choices, overrides, label, t0)
+    if not result.complete:
+        raise KeyboardInterrupt
+    return summary
+
+
+def _summarize_and_save(cfg, out_dir: Path, result, config_yaml: str, choices: dict, overrides, label: str,
+                        t0: float) -> dict:
+    from experiments.metrics import per_replica
+    from experiments.metrics import summary as summarize
+
     result.meta.update(rejection_meta(result.requests))
     result.meta["rejected_by_limits_warning"] = warn_if_rejected(result.meta, len(result.requests))
     num_replicas = int(result.meta.get("num_replicas") or 1)
@@ -348,8 +361,6 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
     if cfg.print_summary:
         print(format_summary(summary), flush=True)
         print(f"results: {out_dir}", flush=True)
-    if not result.complete:
-        raise KeyboardInterrupt
     return summary
 
 
@@ -361,9 +372,16 @@ def hydra_main(cfg: DictConfig) -> dict:
         if not sweep_job:
             return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
                            label=hc.job.override_dirname or None)
+        if stop_requested(hc.sweep.dir):      # Ctrl-C stopped the sweep before this job started
+            record_failure(hc.runtime.output_dir, STOP_NOT_RUN)
+            return None
         with named_warnings(job_label(hc.runtime.output_dir, hc.sweep.dir, hc.overrides.task)):
             return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
                            label=hc.job.override_dirname or None, record_job=True)
+    except KeyboardInterrupt:
+        if sweep_job and in_sweep_worker():
+            return None     # what it had is written (complete=false): the launching process stops the sweep
+        raise
     except Exception as e:
         if sweep_job:       # servelab-report names the failed job and this line (experiments/job_record.py)
             why = one_line(e) if is_user_error(e) else f"{type(e).__name__}: {one_line(e)}"
@@ -391,6 +409,19 @@ def quote_tilde(arg: str) -> str:
     return key + sep + ",".join(f"'{v}'" if v.startswith("~") else v for v in value.split(","))
 
 
+def unknown_option(argv: list[str]) -> str | None:
+    """The error line for a command-line option Hydra does not know (it would print its whole usage), else None."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    _, rest = parser.parse_known_args(argv)
+    bad = next((a for a in rest if a.startswith("-")), None)
+    if bad is None:
+        return None
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    return f"unknown option {bad}{nearest(bad.split('=')[0], known)} (servelab --help lists the options)"
+
+
 def main() -> None:
     sys.argv[1:] = [quote_tilde(a) for a in sys.argv[1:]]
     wanted = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -399,8 +430,13 @@ def main() -> None:
     null_group = None if wanted else null_group_choice(sys.argv[1:])
     if null_group:
         fail(null_group)
+    unknown = unknown_option(sys.argv[1:])
+    if unknown:
+        fail(unknown)
     try:
         hydra_main()
+        if stopped_by_user():       # a parallel sweep's first Ctrl-C let its jobs write what they had
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         print(interrupted_message(), file=sys.stderr)
         sys.exit(130)

@@ -44,6 +44,7 @@ from engine.core.recorder import Recorder
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
 from engine.kernels.compile_log import CompileLog
+from experiments.ctrl_c import RECORDER_FILES, interruptible
 from experiments.workloads import RequestSpec, prompt_token_ids
 
 
@@ -488,7 +489,8 @@ def run_engine(cfg, desc: str = "engine"):
     interrupted = False
     info: dict = {}
     try:
-        info = rep.run(sched, seqs, rec)
+        with interruptible(protect=RECORDER_FILES):
+            info = rep.run(sched, seqs, rec)
     except KeyboardInterrupt:          # keep what finished
         interrupted = True
     finally:

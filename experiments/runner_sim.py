@@ -28,6 +28,7 @@ from engine.core.recorder import Recorder, concat_frames
 from engine.core.requests import WorkloadFormatError
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import SamplingParams, Sequence
+from experiments.ctrl_c import RECORDER_FILES, interruptible
 from experiments.user_errors import name_the_key, nearest
 from experiments.workloads import Workload, prompt_token_ids
 from experiments.workloads.changes import add_input_columns, input_meta, note_changes, warn_if_lossy
@@ -411,7 +412,8 @@ def run_sim(cfg: DictConfig, desc: str = "simulating") -> RunResult:
             sim = Simulator(replicas, router=router, vocab_size=model.vocab_size, prompt_seed=int(cfg.seed),
                             keep_finished=False)
             try:
-                return recorders, sim.run(requests), sim
+                with interruptible(protect=RECORDER_FILES):
+                    return recorders, sim.run(requests), sim
             except KeyboardInterrupt:          # keep what finished
                 return recorders, None, sim
         finally:
