@@ -31,6 +31,10 @@ def tier_table(sweep_dir) -> pd.DataFrame:
         raise ValueError(f"{sweep_dir}: no run records cpu_cache_num_blocks; sweep it, e.g. "
                          "servelab -m experiment=cpu_tier workload.path=...")
     df = df.assign(cpu_cache_num_blocks=df["cpu_cache_num_blocks"].fillna(0).astype(int))
+    sizes = sorted(set(df["cpu_cache_num_blocks"]))
+    if len(sizes) < 2:
+        raise ValueError(f"{sweep_dir}: every run has cpu_cache_num_blocks={sizes[0]}, nothing to compare; sweep "
+                         "it, e.g. servelab -m experiment=cpu_tier workload.path=...")
     for c in ("prefix_cache_hit_rate_gpu", "prefix_cache_hit_rate_cpu"):
         if c not in df:
             df[c] = float("nan")

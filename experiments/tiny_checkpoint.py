@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     if "-h" in args or "--help" in args:
         print(USAGE)
         return
-    if len(args) != 1 or args[0].startswith("-"):
+    options = [a for a in args if a.startswith("-")]
+    if options:
+        fail(f"unknown option {options[0]} (this command takes no options); give one folder to write the checkpoint "
+             "into: python -m experiments.tiny_checkpoint DIR")
+    if len(args) != 1:
         fail("give one folder to write the checkpoint into: python -m experiments.tiny_checkpoint DIR")
     path = Path(args[0]).expanduser()
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

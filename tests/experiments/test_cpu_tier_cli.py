@@ -84,3 +84,8 @@ def test_tier_plot_of_a_sweep(tmp_path):
     main([str(tmp_path / "sw"), "--out", str(tmp_path / "rep")])
     assert (tmp_path / "rep.1" / "cpu_tier.csv").read_text() == "an earlier table\n"
     assert len(open(tmp_path / "rep" / "cpu_tier.csv").read().splitlines()) == 3
+    # a sweep whose runs all have the same tier size has nothing to compare: refused, naming the value
+    import shutil
+    shutil.rmtree(next((tmp_path / "sw").glob("cpu_cache_num_blocks=3000,*")))
+    with pytest.raises(ValueError, match="every run has cpu_cache_num_blocks=0, nothing to compare"):
+        tier_table(tmp_path / "sw")

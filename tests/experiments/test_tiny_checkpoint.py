@@ -27,7 +27,8 @@ def test_writes_a_servable_checkpoint(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [((), ["one folder"]), (("a", "b"), ["one folder"]),
-                                         (("{full}",), ["not an empty folder"])])
+                                         (("{full}",), ["not an empty folder"]),
+                                         (("--vocab-sise", "3", "x"), ["unknown option --vocab-sise", "no options"])])
 def test_a_mistake_is_one_error_line(tmp_path, capsys, args, words):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
