@@ -66,7 +66,13 @@ class EngineRunConfig(EngineConfig):
         values = {f.name: backend[f.name] if f.name in backend else top[f.name]
                   for f in fields(cls) if f.name in backend or f.name in top}
         values["model_path"] = to_absolute_path(str(values["model_path"]))
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ValueError as e:         # the engine names its own field: name the key the user types
+            field_name = str(e).split(" ", 1)[0]
+            if field_name in backend:
+                raise ValueError(f"backend.{e}") from None
+            raise
 
 
 @dataclass

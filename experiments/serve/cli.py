@@ -69,6 +69,8 @@ def compose(overrides: list[str]) -> DictConfig:
     if int(cfg.num_replicas) != 1:
         raise ValueError(f"servelab-serve runs one replica; got num_replicas={cfg.num_replicas} (start one server "
                          "per replica)")
+    from experiments.runner_engine import EngineRunConfig
+    EngineRunConfig.from_config(cfg)        # the engine's settings checked before the port is taken
     s = cfg.serve
     if not 0 <= int(s.port) <= 65535:
         raise ValueError(f"serve.port must be in [0, 65535], got {s.port}")

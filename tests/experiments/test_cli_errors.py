@@ -38,6 +38,8 @@ def traces(tmp_path):
     (["workload.arrival.rate_rps=[1"], "error: cannot parse the override"),
     (["max_model_lenn=5"], "error: unknown key max_model_lenn; did you mean 'max_model_len'?"),
     (["backend/cost_model=calibrated"], "error: backend.cost_model.profile must be given"),
+    (["backend=engine", "backend.model_path=/nonexistent", "backend.device=cpus"],
+     "error: backend.device must be one of ('auto', 'cuda', 'cpu') or 'cuda:N', got 'cpus'"),
     (["--multirn"], "error: unknown option --multirn; did you mean '--multirun'? (servelab --help lists the options)"),
 ])
 def test_one_line_errors(in_tmp, monkeypatch, capsys, args, expected):

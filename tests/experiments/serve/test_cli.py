@@ -43,6 +43,8 @@ def test_cfg_prints_the_composed_config_with_the_groups(capsys, monkeypatch, fak
     (("backend.model_path={ckpt}", "serve.max_waiting_requests=-1"), ["serve.max_waiting_requests"]),
     (("backend.model_path={ckpt}", "serve.log_level=loud"), ["serve.log_level"]),
     (("backend.model_path={ckpt}", "num_replicas=2"), ["one replica"]),
+    (("backend.model_path={ckpt}", "backend.device=cpus"), ["backend.device must be one of", "'cpus'"]),
+    (("backend.model_path={ckpt}", "backend.dtype=f16"), ["backend.dtype must be one of", "'f16'"]),
     (("--port", "8000"), ["unknown flag --port", "key=value"]),
 ])
 def test_a_mistake_is_one_error_line(capsys, monkeypatch, fake_ckpt, args, words):
