@@ -85,6 +85,10 @@ def interruptible(protect: tuple[str, ...] = ()):
         previous = signal.signal(signal.SIGINT, _state.get("previous", signal.getsignal(signal.SIGINT)))
     try:
         yield
+    except KeyboardInterrupt:
+        if _state:
+            _state["count"] += 1        # a second Ctrl-C, while what finished is written, stops at once
+        raise
     finally:
         if files:
             signal.setitimer(signal.ITIMER_REAL, 0)

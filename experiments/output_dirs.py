@@ -30,6 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf, open_dict, read_write
 
 from experiments.config_check import is_path_key
+from experiments.job_record import failed_jobs
 from experiments.kept_copies import kept_name
 from experiments.results import NON_RESULT_KEYS, SUMMARY, read_summary
 from experiments.user_errors import fail
@@ -307,11 +308,15 @@ def interrupted_message() -> str:
         summaries = [read_summary(p.parent) for p in root.rglob(SUMMARY)] if root.is_dir() else []
         done = sum(1 for s in summaries if s and s.get("complete") is True)
         partial = len(summaries) - done
+        if not partial and root.is_dir() and not failed_jobs(root):
+            return f"interrupted after every job finished: sweep {root} holds {done} complete job(s)"
         return (f"interrupted: sweep {root} holds {done} complete job(s) and {partial} interrupted one(s) "
                 f"(summary.json complete=false, partial results); jobs without a summary.json wrote nothing. "
                 "Relaunch the same command to finish it: complete jobs are skipped")
     if "run" in _last_output:
         run_dir = Path(_last_output["run"])
+        if not run_dir.exists():        # remove_unused_run took the folder Hydra made: nothing was in it
+            return f"interrupted: no results were written (the empty folder {run_dir} is removed)"
         s = read_summary(run_dir)
         if s is not None and s.get("complete") is True:
             return f"interrupted after the run finished: its complete results are in {run_dir}"

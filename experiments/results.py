@@ -29,6 +29,10 @@ from pathlib import Path
 SUMMARY = "summary.json"
 
 
+_UMASK = os.umask(0)       # the process's umask, read once (reading it means setting it)
+os.umask(_UMASK)
+
+
 @contextmanager
 def _atomic_target(path):
     """Yields a temporary name beside `path`; on success it is moved onto `path`, on any
@@ -37,6 +41,7 @@ def _atomic_target(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_UMASK)      # mkstemp's 0600 would keep the results from the user's group
     try:
         yield tmp
         os.replace(tmp, path)

@@ -38,7 +38,7 @@ from experiments.output_dirs import interrupted_message, remove_unused_run, remo
 from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
 from experiments.sweep_stop import NOT_RUN as STOP_NOT_RUN
-from experiments.sweep_stop import in_sweep_worker, stop_requested, stopped_by_user
+from experiments.sweep_stop import end_sweep_stop, in_sweep_worker, stop_requested, stopped_by_user
 from experiments.user_errors import (
     TRACEBACK_ENV,
     USER_ERRORS,
@@ -329,6 +329,8 @@ def execute(cfg: DictConfig, out_dir, choices: dict | None = None, overrides: li
             if hint is None:
                 raise
             raise ValueError(f"{one_line(e)}; {hint}") from e
+        if not result.complete and not len(result.requests) and not len(result.steps):
+            raise KeyboardInterrupt     # stopped before the run's first step: there is nothing to write
         summary = _summarize_and_save(cfg, out_dir, result, config_yaml, choices, overrides, label, t0)
     if not result.complete:
         raise KeyboardInterrupt
@@ -434,10 +436,17 @@ def main() -> None:
     if unknown:
         fail(unknown)
     try:
-        hydra_main()
+        try:
+            hydra_main()
+        except Exception:
+            if not stopped_by_user():
+                raise
+            # a worker killed by the Ctrl-C while it started (joblib's TerminatedWorkerError): the sweep stopped
         if stopped_by_user():       # a parallel sweep's first Ctrl-C let its jobs write what they had
             raise KeyboardInterrupt
     except KeyboardInterrupt:
+        end_sweep_stop()
+        remove_unused_run()         # a single run stopped while Hydra made its folder, before it wrote anything
         print(interrupted_message(), file=sys.stderr)
         sys.exit(130)
     except SystemExit as e:         # fail(): a refused setting or input

@@ -59,11 +59,16 @@ class SweepStop(Callback):
         os.environ[PARENT_ENV] = str(os.getpid())
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        if "previous" not in _state:
-            return
-        signal.signal(signal.SIGINT, _state.pop("previous"))
-        os.environ.pop(PARENT_ENV, None)
-        (Path(_state["sweep_dir"]) / STOP_FILE).unlink(missing_ok=True)
+        end_sweep_stop()
+
+
+def end_sweep_stop() -> None:
+    """Python's Ctrl-C back and the stop file gone: when the launch ends, or a second Ctrl-C or an error ended it."""
+    if "previous" not in _state:
+        return
+    signal.signal(signal.SIGINT, _state.pop("previous"))
+    os.environ.pop(PARENT_ENV, None)
+    (Path(_state["sweep_dir"]) / STOP_FILE).unlink(missing_ok=True)
 
 
 def stopped_by_user() -> bool:

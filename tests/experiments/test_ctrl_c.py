@@ -56,9 +56,23 @@ def test_the_loop_stops_at_once_and_what_follows_is_held():
                             ctrl_c()
             except KeyboardInterrupt:
                 steps.append("stopped")
-            ctrl_c()                    # while the partial results are written: held
+            steps.append("writing")
+            ctrl_c()                    # a second Ctrl-C while what finished is written: at once
             steps.append("wrote")
-    assert steps == [0, 1, 2, 3, "stopped", "wrote"]
+    assert steps == [0, 1, 2, 3, "stopped", "writing"]
+
+
+def test_what_follows_a_stopped_loop_is_written_whole():
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with held("writing"):
+            try:
+                with interruptible():
+                    ctrl_c()
+            except KeyboardInterrupt:
+                steps.append("stopped")
+            steps.append("wrote")
+    assert steps == ["stopped", "wrote"]
 
 
 def test_a_ctrl_c_held_before_the_loop_stops_it_as_it_starts():

@@ -93,6 +93,14 @@ def test_interrupt_mid_run_names_the_folder_and_the_count(in_tmp, monkeypatch, c
     assert f"the {s['metrics']['num_finished']} requests finished so far were written to cut" in err
 
 
+def test_interrupt_at_the_first_step_writes_nothing_and_removes_the_empty_folder(in_tmp, monkeypatch, capsys):
+    monkeypatch.setattr(runner_sim, "make_cost_model", lambda cfg, m, h: InterruptingCostModel(after_steps=0))
+    code, _, err = servelab(monkeypatch, capsys, *SMALL, "workload=all_at_once", "workload.num_requests=6",
+                            "hydra.run.dir=cut")
+    assert code == 130 and "interrupted: no results were written (the empty folder cut is removed)" in err
+    assert not (in_tmp / "cut").exists()
+
+
 def test_interrupted_sweep_counts_what_each_job_left(in_tmp, monkeypatch, capsys):
     # the second job is cut short; the third never starts
     calls = []

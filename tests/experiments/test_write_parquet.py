@@ -14,3 +14,19 @@ def test_tables_round_trip_in_zstd(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(path), df)
     meta = pq.ParquetFile(path).metadata
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+
+
+def test_result_files_get_the_modes_the_umask_gives(tmp_path):
+    """Written to a temporary file and renamed into place, yet with the mode any file the user writes gets
+    (mkstemp's 0600 would hide a sweep's results from the user's group)."""
+    import os
+    import stat
+
+    from experiments import results
+    current = os.umask(0)
+    os.umask(current)
+    assert results._UMASK == current
+    path = results.atomic_write_text(tmp_path / "summary.json", "{}\n")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~current
+    table = write_parquet(pd.DataFrame({"x": [1]}), tmp_path / "requests.parquet")
+    assert stat.S_IMODE(table.stat().st_mode) == 0o666 & ~current
