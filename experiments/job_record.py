@@ -203,12 +203,12 @@ def failed_jobs(sweep_dir) -> list[FailedJob]:
     named = seen | {tuple(sorted(j.overrides)) for j in failed}
     for overrides in launched_jobs(sweep_dir):
         if tuple(sorted(overrides)) not in named:
-            failed.append(FailedJob(None, overrides, None, None, NOT_RUN))
+            failed.append(FailedJob(None, overrides, None, None, NO_FOLDER))
     return failed
 
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-NOT_RUN = "never started: the sweep stopped before it ran (no folder; the sweep's multirun.yaml lists it)"
+NO_FOLDER = "never started: the sweep stopped before it ran (no folder; the sweep's multirun.yaml lists it)"
 
 
 def launched_jobs(sweep_dir) -> list[tuple[str, ...]]:

@@ -37,8 +37,7 @@ from experiments.job_warnings import job_label, named_warnings
 from experiments.output_dirs import interrupted_message, remove_unused_run, remove_unused_sweep, sweep_folder
 from experiments.rejections import rejection_meta, warn_if_rejected
 from experiments.results import config_diff, is_complete, read_summary, save_run, saved_config
-from experiments.sweep_stop import NOT_RUN as STOP_NOT_RUN
-from experiments.sweep_stop import end_sweep_stop, in_sweep_worker, stop_requested, stopped_by_user
+from experiments.sweep_stop import NOT_RUN, end_sweep_stop, in_sweep_worker, stop_requested, stopped_by_user
 from experiments.user_errors import (
     TRACEBACK_ENV,
     USER_ERRORS,
@@ -375,7 +374,7 @@ def hydra_main(cfg: DictConfig) -> dict:
             return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),
                            label=hc.job.override_dirname or None)
         if stop_requested(hc.sweep.dir):      # Ctrl-C stopped the sweep before this job started
-            record_failure(hc.runtime.output_dir, STOP_NOT_RUN)
+            record_failure(hc.runtime.output_dir, NOT_RUN)
             return None
         with named_warnings(job_label(hc.runtime.output_dir, hc.sweep.dir, hc.overrides.task)):
             return execute(cfg, hc.runtime.output_dir, dict(hc.runtime.choices), list(hc.overrides.task),

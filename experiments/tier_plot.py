@@ -23,18 +23,18 @@ COLUMNS = ("num_kvcache_blocks", "cpu_cache_num_blocks", "prefix_cache_hit_rate"
            "prefix_cache_hit_rate_cpu", "ttft_s_mean", "ttft_s_p50", "ttft_s_p99", "e2e_s_p50",
            "output_throughput_tps", "busy_time_s")
 
+SWEEP_IT = "sweep it, e.g. servelab -m experiment=cpu_tier workload.path=..."
+
 
 def tier_table(sweep_dir) -> pd.DataFrame:
     """One row per run of the sweep, COLUMNS (those present), by GPU cache then tier size."""
     df = collect(sweep_dir)
     if "cpu_cache_num_blocks" not in df:
-        raise ValueError(f"{sweep_dir}: no run records cpu_cache_num_blocks; sweep it, e.g. "
-                         "servelab -m experiment=cpu_tier workload.path=...")
+        raise ValueError(f"{sweep_dir}: no run records cpu_cache_num_blocks; {SWEEP_IT}")
     df = df.assign(cpu_cache_num_blocks=df["cpu_cache_num_blocks"].fillna(0).astype(int))
     sizes = sorted(set(df["cpu_cache_num_blocks"]))
     if len(sizes) < 2:
-        raise ValueError(f"{sweep_dir}: every run has cpu_cache_num_blocks={sizes[0]}, nothing to compare; sweep "
-                         "it, e.g. servelab -m experiment=cpu_tier workload.path=...")
+        raise ValueError(f"{sweep_dir}: every run has cpu_cache_num_blocks={sizes[0]}, nothing to compare; {SWEEP_IT}")
     for c in ("prefix_cache_hit_rate_gpu", "prefix_cache_hit_rate_cpu"):
         if c not in df:
             df[c] = float("nan")

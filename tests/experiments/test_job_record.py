@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from experiments.job_record import JOB_RECORD, NOT_RUN, error_line, failed_jobs, launched_jobs
+from experiments.job_record import JOB_RECORD, NO_FOLDER, error_line, failed_jobs, launched_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = "scheduler=fcfs,workload.arrival.rate_rps=5,workload.num_requests=20"
@@ -103,7 +103,7 @@ def test_a_job_that_never_started_or_raised_early_is_named_unless_a_later_launch
     killed_log = sw / ".submitit" / "9_3" / "9_3_0_log.err"
     killed_log.write_text("submitit INFO - Starting with JobEnvironment(job_id=9_3, hostname=vm)\n")
     raised, job, killed, unsubmitted = failed_jobs(sw)
-    assert unsubmitted.run_dir is None and unsubmitted.job_id is None and unsubmitted.error == NOT_RUN
+    assert unsubmitted.run_dir is None and unsubmitted.job_id is None and unsubmitted.error == NO_FOLDER
     assert "workload.arrival.rate_rps=-1" in unsubmitted.overrides      # its folder is gone and nothing submitted it
     assert raised.job_id == "9_1" and raised.error == "hydra.errors.ConfigCompositionException: bad"
     assert job.run_dir is None and job.overrides == tuple(never) and job.job_id == "9_2"
@@ -124,10 +124,10 @@ def test_a_job_of_the_launch_that_never_got_a_folder_is_named(half_failed, tmp_p
     assert [j.run_dir for j in failed_jobs(sw)] == [BAD]     # the other job has its results
     shutil.rmtree(sw / BAD)
     (job,) = failed_jobs(sw)
-    assert job.overrides == ran[1] and job.run_dir is None and job.error == NOT_RUN and job.log is None
+    assert job.overrides == ran[1] and job.run_dir is None and job.error == NO_FOLDER and job.log is None
     out = report_cli(sw)
     assert f"FAILED: 1 job(s) wrote no results (relaunch the sweep to run only those):\n  {' '.join(ran[1])}: " \
-           f"{NOT_RUN}; log: none\n" in out
+           f"{NO_FOLDER}; log: none\n" in out
     multirun = sw / "multirun.yaml"
     text = multirun.read_text()
     multirun.write_text(text.replace("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "my.OptunaSweeper"))
